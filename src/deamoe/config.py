@@ -1,0 +1,166 @@
+"""Shapes of the two FFN families and the five Table 1 presets.
+
+`MoEShape` is a standard MoE FFN (n_expert SwiGLU experts of size h x h_ffn, top-k_expert).
+`DeaMoEShape` groups n_expert experts into n_dept departments: each department owns gate, up and
+down projections of the baseline expert's shape (h_ffn x h); each expert owns three h_ffn x h_ffn
+private matrices.  A token picks at most k_dept departments and k_expert experts inside them.
+
+These dataclasses are the single source of shapes for the model, the budget formula, the loading
+analysis and the kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from deamoe.errors import ConfigError
+
+OPERATORS = ("silu", "gelu", "rmsnorm", "none")
+EXPERT_INITS = ("identity", "random")
+DEPT_TOPK = ("soft", "strict")
+
+
+def _positive_int(obj, *names: str) -> None:
+    cls = type(obj).__name__
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{cls}.{name} must be an integer, got {value!r}")
+        if value < 1:
+            raise ConfigError(f"{cls}.{name} must be >= 1, got {value}")
+
+
+def _choice(obj, name: str, choices: tuple[str, ...]) -> None:
+    value = getattr(obj, name)
+    if value not in choices:
+        raise ConfigError(
+            f"{type(obj).__name__}.{name}={value!r} is not one of {', '.join(choices)}"
+        )
+
+
+@dataclass(frozen=True)
+class MoEShape:
+    """A standard MoE FFN: n_expert SwiGLU experts, each token routed to k_expert of them."""
+
+    h: int
+    h_ffn: int
+    n_expert: int
+    k_expert: int
+    routed_scaling: float = 1.0
+
+    kind = "moe"
+
+    def __post_init__(self):
+        _positive_int(self, "h", "h_ffn", "n_expert", "k_expert")
+        if self.k_expert > self.n_expert:
+            raise ConfigError(
+                f"MoEShape.k_expert={self.k_expert} must be <= n_expert={self.n_expert}"
+            )
+
+    def replace(self, **changes) -> "MoEShape":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class DeaMoEShape:
+    """A DeaMoE FFN: n_dept departments sharing W_g/W_u/W_d, n_expert private A_g/A_u/A_d."""
+
+    h: int
+    h_ffn: int
+    n_dept: int
+    n_expert: int
+    k_dept: int
+    k_expert: int
+    operator: str = "silu"
+    expert_init: str = "identity"
+    dept_topk: str = "soft"
+    routed_scaling: float = 1.0
+
+    kind = "deamoe"
+
+    def __post_init__(self):
+        _positive_int(self, "h", "h_ffn", "n_dept", "n_expert", "k_dept", "k_expert")
+        _choice(self, "operator", OPERATORS)
+        _choice(self, "expert_init", EXPERT_INITS)
+        _choice(self, "dept_topk", DEPT_TOPK)
+        if self.k_dept > self.n_dept:
+            raise ConfigError(f"DeaMoEShape.k_dept={self.k_dept} must be <= n_dept={self.n_dept}")
+        if self.n_expert % self.n_dept:
+            raise ConfigError(
+                f"DeaMoEShape.n_expert={self.n_expert} must be divisible by n_dept={self.n_dept}"
+            )
+        if self.k_expert > self.k_dept * self.experts_per_dept:
+            raise ConfigError(
+                f"DeaMoEShape.k_expert={self.k_expert} exceeds the experts of k_dept={self.k_dept} "
+                f"departments ({self.k_dept * self.experts_per_dept})"
+            )
+        if self.dept_topk == "strict" and self.k_expert < self.k_dept:
+            raise ConfigError(
+                f"DeaMoEShape.k_expert={self.k_expert} must be >= k_dept={self.k_dept} "
+                "for dept_topk='strict' (each covered department needs an expert)"
+            )
+
+    @property
+    def experts_per_dept(self) -> int:
+        return self.n_expert // self.n_dept
+
+    def replace(self, **changes) -> "DeaMoEShape":
+        return dataclasses.replace(self, **changes)
+
+
+def shape_from_dict(d: dict) -> MoEShape | DeaMoEShape:
+    """Build an FFN shape from a plain dict (config files); unknown keys are errors."""
+    d = dict(d)
+    kind = d.pop("kind", "deamoe" if "n_dept" in d else "moe")
+    cls = {"moe": MoEShape, "deamoe": DeaMoEShape}.get(kind)
+    if cls is None:
+        raise ConfigError(f"ffn kind={kind!r} is not one of moe, deamoe")
+    known = {f.name for f in dataclasses.fields(cls)}
+    for key in d:
+        if key not in known:
+            raise ConfigError(f"unknown {cls.__name__} key {key!r} (known: {', '.join(sorted(known))})")
+    return cls(**d)
+
+
+@dataclass(frozen=True)
+class Table1Row:
+    """One row of the paper's Table 1: a baseline, its DeaMoE counterpart, the paper's ratios."""
+
+    model: str
+    baseline: MoEShape
+    deamoe: DeaMoEShape
+    paper_flops_ratio: float
+    paper_params_ratio: float
+    notes: str = field(default="")
+
+
+def _row(model, k, h, f, n, d, e, kd, ke, flops, params):
+    return Table1Row(
+        model=model,
+        baseline=MoEShape(h=h, h_ffn=f, n_expert=n, k_expert=k),
+        deamoe=DeaMoEShape(h=h, h_ffn=f, n_dept=d, n_expert=e, k_dept=kd, k_expert=ke),
+        paper_flops_ratio=flops,
+        paper_params_ratio=params,
+    )
+
+
+# Table 1 of the paper, transcribed from the spec (seeds/000, Table 1) column by column.
+TABLE1: dict[str, Table1Row] = {
+    r.model: r
+    for r in [
+        _row("DeepSeek-V3", 8, 7168, 2048, 256, 8, 864, 5, 10, 0.995, 0.996),
+        _row("DeepSeek-V2", 6, 5120, 1536, 160, 8, 512, 5, 10, 1.010, 1.010),
+        _row("Qwen3-235B-A22B", 8, 4096, 1536, 128, 8, 320, 5, 8, 1.005, 1.000),
+        _row("Kimi-K2", 8, 7168, 2048, 384, 16, 1280, 5, 10, 1.000, 0.994),
+        _row("Baseline-7B", 8, 1024, 384, 256, 8, 672, 4, 10, 1.014, 1.017),
+    ]
+}
+MODEL_NAMES = tuple(TABLE1)
+
+
+def table1_row(model: str) -> Table1Row:
+    try:
+        return TABLE1[model]
+    except KeyError:
+        raise ConfigError(f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}") from None
