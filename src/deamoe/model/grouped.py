@@ -1,0 +1,43 @@
+"""Grouped matrix multiply for the PyTorch (training / reference) path.
+
+Rows of `x` are grouped by expert (or department) in order; group g's rows multiply w[g]^T.
+On a Hopper-class GPU in bf16 this is one `torch._grouped_mm` call (no host sync); elsewhere
+(CPU, fp32, older GPUs) a loop over the non-empty groups.  The decode kernels in
+deamoe.kernels have their own Triton primitive; this one serves training and evaluation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _use_grouped_mm(x: torch.Tensor, w: torch.Tensor) -> bool:
+    return (
+        x.is_cuda
+        and hasattr(torch, "_grouped_mm")
+        and x.dtype == torch.bfloat16
+        and w.dtype == torch.bfloat16
+        and torch.cuda.get_device_capability(x.device)[0] >= 9
+        and x.shape[-1] % 8 == 0
+        and w.shape[-2] % 8 == 0
+    )
+
+
+def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """x [A, in] (rows grouped by group, counts[g] rows each), w [G, out, in] -> [A, out]."""
+    if x.is_cuda and torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")
+        x, w = x.to(dtype), w.to(dtype)
+    if _use_grouped_mm(x, w):
+        offs = counts.cumsum(0).to(torch.int32)
+        return torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    out_dim = w.shape[-2]
+    if x.shape[0] == 0:
+        return x.new_zeros(0, out_dim)
+    sizes = counts.tolist()
+    pieces = [
+        rows @ w[g].transpose(0, 1)
+        for g, rows in enumerate(torch.split(x, sizes))
+        if sizes[g]
+    ]
+    return torch.cat(pieces, dim=0)

@@ -1,0 +1,196 @@
+"""The two FFN layers: a standard MoE and DeaMoE (Section 3 of the paper), plus their reference.
+
+Weight layout (shared with the kernels, the vLLM model and the budget formula):
+  MoE     gate_proj, up_proj [n_expert, h_ffn, h]; down_proj [n_expert, h, h_ffn]
+  DeaMoE  dept_gate, dept_up [n_dept, h_ffn, h]; dept_down [n_dept, h, h_ffn]      (W_g, W_u, W_d)
+          expert_gate, expert_up, expert_down [n_expert, h_ffn, h_ffn]           (A_g, A_u, A_d^T)
+Every matrix multiplies a column vector: y = W @ x.  Both layers route with deamoe.routing.route
+and keep an `expert_bias` buffer (DeepSeek-V3 auxiliary-loss-free balancing; zeros otherwise).
+
+DeaMoE expert e of department j = e // (n_expert // n_dept), for a token x with weight w_e:
+  a_g = sigma(W_g x),  a_u = sigma(W_u x)                 once per (token, department)
+  y_e = SiLU(A_g a_g) * (A_u a_u),  z_e = sigma(A_d^T y_e)  once per (token, expert)
+  out = sum_j W_d (sum_{e in j} w_e z_e)                    once per (token, department)
+Summing the weighted z_e before W_d is exact because W_d is linear (Section 3.2).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.model.grouped import grouped_mm
+from deamoe.routing import route
+
+
+def _rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    # Parameter-free RMSNorm: a learnable gain would add parameters outside the matched budget.
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+
+
+_OPERATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "silu": F.silu,
+    "gelu": F.gelu,
+    "rmsnorm": _rms,
+    "none": lambda x: x,
+}
+
+
+def operator(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The sigma of Section 3.1 applied at the department/expert interfaces."""
+    return _OPERATORS[name]
+
+
+class MoE(nn.Module):
+    """Standard MoE FFN with SwiGLU experts (equations 1-3)."""
+
+    def __init__(self, shape: MoEShape, init_std: float = 0.02):
+        super().__init__()
+        self.shape = shape
+        n, f, h = shape.n_expert, shape.h_ffn, shape.h
+        self.init_std = init_std
+        self.router = nn.Linear(h, n, bias=False)
+        self.gate_proj = nn.Parameter(torch.empty(n, f, h))
+        self.up_proj = nn.Parameter(torch.empty(n, f, h))
+        self.down_proj = nn.Parameter(torch.empty(n, h, f))
+        self.register_buffer("expert_bias", torch.zeros(n))
+        self.last_logits: torch.Tensor | None = None
+        self.last_ids: torch.Tensor | None = None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj):
+            nn.init.normal_(w, std=self.init_std)
+        nn.init.zeros_(self.expert_bias)
+
+    def _route(self, x, ids, weights):
+        if ids is None:
+            logits = self.router(x)
+            ids, weights = route(self.shape, logits, bias=self.expert_bias)
+            self.last_logits, self.last_ids = logits, ids.detach()
+        return ids, weights
+
+    def forward(self, x: torch.Tensor, ids=None, weights=None) -> torch.Tensor:
+        lead, h = x.shape[:-1], x.shape[-1]
+        x = x.reshape(-1, h)
+        ids, weights = self._route(x, ids, weights)
+        k = ids.shape[1]
+        flat = ids.reshape(-1)
+        order = flat.argsort(stable=True)  # (token, slot) assignments grouped by expert
+        token = order // k
+        counts = torch.bincount(flat, minlength=self.shape.n_expert)
+        xs = x[token]
+        act = F.silu(grouped_mm(xs, self.gate_proj, counts)) * grouped_mm(xs, self.up_proj, counts)
+        y = grouped_mm(act, self.down_proj, counts)
+        y = y * weights.reshape(-1)[order, None].to(y.dtype)
+        out = y.new_zeros(x.shape[0], h).index_add_(0, token, y)
+        return out.reshape(*lead, h)
+
+
+class DeaMoE(nn.Module):
+    """DeaMoE FFN: departments share W_g/W_u/W_d; experts own A_g/A_u/A_d (Section 3)."""
+
+    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02):
+        super().__init__()
+        self.shape = shape
+        d, e, f, h = shape.n_dept, shape.n_expert, shape.h_ffn, shape.h
+        self.init_std = init_std
+        self.sigma = operator(shape.operator)
+        self.router = nn.Linear(h, e, bias=False)
+        self.dept_gate = nn.Parameter(torch.empty(d, f, h))
+        self.dept_up = nn.Parameter(torch.empty(d, f, h))
+        self.dept_down = nn.Parameter(torch.empty(d, h, f))
+        self.expert_gate = nn.Parameter(torch.empty(e, f, f))
+        self.expert_up = nn.Parameter(torch.empty(e, f, f))
+        self.expert_down = nn.Parameter(torch.empty(e, f, f))
+        self.register_buffer("expert_bias", torch.zeros(e))
+        self.last_logits: torch.Tensor | None = None
+        self.last_ids: torch.Tensor | None = None
+        self.reset_parameters()
+
+    def expert_parameters(self) -> tuple[nn.Parameter, ...]:
+        return (self.expert_gate, self.expert_up, self.expert_down)
+
+    def reset_parameters(self) -> None:
+        for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down):
+            nn.init.normal_(w, std=self.init_std)
+        for w in self.expert_parameters():
+            if self.shape.expert_init == "identity":
+                # torch.nn.init.eye_ per expert: each expert starts equal to its department backbone.
+                with torch.no_grad():
+                    w.copy_(torch.eye(w.shape[-1], dtype=w.dtype).expand_as(w))
+            else:
+                nn.init.normal_(w, std=self.init_std)
+        nn.init.zeros_(self.expert_bias)
+
+    _route = MoE._route
+
+    def forward(self, x: torch.Tensor, ids=None, weights=None) -> torch.Tensor:
+        lead, h = x.shape[:-1], x.shape[-1]
+        x = x.reshape(-1, h)
+        ids, weights = self._route(x, ids, weights)
+        T, k = ids.shape
+        s = self.shape
+        per = s.experts_per_dept
+        dept = torch.div(ids, per, rounding_mode="floor")
+
+        # Stage 1: one row per distinct (token, department), grouped by department.
+        used = torch.zeros(T, s.n_dept, dtype=torch.bool, device=x.device).scatter_(1, dept, True)
+        pair_token, pair_dept = used.nonzero(as_tuple=True)
+        by_dept = pair_dept.argsort(stable=True)
+        pair_token, pair_dept = pair_token[by_dept], pair_dept[by_dept]
+        pair_of = torch.full((T, s.n_dept), -1, dtype=torch.long, device=x.device)
+        pair_of[pair_token, pair_dept] = torch.arange(pair_token.numel(), device=x.device)
+        dept_counts = torch.bincount(pair_dept, minlength=s.n_dept)
+        xd = x[pair_token]
+        a_gate = self.sigma(grouped_mm(xd, self.dept_gate, dept_counts))
+        a_up = self.sigma(grouped_mm(xd, self.dept_up, dept_counts))
+
+        # Stage 2: one row per (token, expert), grouped by expert, reading its department row.
+        flat = ids.reshape(-1)
+        order = flat.argsort(stable=True)
+        token = order // k
+        pair = pair_of[token, dept.reshape(-1)[order]]
+        counts = torch.bincount(flat, minlength=s.n_expert)
+        y = F.silu(grouped_mm(a_gate[pair], self.expert_gate, counts)) * grouped_mm(
+            a_up[pair], self.expert_up, counts
+        )
+        z = self.sigma(grouped_mm(y, self.expert_down, counts))
+        z = z * weights.reshape(-1)[order, None].to(z.dtype)
+
+        # Stage 3: weighted expert results summed per (token, department), then W_d once.
+        zsum = z.new_zeros(pair_token.numel(), s.h_ffn).index_add_(0, pair, z)
+        o = grouped_mm(zsum, self.dept_down, dept_counts)
+        out = o.new_zeros(T, h).index_add_(0, pair_token, o)
+        return out.reshape(*lead, h)
+
+
+def reference_forward(
+    layer: MoE | DeaMoE, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """Plain per-(token, expert) evaluation of equation 4 (MoE: equation 1), summed with eq. 3.
+
+    Gathers each assignment's full weights; only for tests and kernel checks at small shapes.
+    """
+    w = weights.to(x.dtype)[..., None]
+    if isinstance(layer, MoE):
+        g = torch.einsum("tkfh,th->tkf", layer.gate_proj[ids], x)
+        u = torch.einsum("tkfh,th->tkf", layer.up_proj[ids], x)
+        y = torch.einsum("tkhf,tkf->tkh", layer.down_proj[ids], F.silu(g) * u)
+        return (w * y).sum(1)
+    sigma, dept = layer.sigma, torch.div(ids, layer.shape.experts_per_dept, rounding_mode="floor")
+    a_g = sigma(torch.einsum("tkfh,th->tkf", layer.dept_gate[dept], x))
+    a_u = sigma(torch.einsum("tkfh,th->tkf", layer.dept_up[dept], x))
+    g = F.silu(torch.einsum("tkfg,tkg->tkf", layer.expert_gate[ids], a_g))
+    u = torch.einsum("tkfg,tkg->tkf", layer.expert_up[ids], a_u)
+    z = sigma(torch.einsum("tkfg,tkg->tkf", layer.expert_down[ids], g * u))
+    y = torch.einsum("tkhf,tkf->tkh", layer.dept_down[dept], z)
+    return (w * y).sum(1)
+
+
+def build_ffn(shape: MoEShape | DeaMoEShape, init_std: float = 0.02) -> MoE | DeaMoE:
+    return DeaMoE(shape, init_std) if isinstance(shape, DeaMoEShape) else MoE(shape, init_std)
