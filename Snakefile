@@ -1,0 +1,34 @@
+# DeaMoE reproduction pipeline.  `snakemake --cores all` runs every stage at the scale of
+# config.yaml (the tiny CPU default); `--workflow-profile workflow/profiles/gpu` (or slurm) changes
+# the scale and where jobs run.  Each rule calls one `python -m deamoe <command>`; see README.md.
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+# Validate before any job runs (unknown keys, wrong types, out-of-range values name the key),
+# fill schema defaults, then write the merged config that every command reads.
+include: "workflow/rules/common.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/analysis.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/ablation.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/serve.smk"
+include: "workflow/rules/microbench.smk"
+include: "workflow/rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/ablation/summary.csv", "results/pretrain/summary.csv", "results/eval/downstream.csv", "results/serve/tpot.csv", "results/microbench", "results/analysis/table1.csv", "results/analysis/loading.csv",

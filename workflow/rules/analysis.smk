@@ -1,0 +1,27 @@
+# Table 1 (budget-matched DeaMoE configurations) and Figure 2 (expected loaded expert weights per
+# decoding step).  Pure arithmetic and sampling on the CPU: seconds.
+
+
+rule table1:
+    output:
+        "results/analysis/table1.csv",
+    params:
+        analysis=section("analysis"),
+    log:
+        "logs/analysis/table1.log",
+    threads: 1
+    shell:
+        "{DEAMOE} table1 --out {output} > {log} 2>&1"
+
+
+rule loading:
+    output:
+        "results/analysis/loading.csv",
+    params:
+        config=RESOLVED_CONFIG,
+        analysis=section("analysis"),
+    log:
+        "logs/analysis/loading.log",
+    threads: 1
+    shell:
+        "{DEAMOE} loading --config {params.config} --out {output} > {log} 2>&1"

@@ -1,0 +1,115 @@
+# Shared by every rule file: config validation, the resolved config file, small helpers.
+#
+# Why a resolved file: every stage command takes `--config PATH` with the whole pipeline config.
+# Passing config.yaml itself would miss --configfile/--config overrides and schema defaults, so
+# the merged, validated config is written to results/config.resolved.yaml at parse time -- only
+# when its content changed, so its mtime moves only then.  Rules get the path as a `param`, never
+# as an `input` (touching it must not rerun everything); the config section(s) each rule depends on
+# are `params` too, so Snakemake's params rerun-trigger reruns exactly the rules whose section
+# changed.
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+from snakemake.exceptions import WorkflowError
+from snakemake.settings.types import DeploymentMethod
+from snakemake.utils import validate
+
+SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
+RESOLVED_CONFIG = "results/config.resolved.yaml"
+SECTIONS = [
+    "analysis", "data", "model", "train", "ablation", "pretrain",
+    "eval", "serve", "microbench", "report",
+]
+ABLATION_RUNS = [f"ablation-no{i}" for i in range(1, 7)]  # Table 4, variants No.1..No.6
+PRETRAIN_MODELS = ["baseline", "deamoe"]  # budget-matched baseline and DeaMoE
+
+
+def _schema_error(exc, instance, schema_path, prefix=""):
+    """One line naming the key at fault.
+
+    Snakemake's validate() flattens the jsonschema error into text without its path, so the same
+    instance is checked again here with jsonschema to get the path of the best-matching error.
+    """
+    import jsonschema
+
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema.pop("$schema", None)
+    try:
+        best = jsonschema.exceptions.best_match(
+            jsonschema.Draft202012Validator(schema).iter_errors(instance)
+        )
+    except Exception:  # e.g. a $ref this plain re-check cannot resolve: keep Snakemake's text
+        best = None
+    if best is None:
+        return WorkflowError(f"config{' section ' + prefix if prefix else ''}: {exc}")
+    path = ".".join(([prefix] if prefix else []) + [str(p) for p in best.absolute_path])
+    if best.validator == "additionalProperties" and isinstance(best.instance, dict):
+        # name the unknown key itself, not only the section that holds it
+        allowed = set(best.schema.get("properties", {}))
+        extra = sorted(set(best.instance) - allowed)
+        keys = ", ".join(f"{path}.{k}" if path else k for k in extra)
+        return WorkflowError(f"config: unknown key {keys} (allowed: {', '.join(sorted(allowed))})")
+    return WorkflowError(f"config: {path or '<top level>'}: {best.message}")
+
+
+def validate_config(cfg):
+    """Top-level schema first (profile + which sections exist), then each section's own schema.
+
+    A section's schema is written by the stage that owns it; one not written yet is skipped with a
+    warning rather than blocking the rest of the pipeline.
+    """
+    try:
+        validate(cfg, str(SCHEMA_DIR / "config.schema.yaml"))
+    except WorkflowError as exc:
+        raise _schema_error(exc, cfg, SCHEMA_DIR / "config.schema.yaml") from None
+    for name in SECTIONS:
+        schema = SCHEMA_DIR / f"{name}.schema.yaml"
+        if not schema.exists():
+            print(f"warning: no schema {schema.name}; section '{name}' not validated",
+                  file=sys.stderr)
+            continue
+        try:
+            validate(cfg[name], str(schema))
+        except WorkflowError as exc:
+            raise _schema_error(exc, cfg[name], schema, prefix=name) from None
+
+
+def write_if_changed(path, text):
+    """Atomic write (temp file + rename) that leaves the file and its mtime alone if unchanged."""
+    path = Path(path)
+    if path.exists() and path.read_text() == text:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+validate_config(config)
+# plain dicts/lists only (no Snakemake wrappers) so the YAML is readable by any tool
+RESOLVED = json.loads(json.dumps(dict(config)))
+write_if_changed(
+    RESOLVED_CONFIG,
+    "# Written by the Snakefile: config.yaml + profile/--config overrides + schema defaults.\n"
+    "# Do not edit; edit config.yaml or pass --config / --configfile instead.\n"
+    + yaml.safe_dump(RESOLVED, sort_keys=False),
+)
+
+
+def section(name):
+    """A config section as a plain dict (a rule param: changing it reruns that rule)."""
+    return RESOLVED.get(name, {})
+
+
+# The interpreter that runs Snakemake runs the stage commands, unless --sdm conda supplies one:
+# `.venv/bin/snakemake` then works without activating the virtual environment.
+_CONDA = DeploymentMethod.CONDA in workflow.deployment_settings.deployment_method
+PY = "python" if _CONDA else shlex.quote(sys.executable)
+DEAMOE = f"{PY} -m deamoe"

@@ -1,0 +1,35 @@
+# Tables 2 and 3: lm-evaluation-harness on the pre-trained checkpoints (offline, shipped data).
+
+
+rule eval:
+    input:
+        checkpoint="results/train/pretrain-{model}/checkpoint",
+    output:
+        "results/eval/{model}/lm_eval.json",
+    params:
+        config=RESOLVED_CONFIG,
+        eval=section("eval"),
+    log:
+        "logs/eval/{model}.log",
+    threads: 2
+    resources:
+        gpus=0,
+    shell:
+        "{DEAMOE} eval --config {params.config} --checkpoint {input.checkpoint}"
+        " --model {wildcards.model} --out results/eval/{wildcards.model} > {log} 2>&1"
+
+
+rule eval_tables:
+    input:
+        expand("results/eval/{model}/lm_eval.json", model=PRETRAIN_MODELS),
+    output:
+        downstream="results/eval/downstream.csv",
+        perplexity="results/eval/perplexity.csv",
+    params:
+        config=RESOLVED_CONFIG,
+        eval=section("eval"),
+    log:
+        "logs/eval/tables.log",
+    threads: 1
+    shell:
+        "{DEAMOE} eval-tables --config {params.config} --in results/eval --out results/eval > {log} 2>&1"

@@ -1,0 +1,19 @@
+# Figures 4/5: per-layer and model-level decode microbenchmarks of the Triton kernels.  Needs a
+# CUDA GPU; on any other machine the command writes results/microbench/status.json
+# ("not run", "no CUDA GPU") and exits 0, and the report shows the committed
+# reports/measured/<gpu>/ tables instead.  Like serving, it owns the machine while it runs.
+
+
+rule microbench:
+    output:
+        directory("results/microbench"),
+    params:
+        config=RESOLVED_CONFIG,
+        microbench=section("microbench"),
+    log:
+        "logs/microbench/microbench.log",
+    threads: workflow.cores
+    resources:
+        gpus=0,
+    shell:
+        "{DEAMOE} microbench --config {params.config} --out {output} > {log} 2>&1"

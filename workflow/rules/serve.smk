@@ -1,0 +1,37 @@
+# Figure 3: each pre-trained checkpoint served by vLLM (CPU backend by default) through the
+# project's plugin, driven at each configured concurrency.  A serving benchmark owns the machine:
+# `threads: workflow.cores` keeps other jobs from running beside it and skewing its timings.
+
+
+rule serve:
+    input:
+        checkpoint="results/train/pretrain-{model}/checkpoint",
+    output:
+        directory("results/serve/{model}"),  # c<N>.json per concurrency, written by the command
+    params:
+        config=RESOLVED_CONFIG,
+        serve=section("serve"),
+    log:
+        "logs/serve/{model}.log",
+    threads: workflow.cores
+    resources:
+        gpus=0,
+    shell:
+        "{DEAMOE} serve --config {params.config} --checkpoint {input.checkpoint}"
+        " --model {wildcards.model} --out {output} > {log} 2>&1"
+
+
+rule serve_tables:
+    input:
+        expand("results/serve/{model}", model=PRETRAIN_MODELS),
+    output:
+        tpot="results/serve/tpot.csv",
+        slo="results/serve/slo.csv",
+    params:
+        config=RESOLVED_CONFIG,
+        serve=section("serve"),
+    log:
+        "logs/serve/tables.log",
+    threads: 1
+    shell:
+        "{DEAMOE} serve-tables --config {params.config} --in results/serve --out results/serve > {log} 2>&1"
