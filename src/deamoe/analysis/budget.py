@@ -1,0 +1,148 @@
+"""Parameter and per-token FLOP budget of an FFN layer (Table 1), and the budget-matched search.
+
+Counted as the paper does (Section 3.3): the FFN's matrices plus the router (width = number of
+experts).  FLOPs are 2 per multiply-accumulate of the matrix products a token goes through;
+element-wise work (SiLU, sigma, the gate product, routing weights) is not counted.
+
+  baseline  params = n_expert * 3 h h_ffn + h n_expert
+            flops  = 2 (k_expert * 3 h h_ffn + h n_expert)
+  DeaMoE    params = n_dept * 3 h h_ffn + n_expert * 3 h_ffn^2 + h n_expert
+            flops  = 2 (k_dept * 3 h h_ffn + k_expert * 3 h_ffn^2 + h n_expert)
+The DeaMoE FLOPs use k_dept, the cap on departments per token: soft routing may use fewer, so
+this is the matched upper bound the paper describes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.errors import ConfigError
+
+
+def expert_params(shape: MoEShape | DeaMoEShape) -> int:
+    """Parameters of the expert weights alone (what decoding streams from memory)."""
+    if isinstance(shape, DeaMoEShape):
+        return shape.n_dept * 3 * shape.h * shape.h_ffn + shape.n_expert * 3 * shape.h_ffn**2
+    return shape.n_expert * 3 * shape.h * shape.h_ffn
+
+
+def router_params(shape: MoEShape | DeaMoEShape) -> int:
+    return shape.h * shape.n_expert
+
+
+def ffn_params(shape: MoEShape | DeaMoEShape) -> int:
+    """FFN + router parameters of one layer."""
+    return expert_params(shape) + router_params(shape)
+
+
+def ffn_flops(shape: MoEShape | DeaMoEShape) -> int:
+    """FFN + router FLOPs for one token in one layer (2 per multiply-accumulate)."""
+    router = shape.h * shape.n_expert
+    if isinstance(shape, DeaMoEShape):
+        macs = shape.k_dept * 3 * shape.h * shape.h_ffn + shape.k_expert * 3 * shape.h_ffn**2
+    else:
+        macs = shape.k_expert * 3 * shape.h * shape.h_ffn
+    return 2 * (macs + router)
+
+
+def budget(baseline: MoEShape, deamoe: DeaMoEShape) -> dict:
+    """Absolute counts and DeaMoE / baseline ratios."""
+    if baseline.h != deamoe.h or baseline.h_ffn != deamoe.h_ffn:
+        raise ConfigError(
+            f"budget: DeaMoE (h={deamoe.h}, h_ffn={deamoe.h_ffn}) must share h and h_ffn with the "
+            f"baseline (h={baseline.h}, h_ffn={baseline.h_ffn})"
+        )
+    bp, dp = ffn_params(baseline), ffn_params(deamoe)
+    bf, df = ffn_flops(baseline), ffn_flops(deamoe)
+    return {
+        "baseline_params": bp,
+        "deamoe_params": dp,
+        "baseline_flops": bf,
+        "deamoe_flops": df,
+        "params_ratio": dp / bp,
+        "flops_ratio": df / bf,
+    }
+
+
+def budget_ratios(baseline: MoEShape, deamoe: DeaMoEShape) -> tuple[float, float]:
+    """(flops_ratio, params_ratio)."""
+    b = budget(baseline, deamoe)
+    return b["flops_ratio"], b["params_ratio"]
+
+
+# --- budget-matched search -----------------------------------------------------------------
+
+SMALL_BATCH_TOKENS = (4, 8, 16, 32, 64)
+
+
+def expected_loaded_params(shape: MoEShape | DeaMoEShape, tokens: int) -> float:
+    """Closed-form expected expert parameters loaded in a step of `tokens` tokens.
+
+    Assumes each token picks its experts uniformly at random (and, for DeaMoE, exactly k_dept
+    departments: an upper bound for soft routing).  A unit is loaded when any token uses it.
+    Used to rank search candidates; Figure 2 uses Monte Carlo through the real router.
+    """
+    if isinstance(shape, DeaMoEShape):
+        depts = shape.n_dept * (1 - (1 - shape.k_dept / shape.n_dept) ** tokens)
+        experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
+        return depts * 3 * shape.h * shape.h_ffn + experts * 3 * shape.h_ffn**2
+    experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
+    return experts * 3 * shape.h * shape.h_ffn
+
+
+def small_batch_loading_ratio(
+    baseline: MoEShape, deamoe: DeaMoEShape, tokens=SMALL_BATCH_TOKENS
+) -> float:
+    """Search objective: mean over `tokens` of expected DeaMoE / baseline loaded weights."""
+    ratios = [expected_loaded_params(deamoe, t) / expected_loaded_params(baseline, t) for t in tokens]
+    return sum(ratios) / len(ratios)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """Where the search looks. Defaults follow the paper's Table 1 choices (n_dept 8 or 16)."""
+
+    n_depts: tuple[int, ...] = (8, 16)
+    # k_dept >= ceil(k_expert_baseline * k_dept_min_fraction): keep at least half of the baseline's
+    # active backbone compute per token (without it the objective drives k_dept to 1).
+    k_dept_min_fraction: float = 0.5
+    k_expert_max: int = 16
+    tolerance: float = 0.02  # |ratio - 1| allowed for both FLOPs and parameters
+    tokens: tuple[int, ...] = SMALL_BATCH_TOKENS
+
+
+def search(baseline: MoEShape, space: SearchSpace = SearchSpace()) -> list[dict]:
+    """All budget-matched DeaMoE configurations, best (least small-batch loading) first.
+
+    For each n_dept and k_dept, n_expert (a multiple of n_dept) is taken near the value that
+    matches parameters, and k_expert near the value that matches FLOPs; every candidate within
+    the tolerance on both ratios is kept.
+    """
+    h, f = baseline.h, baseline.h_ffn
+    target_p, target_f = ffn_params(baseline), ffn_flops(baseline)
+    found = []
+    for d in space.n_depts:
+        e_exact = (target_p - d * 3 * h * f) / (3 * f * f + h)
+        if e_exact <= 0:
+            continue
+        for e in range(max(d, d * math.floor(e_exact * 0.9 / d)), d * math.ceil(e_exact * 1.1 / d) + 1, d):
+            for kd in range(math.ceil(baseline.k_expert * space.k_dept_min_fraction), d + 1):
+                for ke in range(kd, min(space.k_expert_max, (e // d) * kd) + 1):
+                    try:
+                        cand = DeaMoEShape(h=h, h_ffn=f, n_dept=d, n_expert=e, k_dept=kd, k_expert=ke)
+                    except ConfigError:
+                        continue
+                    fr, pr = ffn_flops(cand) / target_f, ffn_params(cand) / target_p
+                    if abs(fr - 1) <= space.tolerance and abs(pr - 1) <= space.tolerance:
+                        found.append(
+                            {
+                                "shape": cand,
+                                "flops_ratio": fr,
+                                "params_ratio": pr,
+                                "loading_ratio": small_batch_loading_ratio(baseline, cand, space.tokens),
+                            }
+                        )
+    found.sort(key=lambda c: (c["loading_ratio"], abs(c["flops_ratio"] - 1) + abs(c["params_ratio"] - 1)))
+    return found

@@ -1,0 +1,108 @@
+"""The one loader for the pipeline configuration (config.yaml and the profiles).
+
+A stage command gets `--config PATH` (the whole pipeline config, YAML or JSON) and calls
+`load_section(path, "train", TrainSettings)`: the section becomes a dataclass, unknown keys and
+wrong types raise ConfigError naming `section.key`, missing keys take the dataclass defaults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+from deamoe.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def read_config(path: str | Path) -> dict:
+    """The whole pipeline config as a dict; a missing or unparsable file is a ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as exc:  # noqa: BLE001 - any parse error becomes one line
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"config file {path} cannot be parsed: {first}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at top level")
+    return data
+
+
+def _check_type(value: Any, hint: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin is typing.Union or (origin is not None and str(origin) == "<class 'types.UnionType'>"):
+        for arg in args:
+            try:
+                return _check_type(value, arg, where)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{where}={value!r} has the wrong type (expected {hint})")
+    if hint is type(None):
+        if value is None:
+            return None
+        raise ConfigError(f"{where}={value!r} must be null")
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}={value!r} must be a list")
+        item = args[0] if args else Any
+        return type(value)(_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)) if origin is list else tuple(
+            _check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)
+        )
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}={value!r} must be a mapping")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}={value!r} must be a number")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}={value!r} must be an integer")
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}={value!r} must be true or false")
+        return value
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}={value!r} must be a string")
+        return value
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping")
+        return from_dict(hint, value, where)
+    return value
+
+
+def from_dict(cls: type[T], data: dict | None, where: str) -> T:
+    """Build dataclass `cls` from `data`, rejecting unknown keys and wrong types."""
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where} must be a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    for key in data:
+        if key not in fields:
+            raise ConfigError(f"unknown config key {where}.{key} (known: {', '.join(fields)})")
+    kwargs = {key: _check_type(value, hints[key], f"{where}.{key}") for key, value in data.items()}
+    return cls(**kwargs)
+
+
+def load_section(path: str | Path, section: str, cls: type[T]) -> T:
+    """Section `section` of the pipeline config at `path`, as dataclass `cls`."""
+    return from_dict(cls, read_config(path).get(section), section)
