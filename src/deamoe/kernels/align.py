@@ -1,0 +1,159 @@
+"""Group (token, slot) pairs by expert or department and pad each group to BLOCK_M rows.
+
+This is the token-indexing half of the grouped-GEMM primitive (`grouped_gemm.py`): it turns the
+router's top-k ids [T, k] into
+  sorted_pairs [max_slots] int32  pair index p = t * k + slot, grouped by group id, each group
+                                  padded to a multiple of BLOCK_M with the sentinel P
+  block_group  [max_blocks] int32 the group (expert or department) that owns each BLOCK_M block
+  num_blocks   [1] int32          how many blocks are in use (the GEMM grid is sized by the
+                                  host-side bound `max_blocks`; programs past num_blocks exit)
+Everything stays on the device (no host sync), so the whole layer can be captured in a CUDA graph.
+
+Group of pair p: ids[p] // per_group (per_group = 1 for experts, experts-per-department for
+departments).  With DEDUP, only the first slot of each (token, group) is kept: the department
+stage processes each (token, department) once however many of its experts the token picked.
+
+One launch does up to two alignments (program 0: task A, program 1: task B): DeaMoE needs the
+department and the expert grouping of the same routing, the baseline only the expert grouping.
+Within a task a single program does the work: P <= a few thousand pairs, so a block-wide counting
+sort (atomic histogram -> exclusive scan -> scatter) costs a few microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _align_one(
+    ids_ptr, P, k_top, per_group, G,
+    counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
+    DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
+):
+    offs_g = tl.arange(0, BLOCK_G)
+    tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
+    tl.debug_barrier()
+    # 1. histogram; the value returned by the atomic is the pair's rank inside its group
+    for p0 in range(0, P, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        ok = p < P
+        g = (tl.load(ids_ptr + p, mask=ok, other=0) // per_group).to(tl.int32)
+        if DEDUP:
+            slot = p % k_top
+            first = p - slot
+            for j in range(0, k_top):
+                gj = (tl.load(ids_ptr + first + j, mask=ok, other=0) // per_group).to(tl.int32)
+                ok = ok & ~((j < slot) & (gj == g))
+        r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok)
+        tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
+    tl.debug_barrier()
+    # 2. exclusive scan of the padded group sizes
+    c = tl.load(counts_ptr + offs_g, mask=offs_g < G, other=0, volatile=True)
+    padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    start = tl.cumsum(padded, 0) - padded
+    tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
+    tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
+    # 3. padding slots hold the sentinel P
+    for s0 in range(0, max_slots, BLOCK_P):
+        s = s0 + tl.arange(0, BLOCK_P)
+        tl.store(sorted_ptr + s, tl.full([BLOCK_P], 0, tl.int32) + P, mask=s < max_slots)
+    tl.debug_barrier()
+    # 4. scatter each kept pair to its slot; every used block gets its group id
+    for p0 in range(0, P, BLOCK_P):
+        p = p0 + tl.arange(0, BLOCK_P)
+        r = tl.load(rank_ptr + p, mask=p < P, other=-1, volatile=True)
+        ok = r >= 0
+        g = (tl.load(ids_ptr + p, mask=ok, other=0) // per_group).to(tl.int32)
+        pos = tl.load(offs_ptr + g, mask=ok, other=0, volatile=True) + r
+        tl.store(sorted_ptr + pos, p.to(tl.int32), mask=ok)
+        tl.store(block_group_ptr + pos // BLOCK_M, g, mask=ok)
+
+
+@triton.jit
+def _align_kernel(
+    ids_ptr, P, k_top,
+    a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
+    b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
+    A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr,
+    B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
+    if tl.program_id(0) == 0:
+        _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
+                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, BLOCK_P, A_BLOCK_G)
+    else:
+        _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
+                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, BLOCK_P, B_BLOCK_G)
+
+
+@dataclass
+class Alignment:
+    """Pairs grouped and padded for one grouped GEMM (all tensors on the routing's device)."""
+
+    sorted_pairs: torch.Tensor
+    block_group: torch.Tensor
+    num_blocks: torch.Tensor
+    max_blocks: int  # host-side bound used to size the GEMM grid
+    block_m: int
+    num_pairs: int  # P = T * k; the padding sentinel
+    n_groups: int
+    per_group: int
+    dedup: bool
+
+
+@dataclass(frozen=True)
+class AlignSpec:
+    n_groups: int
+    per_group: int = 1
+    dedup: bool = False
+    block_m: int = 16
+
+
+def _bounds(P: int, spec: AlignSpec) -> tuple[int, int]:
+    # every used block holds >= 1 pair, and sum ceil(c/BM) <= P/BM + (groups in use)
+    max_blocks = min(P, P // spec.block_m + min(spec.n_groups, P))
+    return max_blocks * spec.block_m, max_blocks
+
+
+def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Tensor]]:
+    max_slots, max_blocks = _bounds(P, spec)
+    i32 = dict(dtype=torch.int32, device=device)
+    al = Alignment(
+        sorted_pairs=torch.empty(max_slots, **i32),
+        block_group=torch.empty(max_blocks, **i32),
+        num_blocks=torch.empty(1, **i32),
+        max_blocks=max_blocks,
+        block_m=spec.block_m,
+        num_pairs=P,
+        n_groups=spec.n_groups,
+        per_group=spec.per_group,
+        dedup=spec.dedup,
+    )
+    scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32),
+               torch.empty(spec.n_groups, **i32)]
+    return al, scratch
+
+
+def align(ids: torch.Tensor, *specs: AlignSpec) -> tuple[Alignment, ...]:
+    """Align the routing `ids` [T, k] for one or two groupings in a single launch."""
+    if ids.dim() != 2:
+        raise ValueError(f"align: ids must be [T, k], got shape {tuple(ids.shape)}")
+    if not 1 <= len(specs) <= 2:
+        raise ValueError("align: pass one or two AlignSpec")
+    ids = ids.contiguous()
+    T, k = ids.shape
+    P = T * k
+    made = [_buffers(P, s, ids.device) for s in specs]
+    args, consts = [], {}
+    for tag, spec, (al, (counts, rank, offs)) in zip("AB", specs * (3 - len(specs)),
+                                                    made * (3 - len(made))):
+        args += [spec.per_group, spec.n_groups, counts, rank, offs, al.sorted_pairs,
+                 al.block_group, al.num_blocks, al.sorted_pairs.numel()]
+        consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
+                       f"{tag}_BLOCK_G": triton.next_power_of_2(spec.n_groups)})
+    _align_kernel[(len(specs),)](ids, P, k, *args, BLOCK_P=256, num_warps=8, **consts)
+    return tuple(al for al, _ in made)

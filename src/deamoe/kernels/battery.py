@@ -1,0 +1,166 @@
+"""Randomised correctness battery: Triton kernels vs the PyTorch reference layers in float32.
+
+Used twice: by tests/kernels (CPU, Triton interpreter, small shapes, fp32 kernels) and by the
+H200 script (CUDA, Table 1 shapes too, bf16 kernels).  Each case draws fresh weights and routing,
+poisons every buffer the kernel allocates (NaN for floats, huge values for ints) so an unwritten
+element cannot pass, and compares with `deamoe.model.layers.reference_forward` on float32
+weights holding exactly the kernel's (rounded) values: rel = ||out - ref|| / ||ref||.
+
+Routing patterns:
+  random       router logits ~ N(0, 1), routed by deamoe.routing.route
+  same         every token has the same logits: one group gets all T rows (many blocks)
+  empty        logits of the upper half of departments (experts for the baseline) pushed down:
+               those groups receive no tokens
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.routing import route
+
+PATTERNS = ("random", "same", "empty")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    shape: MoEShape | DeaMoEShape
+    tokens: int
+    pattern: str = "random"
+    seed: int = 0
+
+
+@contextlib.contextmanager
+def poisoned_allocations():
+    """Make torch.empty return poisoned memory while the kernel allocates its buffers."""
+    original = torch.empty
+
+    def empty(*args, **kwargs):
+        t = original(*args, **kwargs)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        elif t.dtype in (torch.int32, torch.int64):
+            t.fill_(2**30 + 12345)
+        return t
+
+    torch.empty = empty
+    try:
+        yield
+    finally:
+        torch.empty = original
+
+
+def _logits(case: Case, n: int, device) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(case.seed)
+    T = case.tokens
+    if case.pattern == "same":
+        logits = torch.randn(1, n, generator=g).expand(T, n).contiguous()
+    else:
+        logits = torch.randn(T, n, generator=g)
+    if case.pattern == "empty":
+        logits[:, n // 2 :] -= 1e4
+    return logits.to(device)
+
+
+def build_layer(shape: MoEShape | DeaMoEShape, device, seed: int):
+    """A float32 reference layer on `device` (DeaMoE experts random, so A_g/A_u/A_d matter)."""
+    from deamoe.model.layers import build_ffn
+
+    if isinstance(shape, DeaMoEShape) and shape.expert_init == "identity":
+        shape = shape.replace(expert_init="random")
+    torch.manual_seed(seed)
+    with torch.device(device):
+        layer = build_ffn(shape, init_std=1.0)
+    with torch.no_grad():  # scale so activations stay O(1) at any width
+        for name, p in layer.named_parameters():
+            if name != "router.weight":
+                p.mul_(p.shape[-1] ** -0.5)
+    return layer.eval()
+
+
+def _round_(layer, dtype) -> None:
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.copy_(p.to(dtype).float())
+
+
+def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+    from deamoe.model.layers import reference_forward
+
+    s = layer.shape
+    per_token = ids.shape[1] * s.h_ffn * max(s.h, s.h_ffn) * 4
+    chunk = max(1, int(budget_bytes // per_token))
+    outs = [
+        reference_forward(layer, x[i : i + chunk], ids[i : i + chunk], weights[i : i + chunk])
+        for i in range(0, x.shape[0], chunk)
+    ]
+    return torch.cat(outs)
+
+
+def _kernel_weights(layer, dtype) -> dict:
+    return {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
+
+
+def run_kernel(shape, w: dict, x, ids, weights, tiles=None):
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+    from deamoe.kernels.fused_moe import MoETiles, fused_moe
+
+    if isinstance(shape, DeaMoEShape):
+        return deamoe_forward(
+            x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"], w["expert_up"],
+            w["expert_down"], ids, weights, operator=shape.operator, tiles=tiles or DeaMoETiles(),
+        )
+    return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
+                     tiles or MoETiles())
+
+
+@torch.no_grad()
+def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=None) -> dict:
+    """Run one case; returns a row with the relative error and whether it passed."""
+    shape = case.shape
+    if layer is None:
+        layer = build_layer(shape, device, case.seed)
+    _round_(layer, dtype)
+    n = shape.n_expert
+    ids, weights = route(shape, _logits(case, n, device))
+    g = torch.Generator(device="cpu").manual_seed(case.seed + 1)
+    x = torch.randn(case.tokens, shape.h, generator=g).to(device=device, dtype=dtype)
+    ref = _reference(layer, x.float(), ids, weights)
+    w = _kernel_weights(layer, dtype)
+    if device != "cpu" and torch.cuda.is_available():  # poison the caching allocator's blocks
+        junk = torch.full((64 << 20,), float("nan"), device=device)
+        del junk
+    with poisoned_allocations():
+        out = run_kernel(shape, w, x, ids, weights, tiles).float()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    rel = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+    finite = bool(torch.isfinite(out).all())
+    tol = 1e-4 if (dtype == torch.float32 and device == "cpu") else 1e-2
+    return {
+        "case": case.name, "kind": shape.kind, "tokens": case.tokens, "pattern": case.pattern,
+        "dtype": str(dtype).removeprefix("torch."), "rel_err": rel, "finite": finite,
+        "tol": tol, "ok": finite and rel < tol,
+    }
+
+
+def small_shapes() -> dict[str, MoEShape | DeaMoEShape]:
+    """Shapes the interpreter handles in seconds; odd sizes exercise the K and N masks."""
+    return {
+        "moe-small": MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4),
+        "moe-oddk": MoEShape(h=96, h_ffn=48, n_expert=8, k_expert=2),
+        "deamoe-small": DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5),
+        "deamoe-oddk": DeaMoEShape(h=96, h_ffn=48, n_dept=2, n_expert=8, k_dept=2, k_expert=3),
+        "deamoe-strict": DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=3, k_expert=4,
+                                     dept_topk="strict"),
+    }
+
+
+def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
+    return [dataclasses.replace(shape, operator=op) for op in ("gelu", "rmsnorm", "none")]

@@ -1,0 +1,126 @@
+"""DeaMoE layer for decoding on the same grouped-GEMM primitive as the baseline (`fused_moe`).
+
+One align launch groups the routing twice: (token, department) pairs by department (each pair
+once, however many of its experts the token picked) and (token, expert) pairs by expert. Then
+  1. dept GEMM     A1[t,j] = sigma(Wg[j] x_t) | sigma(Wu[j] x_t)         (EPI_BOTH, rows by dept)
+  2. expert GEMM   Y[p]    = silu(Ag[e] a_g) * (Au[e] a_u)               (EPI_SWIGLU, rows by expert,
+                                                                           input row (t, dept(e)))
+  3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
+  4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
+Launches: align (1), zero S and out (1), four GEMMs (4), cast (1) -- two more GEMMs than the
+baseline, the only structural difference. Department weights are loaded once per step for all
+tokens that use them, which is where the byte saving comes from.
+
+sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
+it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
+(a correctness path for the Table 4 ablation, not a fast one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.grouped_gemm import (
+    EPI_ACT,
+    EPI_BOTH,
+    EPI_SWIGLU,
+    ROW_PAIR,
+    ROW_TOKDEPT,
+    ROW_TOKEN,
+    TileConfig,
+    grouped_gemm,
+)
+
+FUSED_OPERATORS = ("silu", "gelu", "none")
+
+
+@dataclass(frozen=True)
+class DeaMoETiles:
+    dept_block_m: int = 16
+    expert_block_m: int = 16
+    dept_up: TileConfig = TileConfig()
+    expert_up: TileConfig = TileConfig()
+    expert_down: TileConfig = TileConfig()
+    dept_down: TileConfig = TileConfig()
+
+
+def _torch_operator(name: str):
+    from deamoe.model.layers import operator
+
+    return operator(name)
+
+
+def deamoe_forward(
+    x: torch.Tensor,
+    dept_gate: torch.Tensor,
+    dept_up: torch.Tensor,
+    dept_down: torch.Tensor,
+    expert_gate: torch.Tensor,
+    expert_up: torch.Tensor,
+    expert_down: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    operator: str = "silu",
+    tiles: DeaMoETiles = DeaMoETiles(),
+) -> torch.Tensor:
+    """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major)."""
+    T, h = x.shape
+    n_dept, f, _ = dept_gate.shape
+    n_expert = expert_gate.shape[0]
+    if n_expert % n_dept:
+        raise ValueError(f"deamoe_forward: n_expert={n_expert} not divisible by n_dept={n_dept}")
+    if ids.shape != weights.shape or ids.shape[0] != T:
+        raise ValueError(f"deamoe_forward: ids {tuple(ids.shape)} / weights {tuple(weights.shape)} vs x {tuple(x.shape)}")
+    per = n_expert // n_dept
+    fused = operator in FUSED_OPERATORS
+    sig = operator if fused else "none"
+    x = x.contiguous()
+    weights = weights.contiguous()
+    dev, P = x.device, ids.numel()
+    al_d, al_e = align(
+        ids,
+        AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
+        AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
+    )
+    common = dict(n_dept=n_dept, per_group=per)
+    a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
+    grouped_gemm(x, dept_gate, a1, al_d, ids, bu=dept_up, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
+                 epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up, **common)
+    if not fused:
+        op = _torch_operator(operator)
+        a1 = op(a1.view(T * n_dept, 2, f).float()).to(x.dtype).view(T * n_dept, 2 * f)
+    y = torch.empty(P, f, dtype=x.dtype, device=dev)
+    grouped_gemm(a1, expert_gate, y, al_e, ids, bu=expert_up, a_mode=ROW_TOKDEPT,
+                 c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f, tile=tiles.expert_up, **common)
+    zeros = torch.zeros(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
+    s, out = zeros[: T * n_dept * f].view(T * n_dept, f), zeros[T * n_dept * f :].view(T, h)
+    if fused:
+        grouped_gemm(y, expert_down, s, al_e, ids, weights=weights, a_mode=ROW_PAIR,
+                     c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
+                     tile=tiles.expert_down, **common)
+    else:
+        z = torch.empty(P, f, dtype=torch.float32, device=dev)
+        grouped_gemm(y, expert_down, z, al_e, ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
+                     epi=EPI_ACT, tile=tiles.expert_down, **common)
+        z = _torch_operator(operator)(z) * weights.reshape(P, 1).float()
+        rows = torch.arange(P, device=dev) // ids.shape[1] * n_dept + ids.reshape(P) // per
+        s.index_add_(0, rows, z)
+    grouped_gemm(s, dept_down, out, al_d, ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN,
+                 epi=EPI_ACT, atomic=True, tile=tiles.dept_down, **common)
+    return out.to(x.dtype)
+
+
+def deamoe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: DeaMoETiles = DeaMoETiles()):
+    """Run a `deamoe.model.layers.DeaMoE` with the kernel (routing by the layer's router unless given)."""
+    lead, h = x.shape[:-1], x.shape[-1]
+    x = x.reshape(-1, h)
+    if ids is None:
+        ids, weights = layer._route(x, None, None)
+    out = deamoe_forward(
+        x, layer.dept_gate, layer.dept_up, layer.dept_down, layer.expert_gate, layer.expert_up,
+        layer.expert_down, ids, weights, operator=layer.shape.operator, tiles=tiles,
+    )
+    return out.reshape(*lead, h)

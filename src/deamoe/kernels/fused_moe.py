@@ -1,0 +1,68 @@
+"""Baseline fused MoE for decoding, built on the shared grouped-GEMM primitive.
+
+  align ids by expert -> [x @ gate^T, x @ up^T] -> silu(g) * u  (one GEMM, SwiGLU epilogue)
+                      -> h @ down^T * w[p], atomically summed over the token's k experts
+Launches: align (1), zero the fp32 output (1), two GEMMs (2), cast to x.dtype (1).
+The weights are those of `deamoe.model.layers.MoE`: gate/up [E, h_ffn, h], down [E, h, h_ffn].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.grouped_gemm import (
+    EPI_ACT,
+    EPI_SWIGLU,
+    ROW_PAIR,
+    ROW_TOKEN,
+    TileConfig,
+    grouped_gemm,
+)
+
+
+@dataclass(frozen=True)
+class MoETiles:
+    """Tile shapes of the two GEMMs and the rows per padded block."""
+
+    block_m: int = 16
+    w13: TileConfig = TileConfig()
+    w2: TileConfig = TileConfig()
+
+
+def fused_moe(
+    x: torch.Tensor,
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    down: torch.Tensor,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    tiles: MoETiles = MoETiles(),
+) -> torch.Tensor:
+    """out[t] = sum_s weights[t, s] * down[e] @ (silu(gate[e] @ x[t]) * (up[e] @ x[t])), e = ids[t, s]."""
+    T, h = x.shape
+    E, f, _ = gate.shape
+    if ids.shape != weights.shape or ids.shape[0] != T:
+        raise ValueError(f"fused_moe: ids {tuple(ids.shape)} / weights {tuple(weights.shape)} vs x {tuple(x.shape)}")
+    x = x.contiguous()
+    weights = weights.contiguous()
+    (al,) = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m))
+    hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
+    grouped_gemm(x, gate, hidden, al, ids, bu=up, a_mode=ROW_TOKEN, c_mode=ROW_PAIR,
+                 epi=EPI_SWIGLU, tile=tiles.w13)
+    out = torch.zeros(T, h, dtype=torch.float32, device=x.device)
+    grouped_gemm(hidden, down, out, al, ids, weights=weights, a_mode=ROW_PAIR,
+                 c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.w2)
+    return out.to(x.dtype)
+
+
+def fused_moe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: MoETiles = MoETiles()):
+    """Run a `deamoe.model.layers.MoE` with the kernel (routing by the layer's router unless given)."""
+    lead, h = x.shape[:-1], x.shape[-1]
+    x = x.reshape(-1, h)
+    if ids is None:
+        ids, weights = layer._route(x, None, None)
+    out = fused_moe(x, layer.gate_proj, layer.up_proj, layer.down_proj, ids, weights, tiles)
+    return out.reshape(*lead, h)

@@ -1,0 +1,183 @@
+"""The one grouped-GEMM primitive under both decode kernels (baseline fused MoE and DeaMoE).
+
+C[c_row(p)] (op)= epilogue( A[a_row(p)] @ B[g]^T )    for every pair p in a block owned by group g
+
+Rows are (token, slot) pairs grouped and padded by `align.py`; a program computes one
+BLOCK_M x BLOCK_N tile of one group.  Only the token indexing differs between the GEMMs of the
+two layers (the paper's fairness rule), selected by constexpr row modes:
+  ROW_TOKEN     p // k                               (x, or the layer output)
+  ROW_PAIR      p                                    (per (token, expert) intermediates)
+  ROW_TOKDEPT   (p // k) * n_dept + ids[p] // per    (per (token, department) intermediates)
+Epilogues (act = silu | gelu | none, applied before the routing weight):
+  EPI_ACT       act(A @ Bg^T)
+  EPI_SWIGLU    silu(Ag @ Bg^T) * (Au @ Bu^T)         (GATED; Au = A shifted by a_up_off cols)
+  EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
+WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32) instead
+of storing, which is how the sum over a token's experts (or departments) happens.
+
+Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
+that share a weight tile run together and the second read comes from L2.  Programs past the
+device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
+Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from deamoe.kernels.align import Alignment
+
+ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
+EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
+ACTS = {"none": 0, "silu": 1, "gelu": 2}
+
+
+@triton.jit
+def _act(x, ACT: tl.constexpr):
+    if ACT == 1:
+        x = x * tl.sigmoid(x)
+    elif ACT == 2:
+        x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
+    return x
+
+
+@triton.jit
+def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
+    if MODE == 0:
+        r = p // k_top
+    elif MODE == 1:
+        r = p
+    else:
+        e = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32)
+        r = (p // k_top) * n_dept + e // per_group
+    return r.to(tl.int64)
+
+
+@triton.jit
+def grouped_gemm_kernel(
+    a_ptr, bg_ptr, bu_ptr, c_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
+    N, K, P, k_top, n_dept, per_group, max_blocks,
+    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
+    A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
+    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    GATED: tl.constexpr = EPI != 0
+    pid = tl.program_id(0)
+    pid_m = pid % max_blocks
+    pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
+    g = tl.load(block_group_ptr + pid_m).to(tl.int64)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    p = tl.load(sorted_ptr + offs_m)
+    row_ok = p < P
+    a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
+    b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
+    bg_ptrs = bg_ptr + b_off
+    bu_ptrs = bu_ptr + b_off
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a_mask = row_ok[:, None]
+            b_mask = n_ok[None, :]
+        else:
+            a_mask = row_ok[:, None] & (offs_k[None, :] < K - k0)
+            b_mask = n_ok[None, :] & (offs_k[:, None] < K - k0)
+        bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
+        acc = tl.dot(a, bg, acc)
+        if GATED:
+            bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
+            if EPI == 1:
+                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
+                acc_u = tl.dot(au, bu, acc_u)
+            else:
+                acc_u = tl.dot(a, bu, acc_u)
+            bu_ptrs += BLOCK_K
+        a_ptrs += BLOCK_K
+        bg_ptrs += BLOCK_K
+
+    if EPI == 1:
+        acc = _act(acc, 1) * acc_u
+    else:
+        acc = _act(acc, ACT)
+    if EPI == 2:
+        acc_u = _act(acc_u, ACT)
+    if WEIGHTED:
+        w = tl.load(w_ptr + p, mask=row_ok, other=0.0).to(tl.float32)
+        acc = acc * w[:, None]
+    c_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, C_MODE)
+    c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
+    c_mask = row_ok[:, None] & n_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+    else:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+        if EPI == 2:
+            tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    block_n: int = 64
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 4
+
+
+def grouped_gemm(
+    a: torch.Tensor,
+    bg: torch.Tensor,
+    c: torch.Tensor,
+    al: Alignment,
+    ids: torch.Tensor,
+    *,
+    bu: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    a_mode: int,
+    c_mode: int,
+    epi: int = EPI_ACT,
+    act: str = "none",
+    atomic: bool = False,
+    n_dept: int = 1,
+    per_group: int = 1,
+    a_up_off: int = 0,
+    c_up_off: int = 0,
+    tile: TileConfig = TileConfig(),
+) -> torch.Tensor:
+    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output."""
+    G, N, K = bg.shape
+    if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
+        raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
+    if (epi != EPI_ACT) != (bu is not None):
+        raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
+    if bu is not None and (bu.shape != bg.shape or bu.stride() != bg.stride()):
+        raise ValueError("grouped_gemm: bu must have bg's shape and strides")
+    if atomic and c.dtype != torch.float32:
+        raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
+    if act not in ACTS:
+        raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
+    grouped_gemm_kernel[grid](
+        a, bg, bg if bu is None else bu, c,
+        al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
+        N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
+        a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
+        A_MODE=a_mode, C_MODE=c_mode, EPI=epi, ACT=ACTS[act],
+        WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
+        BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
+    )
+    return c
