@@ -1,0 +1,302 @@
+"""DeaMoE and the baseline MoE as a vLLM model (vLLM 0.32 model interface).
+
+One class serves both checkpoints of the pre-training stage, exactly like the Hugging Face class
+(deamoe.model.lm.DeaMoEForCausalLM): the config's `ffn_type` ("moe" | "deamoe") picks the FFN.
+Attention, norms, RoPE, embeddings and the LM head are vLLM's own layers (paged KV cache,
+continuous batching); the FFN of every layer is the project's layer (deamoe.model.layers.MoE /
+DeaMoE), so routing goes through deamoe.routing.route and the layer math is the trained one.
+
+The FFN runs inside one opaque custom op, `torch.ops.deamoe.ffn(x, layer_name)`, for two reasons:
+  * torch.compile / CUDA graphs see a single op with a static output shape; the data-dependent
+    grouping inside (argsort, bincount, nonzero) never reaches the compiler;
+  * on GPU the op's body calls the project's Triton kernels (deamoe.kernels), which CUDA graphs
+    then capture as part of the decode step (see `_gpu_ffn`).
+The op finds its layer through vLLM's forward context (the same mechanism vLLM uses for its own
+fused-MoE and attention ops), so no weights travel as op arguments.
+
+Weight names equal the Hugging Face checkpoint's (model.layers.N.mlp.dept_gate, ...); only
+q/k/v are stacked into vLLM's QKVParallelLinear.  Tensor parallelism is not supported (world
+size 1): the checkpoints served here fit one device.
+"""
+
+
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from vllm.compilation.decorators import support_torch_compile
+from vllm.config import VllmConfig
+from vllm.distributed import get_tensor_model_parallel_world_size
+from vllm.forward_context import get_forward_context
+from vllm.logger import init_logger
+from vllm.model_executor.layers.attention import Attention
+from vllm.model_executor.layers.layernorm import RMSNorm
+from vllm.model_executor.layers.linear import QKVParallelLinear, RowParallelLinear
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.rotary_embedding import get_rope
+from vllm.model_executor.layers.vocab_parallel_embedding import (
+    ParallelLMHead,
+    VocabParallelEmbedding,
+)
+from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+from vllm.sequence import IntermediateTensors
+from vllm.utils.torch_utils import (
+    LayerNameType,
+    _encode_layer_name,
+    _resolve_layer_name,
+    direct_register_custom_op,
+)
+
+from deamoe.model.layers import DeaMoE, MoE, build_ffn
+from deamoe.routing import route
+
+logger = init_logger(__name__)
+
+_QKV = {"q_proj": "q", "k_proj": "k", "v_proj": "v"}
+
+
+# --------------------------------------------------------------------------------------------
+# The FFN custom op
+# --------------------------------------------------------------------------------------------
+
+
+def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
+    """GPU HOOK: the project's Triton kernels (deamoe.kernels) for one FFN layer, or None.
+
+    Contract expected from the kernel helper's module: `deamoe.kernels.serve_ffn(layer, x, ids,
+    weights) -> [T, h]` taking the routing of deamoe.routing.route (no second router) and the
+    layer's weights as stored (MoE: gate_proj/up_proj/down_proj; DeaMoE: dept_*/expert_*), free
+    of host synchronisation so that CUDA graphs capture it.  Until that function exists the
+    PyTorch layer runs instead (correct, but it synchronises with the host, so the server is
+    started with --enforce-eager; see deamoe.serve.server).
+    """
+    try:
+        from deamoe.kernels import serve_ffn  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    ids, weights = route(layer.shape, layer.router(x), bias=layer.expert_bias)
+    return serve_ffn(layer, x, ids, weights)
+
+
+def gpu_kernels_available() -> bool:
+    try:
+        from deamoe.kernels import serve_ffn  # type: ignore[attr-defined]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
+    ffn: DeaMoEFFN = get_forward_context().no_compile_layers[_resolve_layer_name(layer_name)]
+    return ffn.forward_impl(x)
+
+
+def _ffn_op_fake(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+_LIB = torch.library.Library("deamoe", "FRAGMENT")  # keeps the op alive with this module
+direct_register_custom_op(
+    op_name="ffn", op_func=_ffn_op, fake_impl=_ffn_op_fake, target_lib=_LIB
+)
+
+
+class DeaMoEFFN(nn.Module):
+    """Holds the project's FFN layer as `.ffn`; forward goes through torch.ops.deamoe.ffn."""
+
+    def __init__(self, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.layer_name = prefix
+        # The checkpoint's weight names are model.layers.N.mlp.<param>: keep the layer's
+        # parameters directly on this module (no extra name level).
+        layer = build_ffn(config.ffn_shape(), config.init_std)
+        self.__dict__["ffn"] = layer  # not a submodule: its params are adopted below
+        for name, param in list(layer.named_parameters(recurse=True)):
+            self._adopt(name, param)
+        self.register_buffer("expert_bias", layer.expert_bias)
+        static = vllm_config.compilation_config.static_forward_context
+        if prefix in static:
+            raise ValueError(f"duplicate layer name {prefix}")
+        static[prefix] = self
+
+    def _adopt(self, name: str, param: nn.Parameter) -> None:
+        if name == "router.weight":
+            self.router = self.ffn.router  # a submodule: router.weight keeps its name
+        else:
+            self.register_parameter(name, param)
+
+    def _sync(self) -> None:
+        # vLLM's loader may replace parameters/buffers; point the layer at the live tensors.
+        for name, param in self.named_parameters(recurse=False):
+            setattr(self.ffn, name, param)
+        self.ffn.expert_bias = self.expert_bias
+        self.ffn.router = self.router
+
+    def forward_impl(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda:
+            out = _gpu_ffn(self.ffn, x)
+            if out is not None:
+                return out
+        return self.ffn(x)  # deamoe.model.layers: route() + two-stage grouped forward
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.deamoe.ffn(x, _encode_layer_name(self.layer_name))
+
+
+# --------------------------------------------------------------------------------------------
+# Decoder
+# --------------------------------------------------------------------------------------------
+
+
+class DeaMoEAttention(nn.Module):
+    def __init__(self, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        h, self.head_dim = config.hidden_size, config.head_dim
+        self.n_heads, self.n_kv = config.num_attention_heads, config.num_key_value_heads
+        self.q_size, self.kv_size = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+        self.qkv_proj = QKVParallelLinear(
+            h, self.head_dim, self.n_heads, self.n_kv, bias=False, prefix=f"{prefix}.qkv_proj"
+        )
+        self.o_proj = RowParallelLinear(
+            self.q_size, h, bias=False, prefix=f"{prefix}.o_proj"
+        )
+        # deamoe.model.lm uses rotate-half RoPE, vLLM's "neox" layout.
+        self.rotary_emb = get_rope(
+            self.head_dim,
+            max_position=config.max_position_embeddings,
+            is_neox_style=True,
+            rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
+        )
+        self.attn = Attention(
+            self.n_heads,
+            self.head_dim,
+            self.head_dim**-0.5,
+            num_kv_heads=self.n_kv,
+            cache_config=vllm_config.cache_config,
+            prefix=f"{prefix}.attn",
+        )
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        qkv, _ = self.qkv_proj(x)
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q, k = self.rotary_emb(positions, q, k)
+        out, _ = self.o_proj(self.attn(q, k, v))
+        return out
+
+
+class DeaMoEDecoderLayer(nn.Module):
+    def __init__(self, vllm_config: VllmConfig, prefix: str):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.input_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.self_attn = DeaMoEAttention(vllm_config, f"{prefix}.self_attn")
+        self.post_attention_norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+        self.mlp = DeaMoEFFN(vllm_config, f"{prefix}.mlp")
+
+    def forward(self, positions, x, residual):
+        if residual is None:
+            residual, x = x, self.input_norm(x)
+        else:
+            x, residual = self.input_norm(x, residual)
+        x = self.self_attn(positions, x)
+        x, residual = self.post_attention_norm(x, residual)
+        return self.mlp(x), residual
+
+
+@support_torch_compile
+class DeaMoEModelVLLM(nn.Module):
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        if get_tensor_model_parallel_world_size() != 1:
+            raise ValueError("the DeaMoE vLLM model supports tensor parallel size 1 only")
+        self.embed_tokens = VocabParallelEmbedding(
+            config.vocab_size, config.hidden_size, prefix=f"{prefix}.embed_tokens"
+        )
+        self.layers = nn.ModuleList(
+            DeaMoEDecoderLayer(vllm_config, f"{prefix}.layers.{i}")
+            for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, eps=config.rms_norm_eps)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors: IntermediateTensors | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+        residual = None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual)
+        x, _ = self.norm(x, residual)
+        return x
+
+
+class DeaMoEForCausalLMVLLM(nn.Module):
+    """vLLM counterpart of deamoe.model.lm.DeaMoEForCausalLM (architecture 'DeaMoEForCausalLM')."""
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_config
+        self.config = config
+        self.model = DeaMoEModelVLLM(vllm_config=vllm_config, prefix=_join(prefix, "model"))
+        self.lm_head = ParallelLMHead(
+            config.vocab_size, config.hidden_size, prefix=_join(prefix, "lm_head")
+        )
+        if config.tie_word_embeddings:
+            self.lm_head = self.lm_head.tie_weights(self.model.embed_tokens)
+        self.logits_processor = LogitsProcessor(config.vocab_size)
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embed_input_ids(input_ids)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None,
+        positions: torch.Tensor,
+        intermediate_tensors: IntermediateTensors | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)
+
+    def compute_logits(self, hidden_states: torch.Tensor) -> torch.Tensor | None:
+        return self.logits_processor(self.lm_head, hidden_states)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        params = dict(self.named_parameters())
+        buffers = dict(self.named_buffers())
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if self.config.tie_word_embeddings and name == "lm_head.weight":
+                continue
+            module, _, leaf = name.rpartition(".")
+            stem, _, proj = module.rpartition(".")
+            if proj in _QKV:  # model.layers.N.self_attn.q_proj.weight -> stacked qkv_proj
+                target = f"{stem}.qkv_proj.{leaf}"
+                param = params[target]
+                param.weight_loader(param, tensor, _QKV[proj])
+                loaded.add(target)
+            elif name in params:
+                param = params[name]
+                getattr(param, "weight_loader", default_weight_loader)(param, tensor)
+                loaded.add(name)
+            elif name in buffers:  # expert_bias: selection-only balancing bias
+                buffers[name].copy_(tensor.to(buffers[name].dtype))
+            else:
+                raise ValueError(f"checkpoint tensor {name!r} has no place in the vLLM model")
+        for module in self.modules():
+            if isinstance(module, DeaMoEFFN):
+                module._sync()
+        return loaded
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
