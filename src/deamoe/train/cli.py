@@ -1,0 +1,95 @@
+"""Commands: data, train, ablation, pretrain (argument parsing only; torch imported lazily)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def register(sub) -> None:
+    p = sub.add_parser("data", help="corpus -> tokenizer + token shards (train.bin, val.bin, meta.json)")
+    p.add_argument("--config", required=True, help="pipeline config YAML (sections data, train)")
+    p.add_argument("--out", required=True, help="output directory, e.g. results/data")
+    p.set_defaults(func=cmd_data)
+
+    p = sub.add_parser("train", help="train one run (ablation-no1..no6, pretrain-baseline, pretrain-deamoe)")
+    p.add_argument("--config", required=True)
+    p.add_argument("--run", required=True, help="run name, e.g. ablation-no1 or pretrain-deamoe")
+    p.add_argument("--data", required=True, help="directory written by `deamoe data`")
+    p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1")
+    p.add_argument("--steps", type=int, default=0, help="override the run's step count (smoke tests)")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("ablation", help="Table 4 summary of the six ablation runs, paper values beside")
+    p.add_argument("--config", required=True)
+    p.add_argument("--runs", required=True, help="directory holding results/train/<run>/")
+    p.add_argument("--out", required=True, help="summary CSV, e.g. results/ablation/summary.csv")
+    p.set_defaults(func=cmd_ablation)
+
+    p = sub.add_parser("pretrain", help="DeaMoE vs budget-matched baseline pre-training summary")
+    p.add_argument("--config", required=True)
+    p.add_argument("--runs", required=True)
+    p.add_argument("--out", required=True, help="summary CSV, e.g. results/pretrain/summary.csv")
+    p.set_defaults(func=cmd_pretrain)
+
+
+def cmd_data(args) -> int:
+    from deamoe.train.data import prepare
+    from deamoe.train.settings import load_settings
+
+    s = load_settings(args.config)
+    meta = prepare(s.data, args.out)
+    print(f"data: {meta['train_tokens']} train / {meta['val_tokens']} held-out tokens, "
+          f"vocab {meta['vocab_size']} -> {args.out}")
+    return 0
+
+
+def cmd_train(args) -> int:
+    import dataclasses
+
+    from deamoe.train import parallel
+    from deamoe.train.runs import run_spec
+    from deamoe.train.settings import load_settings
+
+    s = load_settings(args.config)
+    spec = run_spec(s, args.run)
+    if args.steps:
+        spec = dataclasses.replace(spec, steps=args.steps)
+    nproc = s.train.nproc_per_node
+    if nproc > 1 and not parallel.under_torchrun():
+        parallel.check_gpus(parallel.resolve_device(s.train.device), nproc)
+        if s.train.batch_size % (nproc * s.train.micro_batch_size):
+            from deamoe.errors import ConfigError
+
+            raise ConfigError(
+                f"train.batch_size={s.train.batch_size} must be a multiple of train.nproc_per_node={nproc} "
+                f"x train.micro_batch_size={s.train.micro_batch_size}"
+            )
+        argv = ["train", "--config", args.config, "--run", args.run, "--data", args.data, "--out", args.out]
+        if args.steps:
+            argv += ["--steps", str(args.steps)]
+        return parallel.launch(nproc, argv)
+    if spec.kind == "pretrain":
+        from deamoe.train.runs import pretrain_budget
+
+        pretrain_budget(s)  # refuse an unmatched pair before spending compute
+    from deamoe.train.trainer import train_run
+
+    summary = train_run(s, spec, args.data, args.out)
+    if summary:
+        print(f"{spec.name}: loss(last {summary['last_n']}) {summary['loss_last_n']:.4f}, "
+              f"held-out {summary['val_loss']:.4f}, {summary['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
+    return 0
+
+
+def cmd_ablation(args) -> int:
+    from deamoe.train.summaries import ablation_summary
+
+    ablation_summary(args.config, args.runs, args.out)
+    return 0
+
+
+def cmd_pretrain(args) -> int:
+    from deamoe.train.summaries import pretrain_summary
+
+    pretrain_summary(args.config, args.runs, args.out)
+    return 0

@@ -1,0 +1,208 @@
+"""Corpus -> tokenizer + memory-mapped token shards (train.bin, val.bin, meta.json).
+
+Sources (config `data.source`):
+  bundled    data/corpus/gutenberg-slice.txt.gz, shipped with the project (offline default)
+  files      local files or globs (`data.files`), e.g. the 100 MB Gutenberg corpus for GPU runs
+  redpajama  RedPajama-v1 through `datasets` (the paper's corpus; needs the network)
+
+Documents stay separate: each ends with the end-of-text token, and the last `val_fraction` of
+every document's tokens is held out, so train and validation cover the same books/domains
+without sharing text.  Batches are drawn from the memmap by a generator seeded with
+(seed, step): any rank, any restart, same step -> same global batch.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from deamoe.errors import DataError
+from deamoe.io import atomic_path, write_json
+from deamoe.train.settings import DataSettings
+
+DOC_SEPARATOR = "\n\x1e\n"  # joins the books of the bundled corpus
+REPO_ROOT = Path(__file__).resolve().parents[3]
+BUNDLED = REPO_ROOT / "data" / "corpus" / "gutenberg-slice.txt.gz"
+
+
+def _decode(raw: bytes, name: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from None
+
+
+def _read(path: Path) -> str:
+    if not path.is_file():
+        raise DataError(f"corpus file {path} does not exist")
+    raw = path.read_bytes()
+    if path.suffix == ".gz":
+        raw = gzip.decompress(raw)
+    return _decode(raw, str(path))
+
+
+def _split_docs(text: str) -> list[str]:
+    return [d for d in text.split(DOC_SEPARATOR) if d.strip()]
+
+
+def _expand(patterns: tuple[str, ...]) -> list[Path]:
+    paths: list[Path] = []
+    for pattern in patterns:
+        hits = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+        if not hits:
+            raise DataError(f"data.files entry {pattern!r} matches no file")
+        paths += [Path(h) for h in hits if Path(h).is_file()]
+    return paths
+
+
+def _redpajama(settings: DataSettings) -> Iterator[tuple[str, str]]:
+    if settings.max_bytes <= 0:
+        raise DataError("data.source=redpajama needs data.max_bytes > 0 (the corpus is 1T tokens)")
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("data.source=redpajama needs the `datasets` package (pip install datasets)") from None
+    try:
+        stream = datasets.load_dataset(settings.redpajama_name, split="train", streaming=True)
+        for i, row in enumerate(stream):
+            yield f"{settings.redpajama_name}#{i}", row["text"]
+    except Exception as exc:  # offline, gated, renamed: one line that names the dataset
+        raise DataError(
+            f"data.redpajama_name={settings.redpajama_name!r} could not be streamed "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''}); "
+            "it needs the network: use data.source: bundled or files offline"
+        ) from None
+
+
+def iter_documents(settings: DataSettings) -> Iterator[tuple[str, str]]:
+    """(name, text) of every document of the configured source, up to data.max_bytes of text."""
+    if settings.source == "bundled":
+        texts = ((f"{BUNDLED.name}#{i}", d) for i, d in enumerate(_split_docs(_read(BUNDLED))))
+    elif settings.source == "files":
+        texts = (
+            (f"{p}#{i}", d) for p in _expand(settings.files) for i, d in enumerate(_split_docs(_read(p)))
+        )
+    else:
+        texts = _redpajama(settings)
+    budget = settings.max_bytes or None
+    for name, text in texts:
+        if budget is not None:
+            if budget <= 0:
+                return
+            text = text[:budget]
+            budget -= len(text.encode("utf-8"))
+        yield name, text
+
+
+def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> dict:
+    """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict."""
+    from tqdm import tqdm
+
+    from deamoe.provenance import provenance
+    from deamoe.train import tokenizer as toklib
+
+    out = Path(out)
+    docs = list(iter_documents(settings))
+    n_bytes = sum(len(t.encode("utf-8")) for _, t in docs)
+    if not docs or n_bytes == 0:
+        raise DataError(f"data.source={settings.source}: the corpus is empty")
+    texts = [t for _, t in docs]
+    tok = toklib.build(settings.tokenizer, texts, settings.vocab_size)
+    vocab = len(tok)
+    dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
+
+    train_parts, val_parts = [], []
+    encoded = toklib.encode_documents(tok, texts)
+    for ids in tqdm(encoded, total=len(texts), desc="tokenise", disable=not progress):
+        ids = np.asarray(ids, dtype=dtype)
+        n_val = int(round(len(ids) * settings.val_fraction))
+        train_parts.append(ids[: len(ids) - n_val])
+        val_parts.append(ids[len(ids) - n_val :])
+    train = np.concatenate(train_parts)
+    val = np.concatenate(val_parts)
+    if len(val) < 2:
+        raise DataError(f"data: the held-out split has {len(val)} tokens; raise data.val_fraction or use more text")
+
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / "tokenizer") as tmp:
+        tok.save_pretrained(str(tmp))
+    for name, arr in (("train.bin", train), ("val.bin", val)):
+        with atomic_path(out / name) as tmp:
+            arr.tofile(tmp)
+    meta = {
+        "source": settings.source,
+        "tokenizer": settings.tokenizer,
+        "vocab_size": vocab,
+        "dtype": np.dtype(dtype).name,
+        "documents": len(docs),
+        "text_bytes": n_bytes,
+        "train_tokens": int(len(train)),
+        "val_tokens": int(len(val)),
+        "val_fraction": settings.val_fraction,
+        "train_sha256": hashlib.sha256(train.tobytes()).hexdigest(),
+        **provenance("cpu"),
+    }
+    write_json(out / "meta.json", meta)
+    return meta
+
+
+@dataclass
+class TokenData:
+    """The shards of one data directory, memory-mapped, with deterministic batch sampling."""
+
+    directory: Path
+    meta: dict
+    train: np.ndarray
+    val: np.ndarray
+
+    @classmethod
+    def open(cls, directory: str | Path) -> "TokenData":
+        directory = Path(directory)
+        meta_path = directory / "meta.json"
+        if not meta_path.is_file():
+            raise DataError(f"no token shards in {directory} (missing meta.json; run `python -m deamoe data`)")
+        meta = json.loads(meta_path.read_text())
+        arrays = {}
+        for split in ("train", "val"):
+            path = directory / f"{split}.bin"
+            if not path.is_file() or path.stat().st_size == 0:
+                raise DataError(f"token shard {path} is missing or empty")
+            arrays[split] = np.memmap(path, dtype=meta["dtype"], mode="r")
+            if len(arrays[split]) != meta[f"{split}_tokens"]:
+                raise DataError(f"token shard {path} holds {len(arrays[split])} tokens, meta.json says {meta[f'{split}_tokens']}")
+        return cls(directory, meta, arrays["train"], arrays["val"])
+
+    def train_batch(self, step: int, seed: int, batch_size: int, seq_len: int, rows: slice):
+        """Rows `rows` of the global batch of `step`: (inputs, targets) int64 [len(rows), seq_len]."""
+        import torch
+
+        if len(self.train) < seq_len + 2:
+            raise DataError(f"{self.directory}/train.bin has {len(self.train)} tokens, fewer than train.seq_len+2")
+        rng = np.random.default_rng([seed, step])
+        starts = rng.integers(0, len(self.train) - seq_len - 1, size=batch_size)[rows]
+        return self._windows(self.train, starts, seq_len)
+
+    def val_batches(self, n_batches: int, batch_size: int, seq_len: int):
+        """The first n_batches * batch_size non-overlapping windows of the held-out split."""
+        n_windows = (len(self.val) - 1) // seq_len
+        if n_windows < 1:
+            raise DataError(f"{self.directory}/val.bin has {len(self.val)} tokens, fewer than train.seq_len+1")
+        starts = np.arange(min(n_windows, n_batches * batch_size)) * seq_len
+        for i in range(0, len(starts), batch_size):
+            yield self._windows(self.val, starts[i : i + batch_size], seq_len)
+
+    @staticmethod
+    def _windows(arr: np.ndarray, starts: np.ndarray, seq_len: int):
+        import torch
+
+        block = np.stack([np.asarray(arr[s : s + seq_len + 1], dtype=np.int64) for s in starts])
+        t = torch.from_numpy(block)
+        return t[:, :-1], t[:, 1:]

@@ -1,0 +1,135 @@
+"""Processes and devices: one process, or torchrun + FSDP2 (`fully_shard`) over several.
+
+`python -m deamoe train` with train.nproc_per_node > 1 re-launches itself under
+`torch.distributed.run` (one process per GPU with NCCL; on the CPU, gloo processes, which CI
+uses).  Multi-node runs start the same command under torchrun/srun themselves (RANK and
+WORLD_SIZE already set): nothing is re-launched then.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+from deamoe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Dist:
+    rank: int
+    world: int
+    local_rank: int
+    device: "object"  # torch.device
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def resolve_device(name: str):
+    import torch
+
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("train.device=cuda but no CUDA GPU is visible")
+    return name
+
+
+def check_gpus(device: str, nproc: int) -> None:
+    import torch
+
+    if device == "cuda" and nproc > torch.cuda.device_count():
+        raise ConfigError(
+            f"train.nproc_per_node={nproc} asks for {nproc} GPUs but {torch.cuda.device_count()} exist"
+        )
+
+
+def launch(nproc: int, argv: list[str]) -> int:
+    """Run `python -m deamoe <argv>` under torchrun with nproc processes on this node."""
+    from torch.distributed.run import get_args_parser, run
+
+    # NVLink multicast stays off (shared hosts); harmless elsewhere.
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
+    os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
+    args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "deamoe"])
+    # Set the script's arguments after parsing: torchrun's parser would take `--run` for its
+    # own `--run-path` (argparse prefix matching).
+    args.training_script_args = list(argv)
+    try:
+        run(args)
+    except Exception as exc:  # ChildFailedError: the ranks' own errors were already printed
+        print(f"error: torchrun with {nproc} processes failed: {type(exc).__name__}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def setup(device_name: str) -> Dist:
+    """Initialise the process group when under torchrun; pick this process's device."""
+    import torch
+    import torch.distributed as dist
+
+    device = resolve_device(device_name)
+    if not under_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+        return Dist(0, 1, 0, torch.device(device))
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", 0))
+    if device == "cuda":
+        check_gpus(device, local + 1)
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device == "cuda" else "gloo", device_id=dev if device == "cuda" else None)
+    return Dist(rank, world, local, dev)
+
+
+def teardown(d: Dist) -> None:
+    import torch.distributed as dist
+
+    if d.world > 1 and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def shard(model) -> None:
+    """FSDP2: shard every decoder layer, then the root (embeddings, final norm, head).
+
+    Parameters stay float32 (bf16 comes from autocast, as in the one-process run), so one GPU
+    and N GPUs compute the same step up to the order of the gradient reduction.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:
+        fully_shard(layer)
+    fully_shard(model)
+
+
+def all_mean(values: list[float], d: Dist) -> list[float]:
+    """Mean over ranks of a few floats (one collective)."""
+    if d.world == 1:
+        return values
+    import torch
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.float64, device=d.device)
+    dist.all_reduce(t)
+    return (t / d.world).tolist()
+
+
+def sync_buffers(model, d: Dist) -> None:
+    """Average the expert-bias buffers over ranks (load_balance='bias' updates them locally)."""
+    if d.world == 1:
+        return
+    import torch.distributed as dist
+
+    for layer in model.model.layers:
+        buf = layer.mlp.expert_bias
+        dist.all_reduce(buf)
+        buf.div_(d.world)

@@ -1,0 +1,219 @@
+"""The pipeline config's sections owned by training: data, model, train, ablation, pretrain.
+
+Each section parses into a frozen dataclass with defaults (the `tiny` profile); an unknown key or
+a value of the wrong type is a ConfigError naming `section.key`.  The JSON schemas in
+workflow/schemas/<section>.schema.yaml describe the same keys for the workflow's validation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deamoe.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    source: str = "bundled"  # bundled | files | redpajama
+    files: tuple[str, ...] = ()  # globs for source=files (relative to the working directory)
+    max_bytes: int = 0  # 0 = all text; else stop reading after this many bytes of text
+    val_fraction: float = 0.02  # the last fraction of every document's tokens is held out
+    tokenizer: str = "bpe"  # "bpe": train a byte-level BPE here; else a Hugging Face name / path
+    vocab_size: int = 2048
+    redpajama_name: str = "togethercomputer/RedPajama-Data-1T-Sample"
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The decoder shared by all runs; each run supplies its FFN (see AblationSettings etc.)."""
+
+    hidden_size: int = 64
+    num_hidden_layers: int = 2
+    num_attention_heads: int = 4
+    num_key_value_heads: int = 2
+    max_position_embeddings: int = 256
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-6
+    tie_word_embeddings: bool = True
+    load_balance: str = "aux_loss"  # aux_loss | bias | none
+    aux_loss_coef: float = 0.01
+    init_std: float = 0.02
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    device: str = "auto"  # auto | cpu | cuda
+    nproc_per_node: int = 1  # > 1: the train command re-launches itself under torchrun + FSDP2
+    seq_len: int = 128
+    batch_size: int = 8  # sequences per optimiser step, all ranks and micro-steps together
+    micro_batch_size: int = 8  # sequences per forward on one rank
+    steps: int = 200
+    lr: float = 3e-3
+    min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
+    warmup_steps: int = 20
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    bf16: bool = True  # bf16 autocast on CUDA (the CPU always runs float32)
+    compile: bool = False  # torch.compile the model (GPU profiles)
+    seed: int = 0
+    checkpoint_every: int = 100  # resume state every N steps (0: never)
+    eval_every: int = 0  # held-out loss every N steps (0: only at the end)
+    eval_batches: int = 8
+    threads: int = 0  # torch CPU threads per process (0: torch's default)
+
+
+@dataclass(frozen=True)
+class AblationSettings:
+    """Table 4: variants No.1-No.6 of one DeaMoE FFN, identical except for the varied choice."""
+
+    h_ffn: int = 32
+    n_dept: int = 8
+    n_expert: int = 48
+    k_dept: int = 4
+    k_expert: int = 8
+    steps: int = 0  # 0: train.steps
+    last_n: int = 50  # Table 4's loss: mean training loss over the last N steps (paper: 200)
+    variants: tuple[str, ...] = ("no1", "no2", "no3", "no4", "no5", "no6")
+
+
+@dataclass(frozen=True)
+class PretrainSettings:
+    """DeaMoE against its budget-matched baseline (the Baseline-7B family of Table 1, scaled)."""
+
+    baseline: dict = field(
+        default_factory=lambda: {"h_ffn": 32, "n_expert": 32, "k_expert": 8}
+    )
+    deamoe: dict = field(
+        default_factory=lambda: {"h_ffn": 32, "n_dept": 8, "n_expert": 48, "k_dept": 4, "k_expert": 8}
+    )
+    steps: int = 0  # 0: train.steps
+    max_budget_deviation: float = 0.05  # |params ratio - 1| and |FLOPs ratio - 1| allowed
+
+
+SECTIONS = {
+    "data": DataSettings,
+    "model": ModelSettings,
+    "train": TrainSettings,
+    "ablation": AblationSettings,
+    "pretrain": PretrainSettings,
+}
+
+
+def _coerce(section: str, key: str, value, hint):
+    origin = typing.get_origin(hint)
+    where = f"{section}.{key}"
+    if origin is tuple:
+        if isinstance(value, str) or not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}")
+        return tuple(value)
+    if hint is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where} must be a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
+    return value
+
+
+def parse_section(section: str, values: dict | None):
+    """Build the dataclass of `section` from a dict; unknown keys and wrong types are errors."""
+    cls = SECTIONS[section]
+    values = values or {}
+    if not isinstance(values, dict):
+        raise ConfigError(f"config section {section!r} must be a mapping, got {type(values).__name__}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(
+                f"unknown key {section}.{key} (known: {', '.join(sorted(known))})"
+            )
+        kwargs[key] = _coerce(section, key, value, hints[key])
+    settings = cls(**kwargs)
+    _check(section, settings)
+    return settings
+
+
+def _check(section: str, s) -> None:
+    def need(cond: bool, key: str, msg: str):
+        if not cond:
+            raise ConfigError(f"{section}.{key} {msg}, got {getattr(s, key)!r}")
+
+    if section == "data":
+        need(s.source in ("bundled", "files", "redpajama"), "source", "must be bundled, files or redpajama")
+        need(0 < s.val_fraction < 0.5, "val_fraction", "must be in (0, 0.5)")
+        need(s.vocab_size >= 260, "vocab_size", "must be >= 260 (256 bytes + special tokens)")
+        need(s.max_bytes >= 0, "max_bytes", "must be >= 0")
+        if s.source == "files":
+            need(len(s.files) > 0, "files", "must name at least one file or glob when source=files")
+    elif section == "model":
+        need(s.load_balance in ("aux_loss", "bias", "none"), "load_balance", "must be aux_loss, bias or none")
+        need(s.hidden_size % s.num_attention_heads == 0, "hidden_size", "must be divisible by num_attention_heads")
+        need(s.num_attention_heads % s.num_key_value_heads == 0, "num_key_value_heads", "must divide num_attention_heads")
+    elif section == "train":
+        need(s.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
+        for key in ("seq_len", "batch_size", "micro_batch_size", "steps", "nproc_per_node"):
+            need(getattr(s, key) >= 1, key, "must be >= 1")
+        need(s.batch_size % s.micro_batch_size == 0, "batch_size", "must be a multiple of train.micro_batch_size")
+        need(s.warmup_steps >= 0, "warmup_steps", "must be >= 0")
+        need(s.lr > 0, "lr", "must be > 0")
+    elif section == "ablation":
+        bad = [v for v in s.variants if v not in ("no1", "no2", "no3", "no4", "no5", "no6")]
+        need(not bad, "variants", "must list names among no1..no6")
+        need(s.last_n >= 1, "last_n", "must be >= 1")
+
+
+def load_yaml(path: str | Path) -> dict:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    return doc
+
+
+@dataclass(frozen=True)
+class Settings:
+    profile: str
+    data: DataSettings
+    model: ModelSettings
+    train: TrainSettings
+    ablation: AblationSettings
+    pretrain: PretrainSettings
+
+
+def load_settings(path: str | Path | None = None, doc: dict | None = None) -> Settings:
+    """Parse the training sections of the pipeline config (a file path or an already-read dict)."""
+    if doc is None:
+        doc = load_yaml(path) if path is not None else {}
+    return Settings(
+        profile=str(doc.get("profile", "tiny")),
+        **{name: parse_section(name, doc.get(name)) for name in SECTIONS},
+    )

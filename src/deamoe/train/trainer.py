@@ -1,0 +1,311 @@
+"""One training loop for CPU and GPU, one process or torchrun + FSDP2.
+
+AdamW with linear warm-up and cosine decay, gradient accumulation, bf16 autocast on CUDA,
+gradient clipping.  Every `train.checkpoint_every` steps the whole state (model, optimiser, step,
+log rows) is written atomically to OUT/state/resume.pt; a restarted run picks it up and, because
+each step's batch is a function of (seed, step) only, ends exactly where an uninterrupted run
+ends (bit-for-bit on the CPU).  Outputs: OUT/log.csv (one row per step), OUT/summary.json and
+OUT/checkpoint/ (Hugging Face format: safetensors, config, tokenizer).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from contextlib import nullcontext
+from pathlib import Path
+
+from deamoe.errors import DeaMoEError
+from deamoe.io import atomic_path, write_json
+from deamoe.train import parallel
+from deamoe.train.data import TokenData
+from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
+from deamoe.train.settings import Settings
+
+LOG_COLUMNS = [
+    "step", "tokens", "loss", "aux_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s",
+    "mean_distinct_departments", "max_load_over_mean",
+]
+H200_DENSE_BF16_TFLOPS = 794.0  # measured 8192^3 bf16 matmul on the lent H200 (FINDINGS.md)
+
+
+def lr_at(step: int, t, steps: int) -> float:
+    """Linear warm-up to train.lr, then cosine decay to lr * min_lr_ratio at the last step."""
+    if t.warmup_steps and step < t.warmup_steps:
+        return t.lr * (step + 1) / t.warmup_steps
+    progress = (step - t.warmup_steps) / max(steps - 1 - t.warmup_steps, 1)
+    progress = min(max(progress, 0.0), 1.0)
+    floor = t.lr * t.min_lr_ratio
+    return floor + (t.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def _fingerprint(config_dict: dict, settings: Settings, spec: RunSpec, data: TokenData) -> dict:
+    t = settings.train
+    return {
+        "model": {k: v for k, v in sorted(config_dict.items()) if not k.startswith("_") and k not in ("transformers_version", "dtype", "torch_dtype")},
+        "train": {k: getattr(t, k) for k in ("seq_len", "batch_size", "lr", "min_lr_ratio", "warmup_steps",
+                                             "weight_decay", "beta1", "beta2", "grad_clip", "seed")},
+        "steps": spec.steps,
+        "data_sha256": data.meta.get("train_sha256"),
+    }
+
+
+def _optimizer(model, t):
+    import torch
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        # Only 1-D parameters (norm gains) skip weight decay; expert matrices are ordinary weights.
+        (no_decay if p.ndim < 2 else decay).append(p)
+    groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
+
+
+def _state_dicts(model, opt, d):
+    if d.world == 1:
+        return model.state_dict(), opt.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    return get_state_dict(model, opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _load_state_dicts(model, opt, msd, osd, d):
+    if d.world == 1:
+        model.load_state_dict(msd)
+        opt.load_state_dict(osd)
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+    set_state_dict(model, opt, model_state_dict=msd, optim_state_dict=osd,
+                   options=StateDictOptions(full_state_dict=True))
+
+
+def _save_state(path: Path, model, opt, step, rows, fingerprint, d) -> None:
+    import torch
+
+    msd, osd = _state_dicts(model, opt, d)
+    if d.main:
+        with atomic_path(path) as tmp:
+            torch.save({"step": step, "model": msd, "optimizer": osd, "rows": rows,
+                        "fingerprint": fingerprint, "world": d.world}, tmp)
+    if d.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def _resume(path: Path, model, opt, fingerprint, d) -> tuple[int, list[dict]]:
+    import torch
+
+    if not path.is_file():
+        return 0, []
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:
+        raise DeaMoEError(f"resume state {path} is unreadable ({type(exc).__name__}); delete it to start over") from None
+    if state.get("fingerprint") != fingerprint:
+        saved = state.get("fingerprint") or {}
+        diff = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
+        raise DeaMoEError(
+            f"resume state {path} was written by another configuration (differs in: {', '.join(diff)}); "
+            "delete it or use another --out"
+        )
+    _load_state_dicts(model, opt, state["model"], state["optimizer"], d)
+    return int(state["step"]), list(state["rows"])
+
+
+def _write_log(path: Path, rows: list[dict]) -> None:
+    import csv
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=LOG_COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _autocast(device, settings: Settings):
+    import torch
+
+    if device.type == "cuda" and settings.train.bf16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def _lm_loss(model, x, y, cfg):
+    import torch
+    import torch.nn.functional as F
+
+    logits = model(input_ids=x).logits
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    aux = model.aux_loss() if (model.training and cfg.load_balance == "aux_loss") else torch.zeros((), device=x.device)
+    return ce, aux
+
+
+def evaluate(model, data: TokenData, settings: Settings, cfg, device) -> float:
+    import torch
+
+    t = settings.train
+    model.eval()
+    total, n = 0.0, 0
+    with torch.no_grad():
+        for x, y in data.val_batches(t.eval_batches, t.micro_batch_size, t.seq_len):
+            with _autocast(device, settings):
+                ce, _ = _lm_loss(model, x.to(device), y.to(device), cfg)
+            total += ce.item() * x.shape[0]
+            n += x.shape[0]
+    model.train()
+    return total / max(n, 1)
+
+
+def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: int | None = None,
+              progress: bool = True) -> dict | None:
+    """Train one run; returns its summary (None when stopped early by `stop_after`)."""
+    import torch
+    from tqdm import tqdm
+
+    from deamoe.model import DeaMoEForCausalLM
+    from deamoe.provenance import provenance
+    from deamoe.train import tokenizer as toklib
+
+    t = settings.train
+    out = Path(out_dir)
+    d = parallel.setup(t.device)
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    data = TokenData.open(data_dir)
+    tok = toklib.load(Path(data_dir) / "tokenizer")
+    per_rank = t.batch_size // d.world
+    if t.batch_size % d.world or per_rank % t.micro_batch_size:
+        raise DeaMoEError(
+            f"train.batch_size={t.batch_size} must split into {d.world} ranks x whole micro-batches of "
+            f"train.micro_batch_size={t.micro_batch_size}"
+        )
+    accum = per_rank // t.micro_batch_size
+
+    cfg = model_config(settings, spec, data.meta["vocab_size"])
+    torch.manual_seed(t.seed)
+    model = DeaMoEForCausalLM(cfg).to(d.device)  # built identically on every rank, then sharded
+    n_params = sum(p.numel() for p in model.parameters())
+    if d.world > 1:
+        parallel.shard(model)
+    if t.compile:
+        model.compile()
+    model.train()
+    opt = _optimizer(model, t)
+    fingerprint = _fingerprint(cfg.to_dict(), settings, spec, data)
+    state_path = out / "state" / "resume.pt"
+    start, rows = _resume(state_path, model, opt, fingerprint, d)
+    if start >= spec.steps and (out / "summary.json").is_file():
+        return json.loads((out / "summary.json").read_text())
+
+    tokens_per_step = t.batch_size * t.seq_len
+    flops_tok = train_flops_per_token(cfg, t.seq_len)
+    bar = tqdm(total=spec.steps, initial=start, desc=spec.name, disable=not (progress and d.main))
+    for step in range(start, spec.steps):
+        t0 = time.perf_counter()
+        lr = lr_at(step, t, spec.steps)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        ce_sum = aux_sum = 0.0
+        stats_acc: dict[str, float] = {}
+        for a in range(accum):
+            lo = d.rank * per_rank + a * t.micro_batch_size
+            x, y = data.train_batch(step, t.seed, t.batch_size, t.seq_len, slice(lo, lo + t.micro_batch_size))
+            x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+            with _autocast(d.device, settings):
+                ce, aux = _lm_loss(model, x, y, cfg)
+                loss = (ce + cfg.aux_loss_coef * aux) / accum if cfg.load_balance == "aux_loss" else ce / accum
+            loss.backward()
+            ce_sum += ce.detach()
+            aux_sum += aux.detach()
+            for k, v in model.routing_stats().items():
+                stats_acc[k] = stats_acc.get(k, 0.0) + v / accum
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip if t.grad_clip > 0 else float("inf"))
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if cfg.load_balance == "bias":
+            model.update_balance_bias()
+            parallel.sync_buffers(model, d)
+        ce_v, aux_v, dd, ml = parallel.all_mean(
+            [float(ce_sum) / accum, float(aux_sum) / accum,
+             stats_acc.get("mean_distinct_departments", float("nan")), stats_acc.get("max_load_over_mean", float("nan"))], d)
+        dt = time.perf_counter() - t0
+        row = {"step": step + 1, "tokens": (step + 1) * tokens_per_step, "loss": round(ce_v, 6),
+               "aux_loss": round(aux_v, 6), "lr": lr, "grad_norm": round(float(grad_norm), 6),
+               "tokens_per_s": round(tokens_per_step / dt, 1), "step_time_s": round(dt, 5),
+               "mean_distinct_departments": round(dd, 4) if dd == dd else "", "max_load_over_mean": round(ml, 4)}
+        rows.append(row)
+        bar.update(1)
+        bar.set_postfix(loss=f"{ce_v:.3f}", lr=f"{lr:.1e}", refresh=False)
+        if not math.isfinite(ce_v):
+            raise DeaMoEError(f"run {spec.name}: loss became {ce_v} at step {step + 1}; lower train.lr")
+        done = step + 1
+        if (t.checkpoint_every and done % t.checkpoint_every == 0 and done < spec.steps) or done == stop_after:
+            _save_state(state_path, model, opt, done, rows, fingerprint, d)
+            if d.main:
+                _write_log(out / "log.csv", rows)
+        if done == stop_after and done < spec.steps:
+            bar.close()
+            parallel.teardown(d)
+            return None
+        if t.eval_every and done % t.eval_every == 0 and done < spec.steps:
+            rows[-1]["val_loss"] = evaluate(model, data, settings, cfg, d.device)
+    bar.close()
+
+    val_loss = evaluate(model, data, settings, cfg, d.device)
+    msd, _ = _state_dicts(model, opt, d) if d.world > 1 else (None, None)
+    summary = None
+    if d.main:
+        _write_log(out / "log.csv", rows)
+        _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
+        summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
+        write_json(out / "summary.json", summary)
+    parallel.teardown(d)
+    return summary
+
+
+def _save_hf(cfg, model, full_state, tok, path: Path) -> None:
+    """Hugging Face checkpoint (safetensors + config + tokenizer), written then renamed."""
+    from deamoe.model import DeaMoEForCausalLM
+
+    if model is None:  # FSDP: rebuild an unsharded CPU copy from the gathered state dict
+        model = DeaMoEForCausalLM(cfg)
+        model.load_state_dict(full_state)
+    with atomic_path(path) as tmp:
+        model.save_pretrained(str(tmp))
+        tok.save_pretrained(str(tmp))
+
+
+def _mean(rows, key, n):
+    vals = [float(r[key]) for r in rows[-n:] if r.get(key) not in ("", None)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, prov) -> dict:
+    from deamoe.analysis.budget import ffn_params
+
+    t = settings.train
+    last_n = settings.ablation.last_n
+    timed = rows[min(5, len(rows) - 1):]  # skip warm-up steps (allocator, compilation)
+    tok_s = sum(t.batch_size * t.seq_len for _ in timed) / max(sum(r["step_time_s"] for r in timed), 1e-12)
+    mfu = None
+    if d.device.type == "cuda":
+        mfu = flops_tok * tok_s / (H200_DENSE_BF16_TFLOPS * 1e12 * d.world)
+    return {
+        "run": spec.name, "kind": spec.kind, "ffn_type": spec.ffn_type, **spec.ffn,
+        "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
+        "vocab_size": cfg.vocab_size, "params": n_params,
+        "ffn_params_per_layer": ffn_params(cfg.ffn_shape()),
+        "steps": len(rows), "tokens": rows[-1]["tokens"] if rows else 0, "seq_len": t.seq_len,
+        "batch_size": t.batch_size, "world_size": d.world,
+        "loss_last_n": _mean(rows, "loss", last_n), "last_n": last_n,
+        "final_loss": rows[-1]["loss"] if rows else None, "val_loss": val_loss,
+        "mean_distinct_departments": _mean(rows, "mean_distinct_departments", last_n),
+        "tokens_per_s": tok_s, "train_flops_per_token": flops_tok, "mfu_vs_794tflops": mfu,
+        "wall_s": sum(r["step_time_s"] for r in rows),
+        **spec.paper, **prov,
+    }
