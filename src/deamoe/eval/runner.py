@@ -1,0 +1,199 @@
+"""Evaluate one checkpoint with lm-evaluation-harness (Python API) on Table 2's and Table 3's tasks.
+
+Offline (the default): the shipped files in eval.data_dir are validated and converted into
+<out>/data/*.jsonl; the task YAMLs of deamoe/eval/tasks/ are copied to <out>/tasks/ pointing at
+them; the harness's built-in downstream tasks run re-pointed at that data (their prompts and
+metrics unchanged) beside the project's perplexity tasks.  Online (eval.online: true): the
+built-in tasks read their standard hub datasets and the perplexity tasks are built from the hub's
+PTB / WikiText test sets.  <out>/lm_eval.json is the harness's whole output plus a `deamoe` key
+with provenance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import yaml
+
+from deamoe.errors import ConfigError, DataError, DeaMoEError
+from deamoe.eval import corpus, data
+from deamoe.eval.settings import DOWNSTREAM_TASKS, PERPLEXITY_TASKS, EvalSettings
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+GROUP = "deamoe_downstream"
+
+
+def set_hf_environment(s: EvalSettings) -> None:
+    """HF_HOME inside the work directory; offline unless eval.online (read at `datasets` import)."""
+    os.environ["HF_HOME"] = str(Path(s.hf_home).resolve())
+    flag = "0" if s.online else "1"
+    for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ[var] = flag
+    try:  # `datasets` may already be imported (tests): make its cached flag agree
+        import datasets.config
+
+        datasets.config.HF_DATASETS_OFFLINE = datasets.config.HF_HUB_OFFLINE = not s.online
+    except (ImportError, AttributeError):
+        pass
+
+
+def check_online(host: str = "huggingface.co", timeout: float = 5.0) -> None:
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as exc:
+        raise DeaMoEError(
+            f"eval.online is true but {host} cannot be reached ({exc.__class__.__name__}); "
+            "set eval.online: false to use the shipped data in eval.data_dir"
+        ) from None
+
+
+def prepare_data(s: EvalSettings, out: Path) -> dict[str, dict]:
+    """Write <out>/data/<task>.jsonl for the configured tasks; returns per-task source info."""
+    data_dir = Path(s.data_dir)
+    info = {}
+    for task in s.tasks:
+        if task in DOWNSTREAM_TASKS:
+            if s.online:
+                info[task] = {"source": "hub (the harness's built-in dataset)"}
+                continue
+            docs = data.task_docs(task, data_dir)
+            src = data_dir / data.DOWNSTREAM[task].file
+        else:
+            docs = corpus.hub_docs(task, s.ppl_max_chars) if s.online else \
+                corpus.shipped_docs(task, data_dir, s.ppl_max_chars)
+            src = "/".join(corpus.HUB_SOURCES[task][:2]) if s.online else data_dir / corpus.PERPLEXITY_FILES[task]
+        data.write_jsonl(out / "data" / f"{task}.jsonl", docs)
+        entry = {"source": str(src), "documents": len(docs)}
+        if isinstance(src, Path):
+            entry["sha256"] = hashlib.sha256(src.read_bytes()).hexdigest()
+        info[task] = entry
+    return info
+
+
+def write_tasks(s: EvalSettings, out: Path) -> list[str]:
+    """Copy the task YAMLs for this run into <out>/tasks/ and return the names to evaluate."""
+    tasks_dir = out / "tasks"
+    shutil.rmtree(tasks_dir, ignore_errors=True)
+    tasks_dir.mkdir(parents=True)
+    data_dir = str((out / "data").resolve())
+    shutil.copy(TASKS_DIR / "ppl_utils.py", tasks_dir / "ppl_utils.py")
+    names = []
+    downstream = [t for t in s.tasks if t in DOWNSTREAM_TASKS]
+    if downstream and s.online:
+        names += downstream  # the built-in tasks as they are
+    elif downstream:
+        group = yaml.safe_load((TASKS_DIR / f"{GROUP}.yaml").read_text())
+        group["task"] = [e for e in group["task"] if e["task"] in downstream]
+        text = yaml.safe_dump(group, sort_keys=False).replace("@DATA_DIR@", data_dir)
+        (tasks_dir / f"{GROUP}.yaml").write_text(text)
+        names.append(GROUP)
+    for task in (t for t in s.tasks if t in PERPLEXITY_TASKS):
+        text = (TASKS_DIR / f"{task}.yaml").read_text().replace("@DATA_DIR@", data_dir)
+        (tasks_dir / f"{task}.yaml").write_text(text)
+        names.append(task)
+    return names
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"eval.device is {device!r} but no CUDA GPU is visible; set eval.device: cpu")
+    return device
+
+
+def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
+    """Model and tokenizer from a Hugging Face checkpoint directory (DeaMoE or any causal LM)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
+    except ImportError:
+        pass
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        raise DataError(f"{path}: not a checkpoint directory (no config.json)")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+    except (OSError, ValueError, KeyError) as exc:
+        raise DataError(f"{path}: cannot load model/tokenizer ({str(exc).splitlines()[0][:200]})") from None
+    if tok.eos_token_id is None:
+        raise DataError(f"{path}: the tokenizer has no eos token (the harness needs one as prefix)")
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return model.to(device).eval(), tok
+
+
+def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str | Path,
+             profile: str = "") -> dict:
+    """Evaluate `checkpoint`; write <out>/lm_eval.json and return the harness's result dict."""
+    out = Path(out)
+    set_hf_environment(s)
+    if s.online:
+        check_online()
+    started = time.time()
+    sources = prepare_data(s, out)
+    names = write_tasks(s, out)
+
+    import lm_eval
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+    from lm_eval.utils import handle_non_serializable
+
+    from deamoe.io import write_text
+    from deamoe.provenance import provenance, version
+
+    device = resolve_device(s.device)
+    model, tok = load_checkpoint(checkpoint, device, s.dtype)
+    max_length = s.max_length or int(getattr(model.config, "max_position_embeddings", 2048))
+    lm = HFLM(pretrained=model, tokenizer=tok, backend="causal", batch_size=s.batch_size,
+              max_length=max_length)
+    try:
+        results = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=names,
+            num_fewshot=s.num_fewshot,
+            limit=s.limit or None,
+            task_manager=TaskManager(include_path=str(out / "tasks")),
+            log_samples=s.log_samples,
+            bootstrap_iters=s.bootstrap_iters,
+            random_seed=s.seed,
+            numpy_random_seed=s.seed,
+            torch_random_seed=s.seed,
+            fewshot_random_seed=s.seed,
+        )
+    except AssertionError as exc:  # the harness asserts that every answer fits in max_length
+        raise DeaMoEError(
+            f"lm-eval failed on {checkpoint} ({exc!r}); usually an answer longer than the "
+            f"{max_length}-token context: raise eval.max_length"
+        ) from None
+    if results is None:
+        raise DeaMoEError("lm-eval returned no results (non-zero rank?)")
+    results["deamoe"] = {
+        "model": model_name,
+        "checkpoint": str(checkpoint),
+        "online": s.online,
+        "limit_per_task": s.limit or None,
+        "ppl_max_chars": s.ppl_max_chars or None,
+        "max_length": max_length,
+        "batch_size": s.batch_size,
+        "dtype": s.dtype,
+        "data": sources,
+        "wall_seconds": round(time.time() - started, 1),
+        **provenance(device, profile=profile, lm_eval=version("lm-eval"),
+                     transformers=version("transformers")),
+    }
+    import json
+
+    write_text(out / "lm_eval.json",
+               json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
+    return results
