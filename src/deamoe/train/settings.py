@@ -24,7 +24,6 @@ class DataSettings:
     tokenizer: str = "bpe"  # "bpe": train a byte-level BPE here; else a Hugging Face name / path
     vocab_size: int = 2048
     redpajama_name: str = "togethercomputer/RedPajama-Data-1T-Sample"
-    seed: int = 0
 
 
 @dataclass(frozen=True)
@@ -51,10 +50,10 @@ class TrainSettings:
     seq_len: int = 128
     batch_size: int = 8  # sequences per optimiser step, all ranks and micro-steps together
     micro_batch_size: int = 8  # sequences per forward on one rank
-    steps: int = 200
+    steps: int = 300
     lr: float = 3e-3
     min_lr_ratio: float = 0.1  # cosine decays to lr * min_lr_ratio
-    warmup_steps: int = 20
+    warmup_steps: int = 30
     weight_decay: float = 0.1
     beta1: float = 0.9
     beta2: float = 0.95
@@ -65,7 +64,7 @@ class TrainSettings:
     checkpoint_every: int = 100  # resume state every N steps (0: never)
     eval_every: int = 0  # held-out loss every N steps (0: only at the end)
     eval_batches: int = 8
-    threads: int = 0  # torch CPU threads per process (0: torch's default)
+    threads: int = 1  # torch CPU threads per process (0: torch's default)
 
 
 @dataclass(frozen=True)
