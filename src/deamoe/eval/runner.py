@@ -69,8 +69,9 @@ def prepare_data(s: EvalSettings, out: Path) -> dict[str, dict]:
             src = "/".join(corpus.HUB_SOURCES[task][:2]) if s.online else data_dir / corpus.PERPLEXITY_FILES[task]
         data.write_jsonl(out / "data" / f"{task}.jsonl", docs)
         entry = {"source": str(src), "documents": len(docs)}
-        if isinstance(src, Path):
-            entry["sha256"] = hashlib.sha256(src.read_bytes()).hexdigest()
+        if isinstance(src, Path):  # of the uncompressed text, as listed in data/eval/SOURCES.md
+            with data.open_text(src) as f:
+                entry["sha256"] = hashlib.sha256(f.read().encode("utf-8")).hexdigest()
         info[task] = entry
     return info
 

@@ -1,0 +1,114 @@
+"""downstream.csv and perplexity.csv from the lm_eval.json of each evaluated model.
+
+downstream.csv: model, task, metric, value, stderr, n, paper_value, table_metric, + provenance.
+  One row per (model, task, metric) with metric acc and, where the harness gives it, acc_norm;
+  value and stderr in percent like Table 2.  paper_value sits on the row of the metric the
+  paper's table is read as (table_metric = true; see paper_values.py), empty on the other row.
+perplexity.csv: model, dataset, word_perplexity, byte_perplexity, bits_per_byte, n, paper_value,
+  + provenance.  paper_value is Table 3's number, compared with word_perplexity.
+n is the number of documents the harness evaluated (after eval.limit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from deamoe.errors import DataError
+from deamoe.eval.paper_values import TABLE2, TABLE3, table2_value, table3_value
+
+PROVENANCE = ("git_sha", "date", "device", "profile", "lm_eval", "torch", "limit_per_task", "ppl_max_chars")
+DOWNSTREAM_COLUMNS = ["model", "task", "metric", "value", "stderr", "n", "paper_value", "table_metric"]
+PERPLEXITY_COLUMNS = ["model", "dataset", "word_perplexity", "byte_perplexity", "bits_per_byte", "n",
+                      "paper_value"]
+
+
+def _number(x) -> float:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return math.nan  # the harness writes "N/A" where it has no stderr
+    return x
+
+
+def load_results(in_dir: str | Path) -> dict[str, dict]:
+    """model name -> lm_eval.json contents, for every <in_dir>/<model>/lm_eval.json."""
+    found = {}
+    for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
+        if "results" not in doc:
+            raise DataError(f"{path}: no 'results' key (not an lm-eval output)")
+        model = doc.get("deamoe", {}).get("model") or path.parent.name
+        found[model] = doc
+    if not found:
+        raise DataError(f"{in_dir}: no */lm_eval.json found (run `python -m deamoe eval` first)")
+    return found
+
+
+def _provenance(doc: dict) -> dict:
+    meta = doc.get("deamoe", {})
+    return {k: meta.get(k) for k in PROVENANCE}
+
+
+def downstream_rows(model: str, doc: dict) -> list[dict]:
+    rows = []
+    for task in TABLE2:
+        res = doc["results"].get(task)
+        if res is None:
+            continue
+        n = doc.get("n-samples", {}).get(task, {}).get("effective")
+        for metric in ("acc", "acc_norm"):
+            if f"{metric},none" not in res:
+                continue
+            paper = table2_value(task, model, metric)
+            rows.append({
+                "model": model, "task": task, "metric": metric,
+                "value": 100 * _number(res[f"{metric},none"]),
+                "stderr": 100 * _number(res.get(f"{metric}_stderr,none")),
+                "n": n, "paper_value": paper, "table_metric": TABLE2[task][1] == metric,
+                **_provenance(doc),
+            })
+    return rows
+
+
+def perplexity_rows(model: str, doc: dict) -> list[dict]:
+    rows = []
+    for task in TABLE3:
+        res = doc["results"].get(task)
+        if res is None:
+            continue
+        rows.append({
+            "model": model, "dataset": task,
+            "word_perplexity": _number(res.get("word_perplexity,none")),
+            "byte_perplexity": _number(res.get("byte_perplexity,none")),
+            "bits_per_byte": _number(res.get("bits_per_byte,none")),
+            "n": doc.get("n-samples", {}).get(task, {}).get("effective"),
+            "paper_value": table3_value(task, model),
+            **_provenance(doc),
+        })
+    return rows
+
+
+def build_tables(in_dir: str | Path):
+    import pandas as pd
+
+    results = load_results(in_dir)
+    down = [r for m, d in results.items() for r in downstream_rows(m, d)]
+    ppl = [r for m, d in results.items() for r in perplexity_rows(m, d)]
+    extra = list(PROVENANCE)
+    return (pd.DataFrame(down, columns=DOWNSTREAM_COLUMNS + extra),
+            pd.DataFrame(ppl, columns=PERPLEXITY_COLUMNS + extra))
+
+
+def write_tables(in_dir: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+    from deamoe.io import write_csv
+
+    down, ppl = build_tables(in_dir)
+    out_dir = Path(out_dir)
+    write_csv(out_dir / "downstream.csv", down)
+    write_csv(out_dir / "perplexity.csv", ppl)
+    return out_dir / "downstream.csv", out_dir / "perplexity.csv"
