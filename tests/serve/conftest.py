@@ -51,7 +51,15 @@ def make_checkpoint(path, ffn_type: str, seed: int = 0, **overrides):
     return path
 
 
+# DeaMoE like the pipeline's tiny model (head_dim 16: vLLM's CPU attention pads it to 32, tied
+# embeddings); the baseline with head_dim 32 (no padding) and an untied LM head.
+VARIANTS = {
+    "deamoe": dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "moe": dict(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False),
+}
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
-    return {t: make_checkpoint(root / t, t) for t in ("deamoe", "moe")}
+    return {t: make_checkpoint(root / t, t, **VARIANTS[t]) for t in VARIANTS}

