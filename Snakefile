@@ -31,4 +31,4 @@ include: "workflow/rules/report.smk"
 rule all:
     default_target: True
     input:
-        "results/ablation/summary.csv", "results/pretrain/summary.csv", "results/eval/downstream.csv", "results/serve/tpot.csv", "results/microbench", "results/analysis/table1.csv", "results/analysis/loading.csv",
+        rules.report.output,

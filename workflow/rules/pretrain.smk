@@ -42,12 +42,7 @@ rule pretrain:
     input:
         expand("results/train/pretrain-{model}/summary.json", model=PRETRAIN_MODELS),
     output:
-        report(
-            "results/pretrain/summary.csv",
-            caption="../report/pretrain.rst",
-            category="Pre-training",
-            labels={"table": "pre-training summary (CSV)"},
-        ),
+        "results/pretrain/summary.csv",
     params:
         config=RESOLVED_CONFIG,
         pretrain=section("pretrain"),

@@ -1,0 +1,142 @@
+"""Write the report: reports/tables/*.{md,csv}, reports/figures/*.{png,svg}, reports/index.md.
+
+Reads only results/ and reports/measured/ (through `tables`); every output file is written every
+time (a stage that did not run gives "not run" rows and panels), so the workflow can declare them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe.errors import ConfigError
+from deamoe.io import write_csv, write_text
+from deamoe.provenance import provenance
+from deamoe.report import figures, tables
+
+TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "table2",
+          "table3", "table4", "pretrain")
+PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
+
+
+@dataclass
+class ReportSettings:
+    """The `report` section of the pipeline config (schema: workflow/schemas/report.schema.yaml)."""
+
+    measured_gpu: str = "h200"
+    dpi: int = 150
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "ReportSettings":
+        section = (cfg or {}).get("report") or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"report: expected a mapping, got {type(section).__name__}")
+        types = {f.name: f.type for f in fields(cls)}
+        for key, value in section.items():
+            if key not in types:
+                raise ConfigError(f"report.{key}: unknown key (known: {', '.join(types)})")
+            want = {"str": str, "int": int}[types[key]]
+            if not isinstance(value, want) or isinstance(value, bool):
+                raise ConfigError(f"report.{key}: expected {types[key]}, got {value!r}")
+        out = cls(**section)
+        if not 50 <= out.dpi <= 600:
+            raise ConfigError(f"report.dpi: {out.dpi} out of range 50..600")
+        return out
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < 1e15:
+            return str(int(v))
+        return f"{v:.4g}" if abs(v) >= 1e-3 else f"{v:.3e}"
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A GitHub markdown table (no extra dependency)."""
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "|" + "|".join("---" for _ in frame.columns) + "|"
+    body = ["| " + " | ".join(_cell(v) for v in row) + " |"
+            for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *body])
+
+
+def _provenance_frame(art: tables.Artifact) -> pd.DataFrame:
+    rows = []
+    for src in art.sources:
+        rows.append({"source": str(src.path), "status": src.status,
+                     "reason": src.reason, **src.prov.as_dict()})
+    return pd.DataFrame(rows)
+
+
+def _table_markdown(art: tables.Artifact) -> str:
+    status = "reproduced" if art.status == "ok" else f"**not run**: {art.reason}"
+    if art.status == "ok" and art.sources[0].reason:  # e.g. committed GPU numbers shown
+        status = art.sources[0].reason
+    parts = [f"# {art.title}", "", f"Status: {status}", "", markdown_table(art.table), ""]
+    parts += [f"- {n}" for n in art.notes if n]
+    parts += ["", "## Scale and hardware of these numbers", "",
+              markdown_table(_provenance_frame(art)), ""]
+    return "\n".join(parts)
+
+
+def _table_csv(art: tables.Artifact) -> pd.DataFrame:
+    """The shown table with the scale and hardware of its numbers on every row."""
+    out = art.table.copy()
+    src = art.sources[0]
+    out["status"] = src.status
+    out["source"] = str(src.path)
+    for col in PROV_COLUMNS:
+        out[col] = getattr(src.prov, col)
+    return out
+
+
+def write_report(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
+                 profile: str | None = None) -> list[Path]:
+    """Build every table and figure; returns the paths written."""
+    from deamoe.report.sources import resolved_profile
+
+    results, out = Path(results), Path(out)
+    measured = Path(measured_root) / settings.measured_gpu
+    profile = profile or resolved_profile(results)
+    arts = {a.key: a for a in tables.build_all(results, measured, profile)}
+    written = []
+    for key in TABLES:
+        art = arts[key]
+        md, csv = out / "tables" / f"{key}.md", out / "tables" / f"{key}.csv"
+        write_text(md, _table_markdown(art))
+        write_csv(csv, _table_csv(art))
+        written += [md, csv]
+    written += figures.draw_all(arts, out / "figures", dpi=settings.dpi)
+    index = out / "index.md"
+    write_text(index, _index(arts, profile))
+    write_csv(out / "provenance.csv", pd.concat(
+        [_provenance_frame(a).assign(artifact=a.title) for a in arts.values()], ignore_index=True))
+    return written + [index, out / "provenance.csv"]
+
+
+def _index(arts: dict, profile: str | None) -> str:
+    me = provenance()
+    lines = ["# DeaMoE reproduction report", "",
+             f"Profile: {profile or 'not recorded'}. Report built {me['date']} at git "
+             f"{me['git_sha']}. Each table's page lists the scale (profile, model size, tokens) "
+             "and hardware (device, versions, git sha, date) of its numbers.", "",
+             "| artifact | status | table | figure |", "|---|---|---|---|"]
+    fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
+              "figure4_5": "figure4_5_microbench", "table4": "table4_loss_curves",
+              "pretrain": "pretrain_loss_curves"}
+    for key in TABLES:
+        art = arts[key]
+        status = "reproduced" if art.status == "ok" else f"not run: {art.reason}"
+        if art.status == "ok" and art.sources[0].reason:
+            status = art.sources[0].reason
+        fig = f"[png](figures/{fig_of[key]}.png) [svg](figures/{fig_of[key]}.svg)" \
+            if key in fig_of else ""
+        lines.append(f"| {art.title} | {_cell(status)} | [md](tables/{key}.md) "
+                     f"[csv](tables/{key}.csv) | {fig} |")
+    return "\n".join(lines) + "\n"

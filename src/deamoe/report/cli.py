@@ -1,0 +1,35 @@
+"""`python -m deamoe report`: tables and figures from results/ and reports/measured/."""
+
+from __future__ import annotations
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="build the tables (md + csv) and figures (png + svg) under reports/",
+                       description=__doc__)
+    p.add_argument("--config", required=True, help="pipeline config YAML (reads its `report` section)")
+    p.add_argument("--results", default="results", help="the pipeline's results folder")
+    p.add_argument("--measured", default="reports/measured",
+                   help="committed measurements (one folder per GPU, e.g. h200/)")
+    p.add_argument("--out", default="reports", help="output folder")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    import yaml
+
+    from deamoe.errors import ConfigError
+    from deamoe.report.build import ReportSettings, write_report
+
+    path = Path(args.config)
+    if not path.exists():
+        raise ConfigError(f"{path}: config file does not exist")
+    cfg = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{path}: expected a YAML mapping at the top level")
+    settings = ReportSettings.from_config(cfg)
+    written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
+                           profile=cfg.get("profile"))
+    print(f"report: wrote {len(written)} files under {args.out}")
+    return 0

@@ -1,0 +1,171 @@
+"""The report's figures (seaborn; PNG + SVG): reproduced numbers beside the paper's.
+
+Every figure carries a footer with the scale and hardware of its numbers; a stage that did not run
+gives a panel that says "not run" and why, with the paper's values still drawn.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib
+import matplotlib.ticker
+
+matplotlib.use("Agg")  # files only; never a display
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from deamoe.io import atomic_path  # noqa: E402
+from deamoe.report import paper  # noqa: E402
+from deamoe.report.tables import Artifact  # noqa: E402
+
+FIGURES = ("figure2_loading", "figure3_tpot", "figure4_5_microbench", "table4_loss_curves",
+           "pretrain_loss_curves")
+PANEL_MODELS = ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B")
+
+
+def _footer(fig, art: Artifact, extra: str = "") -> None:
+    lines = []
+    for src in art.sources:
+        p = src.prov
+        if src.ok:
+            lines.append(f"{src.path}: profile {p.profile}, model {p.model_size}, tokens {p.tokens}; "
+                         f"{p.device}; {p.versions}; git {p.git_sha}; {p.date}")
+        else:
+            lines.append(f"not run: {src.reason}")
+    if extra:
+        lines.append(extra)
+    text = "\n".join(textwrap.fill(line, 160) for line in lines)
+    fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom", ha="left", color="0.3")
+    fig.tight_layout(rect=(0, 0.03 + 0.022 * text.count("\n"), 1, 1))
+
+
+def _not_run(ax, art: Artifact) -> None:
+    ax.text(0.5, 0.5, "reproduction not run:\n" + textwrap.fill(art.reason, 60),
+            transform=ax.transAxes, ha="center", va="center", fontsize=9, color="firebrick")
+
+
+def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
+    paths = []
+    for ext in ("png", "svg"):
+        path = Path(out_dir) / f"{name}.{ext}"
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format=ext)
+        paths.append(path)
+    plt.close(fig)
+    return paths
+
+
+def figure2(art: Artifact):
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    lo, hi = paper.FIG2_DSV3_BAND["ratio"]
+    t0, t1 = paper.FIG2_DSV3_BAND["tokens"]
+    ax.fill_between([t0, t1], lo, hi, color="0.85", label=f"paper: DeepSeek-V3 range {t0}-{t1} tokens")
+    ax.axhline(paper.FIG2_MIN_RATIO, ls=":", color="0.4", label="paper: lowest ratio (49.1%)")
+    if art.data is not None:
+        sns.lineplot(data=art.data, x="tokens", y="ratio", hue="model", marker="o", ax=ax)
+    else:
+        _not_run(ax, art)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.set_xlabel("tokens in the decoding step")
+    ax.set_ylabel("loaded expert weights, DeaMoE / baseline")
+    ax.set_title(art.title, fontsize=10)
+    ax.legend(fontsize=7)
+    _footer(fig, art)
+    return fig
+
+
+def figure3(art: Artifact):
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
+    if art.data is not None:
+        df = art.data.assign(model=art.data["model"].str.lower())
+        sns.lineplot(data=df, x="concurrency", y="tpot_mean_ms", hue="model", marker="o", ax=left)
+        left.set_ylabel("TPOT, mean (ms)")
+    else:
+        _not_run(left, art)
+    left.set_title("reproduced TPOT", fontsize=10)
+    left.set_xlabel("concurrency")
+    t = art.table
+    paper_x = list(paper.FIG3_A40_SPEEDUP)
+    right.plot(paper_x, [paper.FIG3_A40_SPEEDUP[c] for c in paper_x], "s--", color="0.5",
+               label="paper, A40 (order inferred)")
+    if "speedup" in t.columns and pd.api.types.is_numeric_dtype(t["speedup"]):
+        right.plot(t["concurrency"], t["speedup"], "o-", color="C0", label="reproduced")
+    right.axhline(1.0, color="0.7", lw=0.8)
+    right.set_xlabel("concurrency")
+    right.set_ylabel("TPOT speedup, DeaMoE over baseline")
+    right.set_title("speedup", fontsize=10)
+    right.legend(fontsize=7)
+    fig.suptitle(art.title, fontsize=11)
+    _footer(fig, art)
+    return fig
+
+
+def figure45(art: Artifact):
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), sharey=True)
+    data = art.data
+    gpu = "measured"
+    if data is not None and "gpu" in data.columns and len(data):
+        gpu = str(data["gpu"].iloc[0])
+    for ax, model in zip(axes, PANEL_MODELS):
+        for (pgpu, pmodel), values in paper.FIG45.items():
+            if pmodel == model:
+                ax.plot(list(values), list(values.values()), "s--", alpha=0.7,
+                        color="0.55" if pgpu == "A40" else "0.3", label=f"paper, {pgpu}")
+        for (pgpu, pmodel), peak in paper.FIG45_PEAKS.items():
+            if pmodel == model:
+                ax.axhline(peak, ls=":", color="0.55", label=f"paper, {pgpu} peak {peak:.2f}x")
+        if data is not None:
+            d = data[data["model"] == model].sort_values("batch")
+            speed = d["speedup"] if "speedup" in d else d["baseline_us"] / d["deamoe_us"]
+            ax.plot(d["batch"], speed, "o-", color="C0", label=f"reproduced, {gpu}")
+            if "ideal_speedup" in d:
+                ax.plot(d["batch"], d["ideal_speedup"], "^:", color="C1",
+                        label="ideal (bytes ratio), same routing")
+        elif model == PANEL_MODELS[0]:
+            _not_run(ax, art)
+        ax.axhline(1.0, color="0.7", lw=0.8)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("tokens per decoding step (batch)")
+        ax.legend(fontsize=6.5)
+    axes[0].set_ylabel("per-layer decode speedup, DeaMoE over baseline")
+    fig.suptitle(art.title, fontsize=11)
+    _footer(fig, art, paper.FIG45_NOTE)
+    return fig
+
+
+def loss_curves(art: Artifact, title: str, paper_losses: dict[str, float] | None = None):
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    if art.data is not None:
+        sns.lineplot(data=art.data, x="step", y="loss", hue="run", ax=ax, lw=1)
+        ax.set_ylabel("training loss")
+    else:
+        _not_run(ax, art)
+    extra = ""
+    if paper_losses:
+        extra = "paper (5B, 12.4B tokens) last-200-step losses: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in paper_losses.items())
+    ax.set_xlabel("step")
+    ax.set_title(title, fontsize=10)
+    _footer(fig, art, extra)
+    return fig
+
+
+def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[Path]:
+    """Draw every figure in FIGURES (always all of them: the workflow declares each file)."""
+    sns.set_theme(style="whitegrid", context="paper")
+    paper_t4 = {v: loss for v, *_, loss in paper.TABLE4}
+    figs = {
+        "figure2_loading": figure2(arts["figure2"]),
+        "figure3_tpot": figure3(arts["figure3"]),
+        "figure4_5_microbench": figure45(arts["figure4_5"]),
+        "table4_loss_curves": loss_curves(arts["table4"], "Table 4: ablation variants, training loss", paper_t4),
+        "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),
+    }
+    paths = []
+    for name in FIGURES:
+        paths += _save(figs[name], out_dir, name, dpi)
+    return paths

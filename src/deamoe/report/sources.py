@@ -1,0 +1,196 @@
+"""Reading the stages' result files, with where each number came from.
+
+The report reads only `results/` and `reports/measured/`. Every loaded table carries a
+`Provenance` (scale: profile, model size, tokens; hardware: device, library versions, git sha,
+date) gathered from the columns or JSON fields the stages write through
+`deamoe.provenance.provenance()`. A file that is absent is a stage that did not run: the report
+shows "not run" with the reason instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe.errors import DataError
+
+# Columns / JSON keys that describe where a number came from rather than the number itself.
+HARDWARE_KEYS = ("device", "gpu", "backend", "python", "torch", "triton", "transformers",
+                 "vllm", "lm_eval", "git_sha", "date")
+SCALE_KEYS = ("profile", "params", "n_params", "total_params", "active_params", "tokens", "steps")
+VERSION_KEYS = ("python", "torch", "triton", "transformers", "vllm", "lm_eval")
+
+
+@dataclass
+class Provenance:
+    """Scale and hardware of a set of numbers; each field joins the distinct values seen."""
+
+    profile: str = "not recorded"
+    model_size: str = "not recorded"
+    tokens: str = "not recorded"
+    device: str = "not recorded"
+    versions: str = "not recorded"
+    git_sha: str = "not recorded"
+    date: str = "not recorded"
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _join(values) -> str:
+    seen = []
+    for v in values:
+        if v is None or (isinstance(v, float) and pd.isna(v)) or str(v) in ("", "nan"):
+            continue
+        s = _fmt_scalar(v)
+        if s not in seen:
+            seen.append(s)
+    return "; ".join(seen)
+
+
+def _fmt_scalar(v) -> str:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, int) and abs(v) >= 10_000:
+        return _human(v)
+    return str(v)
+
+
+def _human(n: float) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return str(n)
+
+
+def provenance_of(records: list[dict], profile: str | None = None,
+                  scale_records: list[dict] | None = None) -> Provenance:
+    """Provenance from flat records (CSV rows or flattened JSON); absent fields stay 'not recorded'.
+
+    `scale_records` (e.g. the training runs' summary.json behind an evaluation) supply model size
+    and tokens when the rows themselves are not training runs.
+    """
+    scale_rows = records if scale_records is None else scale_records
+
+    def pick(*keys, rows=None):
+        # hardware from the rows themselves, else from the runs behind them
+        for group in ([rows] if rows is not None else [records, scale_rows]):
+            found = _join(r.get(k) for r in group for k in keys)
+            if found:
+                return found
+        return ""
+
+    p = Provenance()
+    p.profile = pick("profile") or profile or p.profile
+    size = pick("params", "n_params", "total_params", "model_params", rows=scale_rows)
+    active = pick("active_params", rows=scale_rows)
+    if size:
+        p.model_size = f"{size} params" + (f" ({active} active)" if active else "")
+    p.tokens = pick("tokens", "train_tokens", rows=scale_rows) or p.tokens
+    p.device = pick("device", "gpu") or p.device
+    versions = [f"{k} {v}" for k in VERSION_KEYS
+                if (v := pick(k)) and v != "not installed"]
+    p.versions = ", ".join(versions) or p.versions
+    p.git_sha = pick("git_sha") or p.git_sha
+    p.date = pick("date") or p.date
+    return p
+
+
+def flatten_json(obj: dict) -> dict:
+    """Top-level scalars plus the contents of a nested `provenance` / `scale` block."""
+    flat = {k: v for k, v in obj.items() if not isinstance(v, (dict, list))}
+    for key in ("provenance", "scale", "config_summary"):
+        if isinstance(obj.get(key), dict):
+            flat.update({k: v for k, v in obj[key].items() if not isinstance(v, (dict, list))})
+    return flat
+
+
+@dataclass
+class Loaded:
+    """One result file: its table (None when the stage did not run) and where it came from."""
+
+    path: Path
+    frame: pd.DataFrame | None
+    status: str = "ok"  # "ok" or "not run"
+    reason: str = ""
+    prov: Provenance = field(default_factory=Provenance)
+
+    @property
+    def ok(self) -> bool:
+        return self.frame is not None and self.status == "ok"
+
+
+def not_run(path: Path, reason: str) -> Loaded:
+    return Loaded(path=path, frame=None, status="not run", reason=reason)
+
+
+def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = None,
+             scale_records: list[dict] | None = None, scale: dict | None = None) -> Loaded:
+    """A stage's CSV, or "not run" if it is absent; missing required columns are a DataError.
+
+    Model size and tokens come from `scale_records` when given (the training runs behind the
+    numbers), else from the rows; `scale` states them outright (e.g. analytic results).
+    """
+    path = Path(path)
+    if not path.exists():
+        return not_run(path, f"{path} does not exist (its stage did not run)")
+    try:
+        frame = pd.read_csv(path)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
+        raise DataError(f"{path}: not a readable CSV ({exc})") from None
+    missing = [c for c in required if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    records = frame.to_dict("records")
+    prov = provenance_of(records, profile, scale_records)
+    for key, value in (scale or {}).items():
+        setattr(prov, key, value)
+    return Loaded(path=path, frame=frame, prov=prov)
+
+
+def read_json(path: Path) -> dict | None:
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+
+
+def run_summaries(results: Path, runs: list[str]) -> list[dict]:
+    """Flattened summary.json of each training run that exists (model size, tokens, hardware)."""
+    out = []
+    for run in runs:
+        obj = read_json(Path(results) / "train" / run / "summary.json")
+        if obj is not None:
+            out.append({"run": run, **flatten_json(obj)})
+    return out
+
+
+def training_logs(results: Path, runs: list[str]) -> pd.DataFrame | None:
+    """log.csv of each run that exists, stacked with a `run` column (loss curves)."""
+    frames = []
+    for run in runs:
+        path = Path(results) / "train" / run / "log.csv"
+        if path.exists():
+            frame = pd.read_csv(path)
+            for col in ("step", "loss"):
+                if col not in frame.columns:
+                    raise DataError(f"{path}: missing column {col}")
+            frames.append(frame.assign(run=run))
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def resolved_profile(results: Path) -> str | None:
+    """The profile named in the resolved config the pipeline wrote, if any."""
+    import yaml
+
+    path = Path(results) / "config.resolved.yaml"
+    if not path.exists():
+        return None
+    cfg = yaml.safe_load(path.read_text()) or {}
+    return cfg.get("profile")

@@ -1,0 +1,137 @@
+"""The report: paper values beside reproduced ones, provenance on every table, "not run" rows."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from deamoe.cli import main
+from deamoe.errors import ConfigError, DataError
+from deamoe.report.build import TABLES, ReportSettings, markdown_table, write_report
+from deamoe.report.figures import FIGURES
+
+from report_fixtures import write_microbench, write_results
+
+
+def _build(results: Path, measured: Path, out: Path, **settings):
+    return write_report(results, measured, out, ReportSettings(**settings))
+
+
+def test_writes_every_declared_file(results, measured, tmp_path):
+    out = tmp_path / "reports"
+    written = _build(results, measured, out)
+    expected = {out / "tables" / f"{t}.{e}" for t in TABLES for e in ("md", "csv")}
+    expected |= {out / "figures" / f"{f}.{e}" for f in FIGURES for e in ("png", "svg")}
+    assert expected <= set(written)
+    for path in expected:
+        assert path.stat().st_size > 0, path
+    for f in FIGURES:
+        assert (out / "figures" / f"{f}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert b"<svg" in (out / "figures" / f"{f}.svg").read_bytes()[:2000]
+
+
+def test_table2_reproduced_in_percent_beside_paper(results, measured, tmp_path):
+    _build(results, measured, tmp_path / "r")
+    t2 = pd.read_csv(tmp_path / "r" / "tables" / "table2.csv").set_index("task")
+    # the harness's fractions become percentages, like the paper's
+    assert t2.loc["boolq", "deamoe reproduced"] == pytest.approx(50.0)
+    assert t2.loc["boolq", "deamoe paper"] == pytest.approx(62.39)
+    # harness task names map onto the paper's columns
+    assert t2.loc["social_iqa", "baseline paper"] == pytest.approx(41.97)
+    assert t2.loc["race", "deamoe paper"] == pytest.approx(39.62)
+
+
+def test_every_table_row_carries_scale_and_hardware(results, measured, tmp_path):
+    _build(results, measured, tmp_path / "r")
+    for key in ("table1", "figure2", "table2", "table3", "table4"):
+        frame = pd.read_csv(tmp_path / "r" / "tables" / f"{key}.csv")
+        for col in ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date"):
+            assert col in frame.columns, (key, col)
+        assert (frame["git_sha"] == "abc123def456").all(), key
+        assert (frame["profile"] == "tiny").all(), key
+    t2 = pd.read_csv(tmp_path / "r" / "tables" / "table2.csv")
+    assert t2["model_size"].iloc[0] == "1.5M params"  # from the pre-training runs' summaries
+    md = (tmp_path / "r" / "tables" / "table3.md").read_text()
+    assert "Scale and hardware" in md and "torch 2.13.0+cpu" in md
+
+
+def test_missing_stage_is_not_run_with_reason_and_paper_values(tmp_path, measured):
+    results = write_results(tmp_path / "a", eval_=False, serve=False)
+    _build(results, measured, tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "table2.md").read_text()
+    assert "**not run**" in md and "downstream.csv does not exist" in md
+    t2 = pd.read_csv(tmp_path / "r" / "tables" / "table2.csv").set_index("task")
+    assert (t2["deamoe reproduced"] == "not run").all()
+    assert t2.loc["boolq", "deamoe paper"] == pytest.approx(62.39)
+    index = (tmp_path / "r" / "index.md").read_text()
+    assert "not run: results" not in index or "tpot.csv does not exist" in index
+    assert "tpot.csv does not exist" in index
+
+
+def test_no_gpu_uses_committed_measurements_and_says_so(results, measured, tmp_path):
+    _build(results, measured, tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+    assert "no CUDA GPU" in md and "h200/microbench.csv" in md
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    row = f45[(f45["model"] == "DeepSeek-V3") & (f45["batch"] == 8)].iloc[0]
+    assert row["paper H100"] == pytest.approx(1.97)
+    assert row["speedup / ideal"] == pytest.approx(1 / 1.05)
+    assert row["device"] == "NVIDIA H200"
+
+
+def test_gpu_run_results_take_precedence(tmp_path, measured):
+    results = write_results(tmp_path / "a", microbench_gpu=True)
+    frame = pd.read_csv(results / "microbench" / "microbench.csv")
+    frame.loc[:, "gpu"] = "NVIDIA A100"
+    frame.to_csv(results / "microbench" / "microbench.csv", index=False)
+    _build(results, measured, tmp_path / "r")
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    assert (f45["device"] == "NVIDIA A100").all()
+    assert f45["status"].eq("ok").all()
+
+
+def test_no_gpu_and_nothing_committed_is_not_run(results, tmp_path):
+    _build(results, tmp_path / "empty", tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+    assert "**not run**" in md and "no CUDA GPU" in md
+
+
+def test_missing_column_names_file_and_column(results, measured, tmp_path):
+    path = results / "ablation" / "summary.csv"
+    pd.read_csv(path).drop(columns=["loss_last_n"]).to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"summary\.csv.*loss_last_n"):
+        _build(results, measured, tmp_path / "r")
+
+
+def test_settings_reject_unknown_key_wrong_type_and_range():
+    with pytest.raises(ConfigError, match=r"report\.colour"):
+        ReportSettings.from_config({"report": {"colour": "red"}})
+    with pytest.raises(ConfigError, match=r"report\.dpi"):
+        ReportSettings.from_config({"report": {"dpi": "high"}})
+    with pytest.raises(ConfigError, match=r"report\.dpi"):
+        ReportSettings.from_config({"report": {"dpi": 5}})
+    assert ReportSettings.from_config({}).measured_gpu == "h200"
+
+
+def test_cli_builds_report_and_bad_config_exits_2(results, measured, tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profile: tiny\nreport: {dpi: 60}\n")
+    out = tmp_path / "r"
+    args = ["report", "--config", str(cfg), "--results", str(results),
+            "--measured", str(measured), "--out", str(out)]
+    assert main(args) == 0
+    assert (out / "index.md").exists()
+    cfg.write_text("report: {bogus: 1}\n")
+    assert main(args) == 2
+    assert "report.bogus" in capsys.readouterr().err
+
+
+def test_markdown_table_escapes_and_formats():
+    md = markdown_table(pd.DataFrame({"a": [1.0, 0.123456, None], "b": ["x|y", "z", "w"]}))
+    lines = md.splitlines()
+    assert lines[0] == "| a | b |" and lines[2] == "| 1 | x\\|y |" and "0.1235" in lines[3]
+    assert lines[4] == "|  | w |"
