@@ -68,15 +68,24 @@ def _logits(case: Case, n: int, device) -> torch.Tensor:
     return logits.to(device)
 
 
-def build_layer(shape: MoEShape | DeaMoEShape, device, seed: int):
-    """A float32 reference layer on `device` (DeaMoE experts random, so A_g/A_u/A_d matter)."""
+def build_layer(shape: MoEShape | DeaMoEShape, device, seed: int, dtype=torch.float32):
+    """A reference layer on `device` (DeaMoE experts random, so A_g/A_u/A_d matter).
+
+    Built directly in `dtype` (bf16 halves the memory of the Table 1 shapes on the GPU); the
+    reference then upcasts each gathered weight to float32 (`_Upcast`).
+    """
     from deamoe.model.layers import build_ffn
 
     if isinstance(shape, DeaMoEShape) and shape.expert_init == "identity":
         shape = shape.replace(expert_init="random")
     torch.manual_seed(seed)
-    with torch.device(device):
-        layer = build_ffn(shape, init_std=1.0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            layer = build_ffn(shape, init_std=1.0)
+    finally:
+        torch.set_default_dtype(default)
     with torch.no_grad():  # scale so activations stay O(1) at any width
         for name, p in layer.named_parameters():
             if name != "router.weight":
@@ -87,13 +96,29 @@ def build_layer(shape: MoEShape | DeaMoEShape, device, seed: int):
 def _round_(layer, dtype) -> None:
     with torch.no_grad():
         for p in layer.parameters():
-            p.copy_(p.to(dtype).float())
+            if p.dtype != dtype:
+                p.copy_(p.to(dtype).float())
+
+
+class _Upcast:
+    """Stands in for a low-precision parameter: indexing returns float32 (for the reference)."""
+
+    def __init__(self, t: torch.Tensor):
+        self.t = t
+
+    def __getitem__(self, idx):
+        return self.t[idx].float()
 
 
 def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+    import copy
+
     from deamoe.model.layers import reference_forward
 
     s = layer.shape
+    if any(p.dtype != torch.float32 for p in layer.parameters()):
+        layer = copy.copy(layer)  # shallow: same weights, reached through _Upcast
+        layer._parameters = {n: _Upcast(p) for n, p in layer._parameters.items()}
     per_token = ids.shape[1] * s.h_ffn * max(s.h, s.h_ffn) * 4
     chunk = max(1, int(budget_bytes // per_token))
     outs = [
@@ -164,3 +189,31 @@ def small_shapes() -> dict[str, MoEShape | DeaMoEShape]:
 
 def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
     return [dataclasses.replace(shape, operator=op) for op in ("gelu", "rmsnorm", "none")]
+
+
+def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None) -> list[dict]:
+    """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes."""
+    from deamoe.config import TABLE1
+
+    rows = []
+    for name, shape in small_shapes().items():
+        for seed, tokens in enumerate((1, 37, 256)):
+            for pattern in PATTERNS:
+                rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype))
+    for shape in operator_variants(small_shapes()["deamoe-small"]):
+        rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device, dtype))
+    for model, row in TABLE1.items():
+        if models is not None and model not in models:
+            continue
+        for shape in (row.baseline, row.deamoe):
+            layer = build_layer(shape, device, seed=11, dtype=dtype)
+            cases = [Case(model, shape, t, "random", seed=20 + t) for t in table1_tokens]
+            cases += [Case(model, shape, 64, "same", 1), Case(model, shape, 64, "empty", 2)]
+            for case in cases:
+                rows.append(check_case(case, device, dtype, layer=layer))
+                if progress is not None:
+                    progress.update(1)
+            del layer
+            if device != "cpu":
+                torch.cuda.empty_cache()
+    return rows

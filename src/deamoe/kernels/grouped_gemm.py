@@ -23,6 +23,7 @@ Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,7 @@ from deamoe.kernels.align import Alignment
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 @triton.jit
@@ -64,7 +66,7 @@ def grouped_gemm_kernel(
     N, K, P, k_top, n_dept, per_group, max_blocks,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
-    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr,
+    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
@@ -96,10 +98,14 @@ def grouped_gemm_kernel(
             a_mask = row_ok[:, None] & (offs_k[None, :] < K - k0)
             b_mask = n_ok[None, :] & (offs_k[:, None] < K - k0)
         bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
+        if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
+            bg = bg.to(tl.float32)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
         acc = tl.dot(a, bg, acc)
         if GATED:
             bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
+            if DOT_F32:
+                bu = bu.to(tl.float32)
             if EPI == 1:
                 au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
                 acc_u = tl.dot(au, bu, acc_u)
@@ -135,6 +141,19 @@ class TileConfig:
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 4
+
+    @property
+    def name(self) -> str:
+        return f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
+
+    @classmethod
+    def parse(cls, text: str) -> "TileConfig":
+        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4)."""
+        try:
+            parts = {p[0]: int(p[1:]) for p in text.split("-")}
+            return cls(parts["n"], parts["k"], parts["w"], parts["s"])
+        except (KeyError, ValueError, IndexError):
+            raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4") from None
 
 
 def grouped_gemm(
@@ -177,6 +196,7 @@ def grouped_gemm(
         a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
         A_MODE=a_mode, C_MODE=c_mode, EPI=epi, ACT=ACTS[act],
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
+        DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )

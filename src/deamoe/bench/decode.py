@@ -1,0 +1,124 @@
+"""Model-level decode benchmark: one decode step of a whole decoder, baseline vs DeaMoE FFNs.
+
+The GPU counterpart of Figure 3 where vLLM cannot run (FINDINGS.md: no GPU vLLM on the lent
+H200).  A pre-norm decoder with random bf16 weights: per layer RMSNorm -> QKV -> attention over
+a static KV cache of `context` positions (the new token's K/V written into the last slot, so
+every step reads the same cache size) -> output projection -> RMSNorm -> FFN (router +
+deamoe.routing.route + the Triton kernels) ; then the LM head and a greedy argmax.  The whole
+step is one CUDA graph; TPOT is the median replay time.  RoPE is left out (elementwise, a few
+microseconds per step, the same for both models).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from deamoe.bench.layer_step import ffn_step, random_weights, time_fn
+
+
+@dataclass
+class DecoderShape:
+    n_layers: int
+    heads: int
+    context: int
+    vocab: int
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w).to(x.dtype)
+
+
+class RandomDecoder:
+    """Random-weight decoder whose FFN is `ffn_shape` (MoEShape or DeaMoEShape)."""
+
+    def __init__(self, ffn_shape, dec: DecoderShape, max_batch: int, device="cuda", seed=0,
+                 dtype=torch.bfloat16):
+        h = ffn_shape.h
+        self.shape, self.dec, self.h = ffn_shape, dec, h
+        self.hd = h // dec.heads
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def mat(*size):
+            return torch.randn(*size, generator=g, device=device, dtype=dtype).mul_(size[-1] ** -0.5)
+
+        self.embed = torch.randn(dec.vocab, h, generator=g, device=device, dtype=dtype)
+        self.lm_head = mat(dec.vocab, h)
+        self.norm = torch.ones(h, device=device)
+        self.layers = []
+        for i in range(dec.n_layers):
+            self.layers.append({
+                "wqkv": mat(3 * h, h), "wo": mat(h, h),
+                "ffn": random_weights(ffn_shape, device, dtype, seed=seed + 1000 + i),
+                "k": torch.randn(max_batch, dec.heads, dec.context, self.hd, generator=g,
+                                 device=device, dtype=dtype),
+                "v": torch.randn(max_batch, dec.heads, dec.context, self.hd, generator=g,
+                                 device=device, dtype=dtype),
+            })
+
+    def step(self, tokens: torch.Tensor, tiles=None) -> torch.Tensor:
+        B = tokens.shape[0]
+        x = self.embed[tokens]
+        for L in self.layers:
+            a = _rms(x, self.norm)
+            q, k, v = F.linear(a, L["wqkv"]).view(B, 3, self.dec.heads, 1, self.hd).unbind(1)
+            kc, vc = L["k"][:B], L["v"][:B]
+            kc[:, :, -1:].copy_(k)
+            vc[:, :, -1:].copy_(v)
+            o = F.scaled_dot_product_attention(q, kc, vc)
+            x = x + F.linear(o.reshape(B, self.h), L["wo"])
+            x = x + ffn_step(self.shape, L["ffn"], _rms(x, self.norm), tiles=tiles)
+        return F.linear(_rms(x, self.norm), self.lm_head).argmax(-1)
+
+
+def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", tiles=None,
+               seed=0, progress=None, shapes=None) -> list[dict]:
+    """Rows {model, ffn, batch, tpot_ms} for the baseline and DeaMoE decoders of each model.
+
+    tiles: optional {(kind, model, batch): tile object} from the microbenchmark's search;
+    shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the Table 1 presets (tests).
+    """
+    from deamoe.config import table1_row
+
+    rows = []
+    for model in models:
+        pair = (shapes or {}).get(model) or (table1_row(model).baseline, table1_row(model).deamoe)
+        for kind, shape in zip(("baseline", "deamoe"), pair):
+            net = RandomDecoder(shape, dec, max(batches), device, seed)
+            for batch in batches:
+                tokens = torch.randint(0, dec.vocab, (batch,), device=device)
+                t = (tiles or {}).get((kind, model, batch))
+                with torch.no_grad():
+                    timing = time_fn(lambda: net.step(tokens, t), replays)
+                rows.append({"model": model, "ffn": kind, "batch": batch,
+                             "tpot_ms": timing.median_us / 1e3, "p10_ms": timing.p10_us / 1e3,
+                             "p90_ms": timing.p90_us / 1e3})
+                if progress is not None:
+                    progress.update(1)
+            del net
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return rows
+
+
+def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
+    """decode_tpot.csv: one row per (model, batch) with both TPOTs and the speedup."""
+    import triton
+
+    by = {(r["model"], r["batch"], r["ffn"]): r for r in rows}
+    out = []
+    for (model, batch, ffn), r in by.items():
+        if ffn != "baseline" or (model, batch, "deamoe") not in by:
+            continue
+        d = by[(model, batch, "deamoe")]
+        out.append({
+            "model": model, "batch": batch, "baseline_tpot_ms": r["tpot_ms"],
+            "deamoe_tpot_ms": d["tpot_ms"], "speedup": r["tpot_ms"] / d["tpot_ms"],
+            "layers": dec.n_layers, "heads": dec.heads, "context": dec.context, "vocab": dec.vocab,
+            "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
+            "date": prov["date"], "git_sha": prov["git_sha"],
+        })
+    return out

@@ -1,0 +1,149 @@
+"""One MoE layer's decode step (router + routing + expert kernels) and its timing harness.
+
+Shared by the per-layer microbenchmark and the model-level decode benchmark.  Weights are random
+(bf16); several copies ("layers") are rotated inside one CUDA graph so that a replay reads
+weights well beyond the 60 MB L2, and the time per layer is the replay time over the copies.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.routing import route
+
+BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
+
+
+def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, seed=0) -> dict:
+    """Weights of one layer in the layout of deamoe.model.layers (fan-in scaled normals)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    f, h = shape.h_ffn, shape.h
+
+    def mat(*size):
+        t = torch.randn(*size, generator=g, device=device, dtype=dtype)
+        return t.mul_(size[-1] ** -0.5)
+
+    w = {"router": mat(shape.n_expert, h)}
+    if isinstance(shape, DeaMoEShape):
+        d, e = shape.n_dept, shape.n_expert
+        w.update(dept_gate=mat(d, f, h), dept_up=mat(d, f, h), dept_down=mat(d, h, f),
+                 expert_gate=mat(e, f, f), expert_up=mat(e, f, f), expert_down=mat(e, f, f))
+    else:
+        e = shape.n_expert
+        w.update(gate_proj=mat(e, f, h), up_proj=mat(e, f, h), down_proj=mat(e, h, f))
+    return w
+
+
+def layer_bytes(shape: MoEShape | DeaMoEShape) -> int:
+    f, h = shape.h_ffn, shape.h
+    per = 2 * 3 * f * h
+    if isinstance(shape, DeaMoEShape):
+        return 2 * shape.n_expert * h + shape.n_dept * per + shape.n_expert * 2 * 3 * f * f
+    return 2 * shape.n_expert * h + shape.n_expert * per
+
+
+def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
+    """Weight bytes a step must load for this routing: router + distinct experts/departments."""
+    f, h = shape.h_ffn, shape.h
+    router = 2 * shape.n_expert * h
+    experts = int(torch.unique(ids).numel())
+    if isinstance(shape, DeaMoEShape):
+        depts = int(torch.unique(ids // shape.experts_per_dept).numel())
+        return router + depts * 2 * 3 * f * h + experts * 2 * 3 * f * f
+    return router + experts * 2 * 3 * f * h
+
+
+def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None) -> torch.Tensor:
+    """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch)."""
+    ids, weights = route(shape, F.linear(x, w["router"]))
+    if isinstance(shape, DeaMoEShape):
+        from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+
+        return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
+                              w["expert_up"], w["expert_down"], ids, weights,
+                              operator=shape.operator, tiles=tiles or DeaMoETiles())
+    if impl == "torch":
+        return torch_grouped_moe(x, w, ids, weights)
+    from deamoe.kernels.fused_moe import MoETiles, fused_moe
+
+    return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
+                     tiles or MoETiles())
+
+
+def torch_grouped_moe(x, w, ids, weights) -> torch.Tensor:
+    """Reference baseline from library GEMMs: sort pairs, torch._grouped_mm x3, scatter-add.
+
+    Counts come from scatter_add (torch.bincount would synchronise), so it captures in a graph.
+    """
+    T, k = ids.shape
+    E = w["gate_proj"].shape[0]
+    flat = ids.reshape(-1)
+    order = flat.argsort()
+    counts = torch.zeros(E, dtype=torch.int32, device=x.device).scatter_add_(
+        0, flat, torch.ones_like(flat, dtype=torch.int32))
+    offs = counts.cumsum(0, dtype=torch.int32)
+    xs = x[order // k]
+    g = torch._grouped_mm(xs, w["gate_proj"].transpose(1, 2), offs=offs)
+    u = torch._grouped_mm(xs, w["up_proj"].transpose(1, 2), offs=offs)
+    y = torch._grouped_mm(F.silu(g) * u, w["down_proj"].transpose(1, 2), offs=offs)
+    y = y.float() * weights.reshape(-1)[order, None]
+    out = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    return out.index_add_(0, order // k, y).to(x.dtype)
+
+
+@dataclass
+class Timing:
+    median_us: float
+    p10_us: float
+    p90_us: float
+    replays: int
+
+
+def time_fn(fn, replays: int, per_call: int = 1, graph: bool = True) -> Timing:
+    """Median time of `fn` (divided by per_call); CUDA graph replays on CUDA, a host clock on CPU."""
+    if not torch.cuda.is_available():
+        fn()
+        samples = []
+        for _ in range(max(1, replays)):
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1e6 / per_call)
+        return _timing(samples)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):  # compile + warm up outside the capture
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+    else:
+        run = fn
+    for _ in range(3):
+        run()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    for s, e in zip(starts, ends):
+        s.record()
+        run()
+        e.record()
+    torch.cuda.synchronize()
+    samples = [s.elapsed_time(e) * 1e3 / per_call for s, e in zip(starts, ends)]
+    if graph:
+        del g
+    return _timing(samples)
+
+
+def _timing(samples: list[float]) -> Timing:
+    s = sorted(samples)
+    return Timing(statistics.median(s), s[len(s) // 10], s[(len(s) * 9) // 10], len(s))

@@ -1,0 +1,85 @@
+"""The GPU run behind `python -m deamoe microbench`: every part, results written as they finish.
+
+Writes under OUT: roofline.json, battery.csv, microbench.csv (rewritten after each model, so a
+run cut short keeps what it measured), decode_tpot.csv, status.json.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from deamoe.bench.microbench import MicrobenchSettings, _tiles, run_microbench
+from deamoe.io import write_csv, write_json
+from deamoe.provenance import provenance
+
+
+def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
+    import triton
+    from tqdm import tqdm
+
+    prov = provenance("cuda")
+    status = {"status": "ok", **prov, "triton": triton.__version__, "parts": {}}
+    t0 = time.time()
+    peak = float("nan")
+    if "roofline" not in skip:
+        from deamoe.kernels.stream_read_benchmark import measure_read_roofline
+
+        roof = measure_read_roofline(s.roofline_gib)
+        peak = roof["peak_read_tbps"]
+        write_json(out / "roofline.json", {**roof, **prov, "triton": triton.__version__})
+        print(f"read roofline {peak:.3f} TB/s (torch.sum {roof['torch_sum_tbps']:.3f})", flush=True)
+        status["parts"]["roofline"] = {"peak_read_tbps": peak, "s": time.time() - t0}
+    if "battery" not in skip and s.battery:
+        from deamoe.kernels.battery import full_battery
+
+        with tqdm(desc="battery") as bar:
+            rows = full_battery("cuda", torch.bfloat16, s.battery_tokens, progress=bar)
+        df = pd.DataFrame(rows)
+        write_csv(out / "battery.csv", df)
+        bad = df[~df["ok"]]
+        print(f"battery: {len(df) - len(bad)}/{len(df)} ok, max rel err {df['rel_err'].max():.2e}",
+              flush=True)
+        if len(bad):
+            print(bad.to_string())
+            status["status"] = "battery failures"
+        status["parts"]["battery"] = {"cases": len(df), "failed": int(len(bad)),
+                                      "max_rel_err": float(df["rel_err"].max()), "s": time.time() - t0}
+    rows = []
+    if "layers" not in skip:
+        s_run = dataclasses.replace(s, torch_reference=s.torch_reference and "torch" not in skip)
+        for model in s.models:
+            rows += run_microbench(dataclasses.replace(s_run, models=[model]), peak)
+            write_csv(out / "microbench.csv", pd.DataFrame(rows))
+        df = pd.DataFrame(rows)
+        cols = ["model", "batch", "baseline_us", "deamoe_us", "speedup", "ideal_speedup",
+                "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak", "torch_grouped_us",
+                "vllm_h200_us", "baseline_tile", "deamoe_tile"]
+        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+        status["parts"]["layers"] = {"rows": len(df), "s": time.time() - t0}
+    if "decode" not in skip and s.decode:
+        from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
+        from deamoe.config import table1_row
+
+        best = {}
+        for r in rows:  # reuse the per-layer tile search for the same shapes
+            row = table1_row(r["model"])
+            for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
+                name = r[f"{kind}_tile"]
+                if name not in ("failed", "library"):
+                    best[(kind, r["model"], r["batch"])] = _tiles(shape, name, s.block_m)
+        dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
+        with tqdm(total=2 * len(s.decode_models) * len(s.batches), desc="decode") as bar:
+            raw = run_decode(s.decode_models, s.batches, dec, s.decode_replays, tiles=best,
+                             seed=s.seed, progress=bar)
+        table = pd.DataFrame(tpot_table(raw, prov, dec))
+        write_csv(out / "decode_tpot.csv", table)
+        print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]
+              .to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+        status["parts"]["decode"] = {"rows": len(table), "s": time.time() - t0}
+    write_json(out / "status.json", status)
+    return 0 if status["status"] == "ok" else 1

@@ -1,0 +1,82 @@
+"""The benchmark code paths at tiny shapes on the CPU (interpreter kernels, host-clock timing)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
+from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
+from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
+from deamoe.bench.microbench import MicrobenchSettings, bench_impl
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.errors import ConfigError
+
+MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
+DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
+TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1"], select_replays=1, replays=2,
+                          rotate_bytes=1e9, max_copies=2)
+
+
+def test_step_bytes_counts_distinct_experts_and_departments():
+    ids = torch.tensor([[0, 1, 4, 5, 6], [0, 2, 3, 8, 9]])  # depts (4 per dept): {0,1} and {0,2}
+    f, h = DEA.h_ffn, DEA.h
+    router = 2 * DEA.n_expert * h
+    assert step_bytes(DEA, ids) == router + 3 * (2 * 3 * f * h) + 9 * (2 * 3 * f * f)
+    assert step_bytes(MOE, ids[:, :4]) == 2 * MOE.n_expert * h + 7 * (2 * 3 * f * h)
+    assert layer_bytes(MOE) == 2 * 16 * 64 + 16 * 2 * 3 * 32 * 64
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_ffn_step_runs_the_kernel(shape):
+    w = random_weights(shape, "cpu", torch.float32, seed=1)
+    out = ffn_step(shape, w, torch.randn(3, shape.h))
+    assert out.shape == (3, shape.h) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_bench_impl_rows(shape):
+    rows = bench_impl(shape, [3], TINY, device="cpu")
+    (row,) = rows
+    assert row["batch"] == 3 and row["us"] > 0 and row["tile"] == "n32-k32-w4-s1"
+    assert row["copies"] == 2 and row["bytes"] > 2 * shape.n_expert * shape.h
+
+
+def test_decode_step_and_table():
+    dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
+    rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})
+    prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}
+    (row,) = tpot_table(rows, prov, dec)
+    assert row["batch"] == 2 and row["baseline_tpot_ms"] > 0 and row["speedup"] > 0
+
+
+def test_settings_reject_bad_values():
+    with pytest.raises(ConfigError, match="tiles"):
+        MicrobenchSettings(tiles=["n64-k128"])
+    with pytest.raises(ConfigError, match="unknown model"):
+        MicrobenchSettings(models=["GPT-9"])
+
+
+def test_cli_without_cuda_writes_status(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("microbench:\n  batches: [4]\n")
+    out = tmp_path / "mb"
+    r = subprocess.run([sys.executable, "-m", "deamoe", "microbench", "--config", str(cfg),
+                        "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    status = json.loads((out / "status.json").read_text())
+    assert status["status"] == "not run" and status["reason"] == "no CUDA GPU"
+
+
+def test_cli_rejects_unknown_config_key(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("microbench:\n  batchez: [4]\n")
+    r = subprocess.run([sys.executable, "-m", "deamoe", "microbench", "--config", str(cfg),
+                        "--out", str(tmp_path / "o")], capture_output=True, text=True)
+    assert r.returncode == 2 and "microbench.batchez" in r.stderr
