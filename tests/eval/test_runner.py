@@ -1,0 +1,113 @@
+"""End to end: a tiny DeaMoE checkpoint evaluated offline by lm-eval on a few rows of every task;
+the re-pointed built-in tasks render the prompts they render on hub data; online fails cleanly."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from deamoe.errors import DeaMoEError
+from deamoe.eval import runner
+from deamoe.eval.settings import ALL_TASKS, EvalSettings
+
+from conftest import DATA_DIR, REPO
+
+
+def settings(tmp_path, **kw) -> EvalSettings:
+    kw.setdefault("limit", 2)
+    kw.setdefault("ppl_max_chars", 3000)
+    return EvalSettings(data_dir=str(DATA_DIR), hf_home=str(tmp_path / "hf"), **kw)
+
+
+def test_tiny_model_every_task_offline(tmp_path, tiny_checkpoint):
+    out = tmp_path / "deamoe"
+    res = runner.run_eval(settings(tmp_path), tiny_checkpoint, "deamoe", out)
+    saved = json.loads((out / "lm_eval.json").read_text())
+    assert saved["deamoe"]["model"] == "deamoe" and saved["deamoe"]["git_sha"]
+    for task in ALL_TASKS:
+        assert task in saved["results"], task
+        assert saved["n-samples"][task]["effective"] <= 2
+    for task in ("boolq", "piqa", "hellaswag", "race", "anli_r3", "openbookqa"):
+        assert saved["n-samples"][task]["effective"] == 2
+        assert 0.0 <= saved["results"][task]["acc,none"] <= 1.0
+    for task in ("ptb", "wikitext2", "wikitext103"):
+        ppl = saved["results"][task]["word_perplexity,none"]
+        assert math.isfinite(ppl) and ppl > 1.0
+        assert saved["results"][task]["bits_per_byte,none"] > 0
+    # WikiText-103 raw test == WikiText-2 raw test: same documents, same numbers
+    assert saved["results"]["wikitext2"]["word_perplexity,none"] == \
+        saved["results"]["wikitext103"]["word_perplexity,none"]
+    assert res["results"].keys() == saved["results"].keys()
+    # and the tables command reads it
+    from deamoe.eval.tables import build_tables
+
+    down, ppl = build_tables(tmp_path)
+    assert set(down.task) == set(ALL_TASKS[:10]) and set(ppl.dataset) == {"ptb", "wikitext103", "wikitext2"}
+
+
+def test_repointed_tasks_render_the_builtin_prompts(tmp_path):
+    s = settings(tmp_path)
+    runner.set_hf_environment(s)
+    runner.prepare_data(s, tmp_path)
+    names = runner.write_tasks(s, tmp_path)
+    from lm_eval.tasks import TaskManager
+
+    tasks = TaskManager(include_path=str(tmp_path / "tasks")).load(names)["tasks"]
+    assert set(tasks) == set(ALL_TASKS)
+
+    def first(name):
+        t = tasks[name]
+        doc = next(iter(t.eval_docs))
+        return t, doc
+
+    t, d = first("hellaswag")
+    assert t.doc_to_text(d) == "Roof shingle removal: A man is sitting on a roof. He"
+    assert t.doc_to_target(d) == 3 and len(t.doc_to_choice(d)) == 4
+    t, d = first("boolq")
+    assert t.doc_to_text(d).endswith("\nQuestion: does ethanol take more energy make that produces?\nAnswer:")
+    assert t.doc_to_choice(d) == ["no", "yes"] and t.doc_to_target(d) == 0
+    t, d = first("anli_r1")
+    assert t.doc_to_text(d).endswith("True, False, or Neither?\nAnswer:") and t.doc_to_target(d) == "True"
+    t, d = first("social_iqa")
+    assert t.doc_to_text(d).startswith("Q: Tracy didn't go home") and t.doc_to_target(d) == 2
+    t, d = first("openbookqa")
+    assert t.doc_to_target(d) == 1 and t.doc_to_choice(d)[1] == "quit eating lunch out"
+    t, d = first("race")
+    assert t.doc_to_text(d).startswith("Article: ") and t.doc_to_target(d) in (0, 1, 2, 3)
+    t, d = first("winogrande")
+    assert t.doc_to_choice(d) == ["Sarah was a much better surgeon than Maria so Sarah",
+                                  "Sarah was a much better surgeon than Maria so Maria"]
+    t, d = first("ptb")
+    assert t.doc_to_target(d).startswith("no it wasn't black monday\n")
+
+
+def test_online_without_network_fails_in_one_line(tmp_path, monkeypatch):
+    def refuse(*a, **k):
+        raise OSError("network unreachable")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    with pytest.raises(DeaMoEError, match=r"^eval\.online is true but huggingface\.co cannot be reached") as e:
+        runner.run_eval(settings(tmp_path, online=True), tmp_path / "none", "deamoe", tmp_path / "out")
+    assert "\n" not in str(e.value)
+
+
+def test_missing_checkpoint_is_a_data_error(tmp_path):
+    with pytest.raises(DeaMoEError, match="not a checkpoint directory"):
+        runner.run_eval(settings(tmp_path, tasks=("boolq",)), tmp_path / "nope", "deamoe", tmp_path / "o")
+
+
+def test_cli_bad_config_key_exits_2_with_one_line(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("eval:\n  limt: 3\n")
+    p = subprocess.run([sys.executable, "-m", "deamoe", "eval", "--config", str(cfg), "--checkpoint", "x",
+                        "--model", "deamoe", "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                       cwd=REPO)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == ["error: unknown key eval.limt (known: batch_size, bootstrap_iters, "
+                                             "data_dir, device, dtype, hf_home, limit, log_samples, max_length, "
+                                             "num_fewshot, online, ppl_max_chars, seed, tasks)"]

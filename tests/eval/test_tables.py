@@ -1,0 +1,70 @@
+"""downstream.csv / perplexity.csv from lm_eval.json files, with the paper's values beside."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from deamoe.errors import DataError
+from deamoe.eval import paper_values
+from deamoe.eval.tables import build_tables, write_tables
+
+from conftest import REPO
+
+
+def fake_result(model):
+    return {
+        "results": {
+            "piqa": {"acc,none": 0.5, "acc_stderr,none": 0.1, "acc_norm,none": 0.75, "acc_norm_stderr,none": 0.05},
+            "boolq": {"acc,none": 0.625, "acc_stderr,none": "N/A"},
+            "ptb": {"word_perplexity,none": 70.0, "byte_perplexity,none": 2.0, "bits_per_byte,none": 1.0},
+        },
+        "n-samples": {"piqa": {"original": 1838, "effective": 8}, "boolq": {"original": 3270, "effective": 8},
+                      "ptb": {"original": 1, "effective": 1}},
+        "deamoe": {"model": model, "git_sha": "abc", "profile": "tiny", "limit_per_task": 8},
+    }
+
+
+def test_tables_put_paper_values_on_the_table_metric(tmp_path):
+    for m in ("deamoe", "baseline"):
+        (tmp_path / m).mkdir()
+        (tmp_path / m / "lm_eval.json").write_text(json.dumps(fake_result(m)))
+    down, ppl = build_tables(tmp_path)
+    assert list(down.columns[:7]) == ["model", "task", "metric", "value", "stderr", "n", "paper_value"]
+    piqa = down[(down.model == "deamoe") & (down.task == "piqa")].set_index("metric")
+    assert piqa.loc["acc", "value"] == 50.0 and piqa.loc["acc_norm", "value"] == 75.0  # percent
+    assert piqa.loc["acc_norm", "paper_value"] == 73.39 and math.isnan(piqa.loc["acc", "paper_value"])
+    boolq = down[(down.model == "baseline") & (down.task == "boolq")].iloc[0]
+    assert boolq.paper_value == 61.47 and math.isnan(boolq.stderr) and boolq.n == 8
+    assert list(ppl.columns[:7]) == ["model", "dataset", "word_perplexity", "byte_perplexity",
+                                     "bits_per_byte", "n", "paper_value"]
+    row = ppl[ppl.model == "baseline"].iloc[0]
+    assert row.dataset == "ptb" and row.word_perplexity == 70.0 and row.paper_value == 64.33
+    assert (down.git_sha == "abc").all()
+    d, p = write_tables(tmp_path, tmp_path / "out")
+    assert d.read_text().startswith("model,task,metric,value,stderr,n,paper_value")
+
+
+def test_no_results_is_a_clear_error(tmp_path):
+    with pytest.raises(DataError, match="no \\*/lm_eval.json found"):
+        build_tables(tmp_path)
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "lm_eval.json").write_text("{}")
+    with pytest.raises(DataError, match="no 'results' key"):
+        build_tables(tmp_path)
+
+
+def test_paper_values_match_the_paper_text():
+    """Every number of Tables 2 and 3 appears in the extracted paper text, DeaMoE then baseline."""
+    seed = REPO.parent / "shared" / "seeds" / "000_104e20784e71d0e0.txt"
+    if not seed.is_file():
+        pytest.skip("paper text not available")
+    text = seed.read_text()
+    t2 = text[text.index("Table 2. Accuracy results"):text.index("Attempt to enforce")]
+    for _, _, v in paper_values.TABLE2.values():
+        assert f"{v['deamoe']:g} {v['baseline']:g}" in t2.replace("32.80", "32.8")
+    t3 = text[text.index("DeaMoE-7B Baseline-7B\n61.91"):][:120]
+    for _, v in paper_values.TABLE3.values():
+        assert f"{v['deamoe']:.2f} {v['baseline']:.2f}" in t3
