@@ -26,7 +26,6 @@ SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
 ]
-ABLATION_RUNS = [f"ablation-no{i}" for i in range(1, 7)]  # Table 4, variants No.1..No.6
 PRETRAIN_MODELS = ["baseline", "deamoe"]  # budget-matched baseline and DeaMoE
 
 
@@ -92,6 +91,25 @@ def write_if_changed(path, text):
     os.replace(tmp, path)
 
 
+def _typed_cli_overrides(cfg, overrides):
+    """`--config section="{key: 3}"` arrives with every nested value as a string (Snakemake parses
+    nested --config values with YAML's BaseLoader); read those leaves as YAML so numbers are
+    numbers, as they would be from a --configfile."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(cfg.get(key), dict):
+            _typed_cli_overrides(cfg[key], value)
+        elif isinstance(value, str) and cfg.get(key) == value and key != "profile":
+            try:
+                cfg[key] = yaml.safe_load(value)
+            except yaml.YAMLError:
+                pass  # leave it a string; the schema check names the key if that is wrong
+        elif isinstance(value, list) and cfg.get(key) == value:
+            cfg[key] = [yaml.safe_load(v) if isinstance(v, str) else v for v in value]
+
+
+for _key, _value in dict(workflow.config_settings.config).items():
+    if isinstance(_value, dict) and isinstance(config.get(_key), dict):
+        _typed_cli_overrides(config[_key], _value)
 validate_config(config)
 # plain dicts/lists only (no Snakemake wrappers) so the YAML is readable by any tool
 RESOLVED = json.loads(json.dumps(dict(config)))
@@ -106,6 +124,11 @@ write_if_changed(
 def section(name):
     """A config section as a plain dict (a rule param: changing it reruns that rule)."""
     return RESOLVED.get(name, {})
+
+
+# Table 4's variants No.1..No.6 (ablation.variants may pick a subset) and the pre-training pair
+ABLATION_RUNS = [f"ablation-{v}" for v in
+                 section("ablation").get("variants", [f"no{i}" for i in range(1, 7)])]
 
 
 # The interpreter that runs Snakemake runs the stage commands, unless --sdm conda supplies one:

@@ -11,9 +11,9 @@ rule eval:
         eval=section("eval"),
     log:
         "logs/eval/{model}.log",
-    threads: 2
+    threads: 1
     resources:
-        gpus=0,
+        gpu=0,
     shell:
         "{DEAMOE} eval --config {params.config} --checkpoint {input.checkpoint}"
         " --model {wildcards.model} --out results/eval/{wildcards.model} > {log} 2>&1"

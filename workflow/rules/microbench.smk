@@ -14,6 +14,6 @@ rule microbench:
         "logs/microbench/microbench.log",
     threads: workflow.cores
     resources:
-        gpus=0,
+        gpu=0,
     shell:
         "{DEAMOE} microbench --config {params.config} --out {output} > {log} 2>&1"

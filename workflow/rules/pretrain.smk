@@ -1,6 +1,5 @@
 # Training runs: Table 4's six ablation variants and the DeaMoE-vs-baseline pre-training pair.
-# One rule, one command; the run name picks the variant.  With resources.gpus > 1 (the GPU and
-# SLURM profiles) the same command runs under torchrun (FSDP2 inside the trainer).
+# One rule, one command; the run name picks the variant.
 
 wildcard_constraints:
     run="ablation-no[1-6]|pretrain-(baseline|deamoe)",
@@ -25,16 +24,15 @@ rule train:
         run_section=_run_section,
     log:
         "logs/train/{run}.log",
-    threads: 2
+    # tiny: two 1-thread runs side by side on a 2-core laptop; the profiles raise it
+    threads: 1
     resources:
-        gpus=0,
+        gpu=0,  # the GPU/SLURM profiles set this to match train.nproc_per_node
     # An interrupted run resumes from its last periodic checkpoint (kept beside, not in, the
-    # declared outputs, so Snakemake's cleanup of incomplete outputs does not delete it).
+    # declared outputs, so Snakemake's cleanup of incomplete outputs leaves it).  With
+    # train.nproc_per_node > 1 the command itself re-launches under torchrun (FSDP2).
     shell:
-        "if [ {resources.gpus} -gt 1 ]; then"
-        "  launch='{PY} -m torch.distributed.run --standalone --nproc_per_node {resources.gpus}';"
-        " else launch='{PY}'; fi;"
-        " $launch -m deamoe train --config {params.config} --run {wildcards.run}"
+        "{DEAMOE} train --config {params.config} --run {wildcards.run}"
         " --data results/data --out results/train/{wildcards.run} > {log} 2>&1"
 
 

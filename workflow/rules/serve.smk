@@ -15,7 +15,7 @@ rule serve:
         "logs/serve/{model}.log",
     threads: workflow.cores
     resources:
-        gpus=0,
+        gpu=0,
     shell:
         "{DEAMOE} serve --config {params.config} --checkpoint {input.checkpoint}"
         " --model {wildcards.model} --out {output} > {log} 2>&1"

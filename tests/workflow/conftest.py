@@ -1,0 +1,39 @@
+"""A scratch working directory that looks like the repository root to Snakemake.
+
+The pipeline runs with the repository root as its working directory (config.yaml, data/ and
+reports/measured/ are relative to it). Tests must not touch the real results/, logs/ or
+reports/, so they link every other top-level entry into a temporary folder and run there.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+OWN_OUTPUTS = {"results", "logs", "reports", ".snakemake", ".git", ".venv", ".pytest_cache"}
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    for entry in REPO.iterdir():
+        if entry.name not in OWN_OUTPUTS:
+            (tmp_path / entry.name).symlink_to(entry)
+    (tmp_path / "reports").mkdir()
+    if (REPO / "reports" / "measured").exists():
+        (tmp_path / "reports" / "measured").symlink_to(REPO / "reports" / "measured")
+    return tmp_path
+
+
+def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Run Snakemake on the repository's Snakefile in `workdir`; output captured as text."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
+        cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env,
+    )

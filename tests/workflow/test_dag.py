@@ -1,0 +1,91 @@
+"""The whole DAG resolves (dry run), bad config fails before any job, the resolved config."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from conftest import snakemake
+
+# every rule of the pipeline, and how many jobs of each the default DAG has
+EXPECTED_JOBS = {"table1": 1, "loading": 1, "data": 1, "train": 8, "ablation": 1, "pretrain": 1,
+                 "eval": 2, "eval_tables": 1, "serve": 2, "serve_tables": 1, "microbench": 1,
+                 "report": 1, "all": 1}
+
+
+def _job_counts(text: str) -> dict[str, int]:
+    block = text.split("Job stats:", 1)[1]
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^(\w+)\s+(\d+)$", block, flags=re.M) if m.group(1) != "total"}
+
+
+def test_dry_run_plans_every_stage(workdir):
+    proc = snakemake(workdir, "-n", "--cores", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _job_counts(proc.stdout + proc.stderr) == EXPECTED_JOBS
+    # the report outputs are what `all` asks for
+    assert "reports/figures/figure4_5_microbench.png" in proc.stdout + proc.stderr
+
+
+def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(workdir):
+    assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
+    path = workdir / "results" / "config.resolved.yaml"
+    resolved = yaml.safe_load(path.read_text())
+    assert resolved["profile"] == "tiny"
+    assert resolved["report"] == {"measured_gpu": "h200", "dpi": 150}  # schema defaults filled
+    mtime = path.stat().st_mtime_ns
+    assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
+    assert path.stat().st_mtime_ns == mtime  # unchanged content: file left alone
+    proc = snakemake(workdir, "-n", "--cores", "1", "--config", "report={'measured_gpu': 'a40'}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert yaml.safe_load(path.read_text())["report"]["measured_gpu"] == "a40"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("bogus=1", "unknown key bogus"),
+    ("analysis={'colour': 1}", "unknown key analysis.colour"),
+    ("analysis={'loading_trials': 'many'}", "analysis.loading_trials: 'many' is not of type 'integer'"),
+    ("profile=huge", "profile: 'huge' is not one of"),
+])
+def test_bad_config_names_the_key_before_any_job(workdir, override, message):
+    proc = snakemake(workdir, "--cores", "1", "--config", override)
+    assert proc.returncode != 0
+    assert message in proc.stderr
+    assert not (workdir / "logs").exists()  # nothing ran
+
+
+def test_out_of_range_value_names_the_key(workdir, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("analysis:\n  loading_tokens: [0, 4]\n")
+    proc = snakemake(workdir, "--cores", "1", "--configfile", str(bad))
+    assert proc.returncode != 0
+    assert "analysis.loading_tokens.0: 0 is less than the minimum of 1" in proc.stderr
+
+
+def _planned(proc) -> dict[str, int]:
+    text = proc.stdout + proc.stderr
+    return _job_counts(text) if "Job stats:" in text else {}
+
+
+def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(workdir):
+    targets = ["results/analysis/table1.csv", "results/analysis/loading.csv"]
+    fast = ["--config", "analysis={'loading_tokens': [1, 8], 'loading_trials': 2}"]
+    proc = snakemake(workdir, "--cores", "2", *targets, *fast)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (workdir / "logs" / "analysis" / "loading.log").exists()
+    # (--config takes several values: targets go before it)
+    # a second run does nothing
+    assert _planned(snakemake(workdir, "-n", "--cores", "2", *targets, *fast)) == {}
+    # another section changed: still nothing to do for these rules
+    other = snakemake(workdir, "-n", "--cores", "2", *targets, *fast,
+                      "report={'dpi': 100}")
+    assert _planned(other) == {}
+    # their own section changed: both rerun (their params hold the analysis section)
+    changed = ["--config", "analysis={'loading_tokens': [1, 8], 'loading_trials': 3}"]
+    assert _planned(snakemake(workdir, "-n", "--cores", "2", *targets, *changed)) == {
+        "table1": 1, "loading": 1}
+    # rerunning one rule on request
+    forced = snakemake(workdir, "-n", "--cores", "2", *targets, "--forcerun", "loading", *fast)
+    assert _planned(forced) == {"loading": 1}
