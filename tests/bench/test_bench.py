@@ -80,3 +80,18 @@ def test_cli_rejects_unknown_config_key(tmp_path):
     r = subprocess.run([sys.executable, "-m", "deamoe", "microbench", "--config", str(cfg),
                         "--out", str(tmp_path / "o")], capture_output=True, text=True)
     assert r.returncode == 2 and "microbench.batchez" in r.stderr
+
+
+def test_schema_matches_settings():
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    schema = yaml.safe_load((root / "workflow/schemas/microbench.schema.yaml").read_text())
+    fields = {f.name: f for f in dataclasses.fields(MicrobenchSettings)}
+    assert set(schema["properties"]) == set(fields)
+    defaults = MicrobenchSettings()
+    for key, prop in schema["properties"].items():
+        assert prop["default"] == getattr(defaults, key), key
