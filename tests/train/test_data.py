@@ -1,0 +1,75 @@
+import json
+
+import numpy as np
+import pytest
+
+from deamoe.errors import ConfigError, DataError
+from deamoe.train.data import TokenData, prepare
+from deamoe.train.settings import DataSettings, load_settings
+from deamoe.train.tokenizer import load
+
+
+def test_shards_round_trip_to_the_text(shards, corpus_dir):
+    meta = json.loads((shards / "meta.json").read_text())
+    data = TokenData.open(shards)
+    assert meta["documents"] == 2 and meta["vocab_size"] <= 300
+    assert len(data.train) == meta["train_tokens"] and len(data.val) == meta["val_tokens"]
+    # the held-out split is ~2% of every document, the two documents' tails
+    assert 0.01 < meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"]) < 0.03
+    tok = load(shards / "tokenizer")
+    eos = tok.eos_token_id
+    docs = np.split(np.asarray(data.train), np.flatnonzero(np.asarray(data.train) == eos) + 1)
+    first = tok.decode(docs[0].tolist())
+    assert (corpus_dir / "corpus" / "a.txt").read_text().startswith(first[:1000])
+
+
+def test_batches_depend_only_on_seed_and_step(shards):
+    data = TokenData.open(shards)
+    x, y = data.train_batch(step=3, seed=0, batch_size=4, seq_len=16, rows=slice(0, 4))
+    x2, _ = data.train_batch(step=3, seed=0, batch_size=4, seq_len=16, rows=slice(2, 4))
+    x3, _ = data.train_batch(step=4, seed=0, batch_size=4, seq_len=16, rows=slice(0, 4))
+    assert x.shape == (4, 16) and (x[:, 1:] == y[:, :-1]).all()  # targets are inputs shifted by one
+    assert (x[2:] == x2).all()  # a rank's rows are a slice of the one global batch
+    assert not (x == x3).all()
+
+
+def test_non_utf8_and_missing_and_empty_corpus_are_one_line_errors(tmp_path):
+    (tmp_path / "bad.txt").write_bytes(b"hello \xff\xfe world")
+    with pytest.raises(DataError, match=r"bad.txt is not UTF-8 text \(bad byte at offset 6\)"):
+        prepare(DataSettings(source="files", files=(str(tmp_path / "bad.txt"),)), tmp_path / "o", progress=False)
+    with pytest.raises(DataError, match="matches no file"):
+        prepare(DataSettings(source="files", files=(str(tmp_path / "nothing*.txt"),)), tmp_path / "o", progress=False)
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(DataError, match="corpus is empty"):
+        prepare(DataSettings(source="files", files=(str(tmp_path / "empty.txt"),)), tmp_path / "o", progress=False)
+    assert not (tmp_path / "o" / "train.bin").exists()
+
+
+def test_missing_shards_and_offline_tokenizer_errors(tmp_path, monkeypatch):
+    with pytest.raises(DataError, match="missing meta.json"):
+        TokenData.open(tmp_path)
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    from deamoe.train.tokenizer import load_named
+
+    with pytest.raises(DataError, match="data.tokenizer='no-such-org/no-such-tokenizer'"):
+        load_named("no-such-org/no-such-tokenizer")
+
+
+def test_config_errors_name_the_key(tmp_path, make_config):
+    path = make_config(tmp_path)
+    text = open(path).read()
+    open(path, "w").write(text.replace("vocab_size: 300", "vocab_size: 300\n  vocab: 1"))
+    with pytest.raises(ConfigError, match=r"unknown key data.vocab"):
+        load_settings(path)
+    with pytest.raises(ConfigError, match=r"train.steps must be an integer"):
+        load_settings(doc={"train": {"steps": "ten"}})
+    with pytest.raises(ConfigError, match=r"train.batch_size must be a multiple of train.micro_batch_size"):
+        load_settings(doc={"train": {"batch_size": 6, "micro_batch_size": 4}})
+
+
+def test_redpajama_needs_a_byte_budget():
+    with pytest.raises(DataError, match="max_bytes > 0"):
+        prepare(DataSettings(source="redpajama"), "/nonexistent", progress=False)
