@@ -105,7 +105,10 @@ def hub_docs(task: str, max_chars: int = 0) -> list[dict]:
     import datasets
 
     name, config, split, field = HUB_SOURCES[task]
-    rows = datasets.load_dataset(name, config, split=split)
+    try:
+        rows = datasets.load_dataset(name, config, split=split)
+    except Exception:  # noqa: BLE001 -- script datasets (ptb_text_only): the hub's parquet export
+        rows = datasets.load_dataset(name, config, split=split, revision="refs/convert/parquet")
     if task == "ptb":  # one sentence per row -> the original file's ' words \n' lines
         return corpus_docs(task, "".join(f" {r[field].strip()} \n" for r in rows), max_chars)
     text = "\n".join(r[field] for r in rows)  # pages already; rebuilt stream, same cut

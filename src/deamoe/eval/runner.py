@@ -42,7 +42,10 @@ def set_hf_environment(s: EvalSettings) -> None:
         pass
 
 
-def check_online(host: str = "huggingface.co", timeout: float = 5.0) -> None:
+def check_online(host: str | None = None, timeout: float = 5.0) -> None:
+    from urllib.parse import urlparse
+
+    host = host or urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
     try:
         socket.create_connection((host, 443), timeout=timeout).close()
     except OSError as exc:
@@ -50,6 +53,15 @@ def check_online(host: str = "huggingface.co", timeout: float = 5.0) -> None:
             f"eval.online is true but {host} cannot be reached ({exc.__class__.__name__}); "
             "set eval.online: false to use the shipped data in eval.data_dir"
         ) from None
+
+
+def hub_docs(task: str, max_chars: int) -> list[dict]:
+    try:
+        return corpus.hub_docs(task, max_chars)
+    except Exception as exc:  # noqa: BLE001 -- any hub/network failure becomes one line
+        name = "/".join(corpus.HUB_SOURCES[task][:2])
+        raise DataError(f"eval.online: cannot load {name} for {task} "
+                        f"({exc.__class__.__name__}: {str(exc).splitlines()[0][:160] if str(exc) else ''})") from None
 
 
 def prepare_data(s: EvalSettings, out: Path) -> dict[str, dict]:
@@ -64,7 +76,7 @@ def prepare_data(s: EvalSettings, out: Path) -> dict[str, dict]:
             docs = data.task_docs(task, data_dir)
             src = data_dir / data.DOWNSTREAM[task].file
         else:
-            docs = corpus.hub_docs(task, s.ppl_max_chars) if s.online else \
+            docs = hub_docs(task, s.ppl_max_chars) if s.online else \
                 corpus.shipped_docs(task, data_dir, s.ppl_max_chars)
             src = "/".join(corpus.HUB_SOURCES[task][:2]) if s.online else data_dir / corpus.PERPLEXITY_FILES[task]
         data.write_jsonl(out / "data" / f"{task}.jsonl", docs)
