@@ -111,3 +111,24 @@ def test_cli_bad_config_key_exits_2_with_one_line(tmp_path):
     assert p.stderr.strip().splitlines() == ["error: unknown key eval.limt (known: batch_size, bootstrap_iters, "
                                              "data_dir, device, dtype, hf_home, limit, log_samples, max_length, "
                                              "num_fewshot, online, ppl_max_chars, seed, tasks)"]
+
+
+def test_task_subset_writes_only_those_tasks(tmp_path):
+    import yaml
+
+    s = settings(tmp_path, tasks=("piqa", "ptb"))
+    runner.prepare_data(s, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["piqa.jsonl", "ptb.jsonl"]
+    assert runner.write_tasks(s, tmp_path) == ["deamoe_downstream", "ptb"]
+    group = yaml.safe_load((tmp_path / "tasks" / "deamoe_downstream.yaml").read_text())
+    (entry,) = group["task"]
+    assert entry["task"] == "piqa" and entry["training_split"] is None
+    assert entry["dataset_kwargs"]["data_files"]["validation"] == str((tmp_path / "data" / "piqa.jsonl").resolve())
+    assert "@DATA_DIR@" not in (tmp_path / "tasks" / "ptb.yaml").read_text()
+
+
+def test_cli_eval_data_validates_every_file():
+    p = subprocess.run([sys.executable, "-m", "deamoe", "eval-data"], capture_output=True, text=True, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert len(lines) == 13 and all(line.endswith("ok") for line in lines)
