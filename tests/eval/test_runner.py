@@ -132,3 +132,34 @@ def test_cli_eval_data_validates_every_file():
     assert p.returncode == 0, p.stderr
     lines = p.stdout.strip().splitlines()
     assert len(lines) == 13 and all(line.endswith("ok") for line in lines)
+
+
+@pytest.mark.slow  # ~30 s: every row of all 13 tasks through the harness's templates
+def test_every_shipped_row_renders_in_its_harness_task(tmp_path):
+    """All rows (not only the first few) go through the built-in tasks' templates without error,
+    with a gold answer among the choices."""
+    s = settings(tmp_path, ppl_max_chars=0)
+    runner.set_hf_environment(s)
+    runner.prepare_data(s, tmp_path)
+    from lm_eval.tasks import TaskManager
+
+    names = runner.write_tasks(s, tmp_path)
+    tasks = TaskManager(include_path=str(tmp_path / "tasks")).load(names)["tasks"]
+    counts = {}
+    for name, task in tasks.items():
+        docs = list(task.eval_docs)
+        counts[name] = len(docs)
+        for doc in docs:
+            if task.OUTPUT_TYPE == "loglikelihood_rolling":
+                assert task.doc_to_target(doc).strip()
+                continue
+            text, choices, gold = task.doc_to_text(doc), task.doc_to_choice(doc), task.doc_to_target(doc)
+            if name == "winogrande":  # partial scoring: choices are the contexts, text the gold index
+                assert text in (0, 1) and len(choices) == 2
+                continue
+            assert isinstance(text, str) and text.strip()
+            gold = choices.index(gold) if isinstance(gold, str) else gold
+            assert 0 <= gold < len(choices), (name, doc)
+    assert counts == {"boolq": 3270, "piqa": 1838, "social_iqa": 1954, "hellaswag": 1000, "winogrande": 1267,
+                      "race": 1045, "anli_r1": 1000, "anli_r2": 1000, "anli_r3": 1200, "openbookqa": 500,
+                      "ptb": 1, "wikitext103": 62, "wikitext2": 62}
