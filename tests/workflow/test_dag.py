@@ -89,3 +89,13 @@ def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(workdir):
     # rerunning one rule on request
     forced = snakemake(workdir, "-n", "--cores", "2", *targets, "--forcerun", "loading", *fast)
     assert _planned(forced) == {"loading": 1}
+
+
+@pytest.mark.parametrize("profile, name", [("gpu", "gpu"), ("slurm", "paper")])
+def test_profiles_plan_the_whole_dag_with_valid_numbers(workdir, profile, name):
+    folder = workdir / "workflow" / "profiles" / profile
+    proc = snakemake(workdir, "-n", "--workflow-profile", str(folder))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "report" in _job_counts(proc.stdout + proc.stderr)
+    resolved = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
+    assert resolved["profile"] == name

@@ -9,6 +9,8 @@ rule ablation:
     params:
         config=RESOLVED_CONFIG,
         ablation=section("ablation"),
+    conda:
+        "../../envs/train.yaml"
     log:
         "logs/ablation/summary.log",
     threads: 1

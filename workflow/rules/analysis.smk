@@ -7,6 +7,8 @@ rule table1:
         "results/analysis/table1.csv",
     params:
         analysis=section("analysis"),
+    conda:
+        "../../envs/analysis.yaml"
     log:
         "logs/analysis/table1.log",
     threads: 1
@@ -20,6 +22,8 @@ rule loading:
     params:
         config=RESOLVED_CONFIG,
         analysis=section("analysis"),
+    conda:
+        "../../envs/analysis.yaml"
     log:
         "logs/analysis/loading.log",
     threads: 1

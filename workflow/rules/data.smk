@@ -9,6 +9,8 @@ rule data:
     params:
         config=RESOLVED_CONFIG,
         data=section("data"),
+    conda:
+        "../../envs/train.yaml"
     log:
         "logs/data/data.log",
     threads: 1

@@ -9,6 +9,8 @@ rule eval:
     params:
         config=RESOLVED_CONFIG,
         eval=section("eval"),
+    conda:
+        "../../envs/eval.yaml"
     log:
         "logs/eval/{model}.log",
     threads: 1
@@ -28,6 +30,8 @@ rule eval_tables:
     params:
         config=RESOLVED_CONFIG,
         eval=section("eval"),
+    conda:
+        "../../envs/eval.yaml"
     log:
         "logs/eval/tables.log",
     threads: 1

@@ -10,6 +10,8 @@ rule microbench:
     params:
         config=RESOLVED_CONFIG,
         microbench=section("microbench"),
+    conda:
+        "../../envs/microbench.yaml"
     log:
         "logs/microbench/microbench.log",
     threads: workflow.cores

@@ -22,6 +22,8 @@ rule train:
         model=section("model"),
         train=section("train"),
         run_section=_run_section,
+    conda:
+        "../../envs/train.yaml"
     log:
         "logs/train/{run}.log",
     # tiny: two 1-thread runs side by side on a 2-core laptop; the profiles raise it
@@ -44,6 +46,8 @@ rule pretrain:
     params:
         config=RESOLVED_CONFIG,
         pretrain=section("pretrain"),
+    conda:
+        "../../envs/train.yaml"
     log:
         "logs/pretrain/summary.log",
     threads: 1

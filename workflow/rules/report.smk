@@ -73,6 +73,8 @@ rule report:
     params:
         config=RESOLVED_CONFIG,
         report=section("report"),
+    conda:
+        "../../envs/report.yaml"
     log:
         "logs/report/report.log",
     threads: 1

@@ -11,6 +11,8 @@ rule serve:
     params:
         config=RESOLVED_CONFIG,
         serve=section("serve"),
+    conda:
+        "../../envs/serve-cpu.yaml"
     log:
         "logs/serve/{model}.log",
     threads: workflow.cores
@@ -30,6 +32,8 @@ rule serve_tables:
     params:
         config=RESOLVED_CONFIG,
         serve=section("serve"),
+    conda:
+        "../../envs/serve-cpu.yaml"
     log:
         "logs/serve/tables.log",
     threads: 1

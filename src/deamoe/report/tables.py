@@ -252,6 +252,12 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
             if "ideal_speedup" in df.columns:
                 row["ideal_speedup"] = r["ideal_speedup"]
                 row["speedup / ideal"] = r["speedup"] / r["ideal_speedup"]
+            vllm = next((c for c in df.columns if c.startswith("vllm_") and c.endswith("_us")), None)
+            if vllm and pd.notna(r[vllm]):
+                # the peer: vLLM's own fused-MoE kernel on the same GPU (>1: ours is faster)
+                row["vLLM baseline_us"] = r[vllm]
+                row["baseline speed vs vLLM"] = r[vllm] / r["baseline_us"]
+                row["deamoe speedup over vLLM"] = r[vllm] / r["deamoe_us"]
             for gpu in ("A40", "H100"):
                 row[f"paper {gpu}"] = paper.FIG45.get((gpu, r["model"]), {}).get(int(r["batch"]))
             rows.append(row)
