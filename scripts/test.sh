@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Set everything up (scripts/setup.sh) and run the whole test suite: unit tests, the dry run of
+# the whole DAG, and the end-to-end run of a reduced config through every stage (slow tests
+# included; GPU tests skip themselves without CUDA). Extra arguments go to pytest, e.g.
+#   bash scripts/test.sh -m "not slow"      # the fast part only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh || exit $?
+.venv/bin/python -m pytest -ra "$@"
+rc=$?
+if [ "$rc" -eq 5 ]; then  # pytest: no test collected -- never a pass
+    echo "test.sh: pytest collected no tests" >&2
+    exit 1
+fi
+exit "$rc"
