@@ -9,6 +9,7 @@ server is stopped in every case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -37,14 +38,22 @@ def _checkpoint_config(checkpoint: Path) -> dict:
 
 
 def run_level(server: VllmServer, checkpoint: Path, model: str, c: int, s: ServeSettings,
-              vocab_size: int, client: str) -> dict:
+              vocab_size: int, client: str, client_log: Path) -> dict:
     from deamoe.serve import client as clients
 
+    url = server.base_url
+    clients.warm_up(url, model, s.warmups, s.input_len, s.output_len, vocab_size, s.seed)
+    before = clients.server_stats(url)
     common = dict(n=s.requests_at(c), input_len=s.input_len, output_len=s.output_len,
-                  concurrency=c, warmups=s.warmups, seed=s.seed + c, timeout_s=s.level_timeout_s)
-    if client == "vllm":
-        return clients.vllm_benchmark(server.base_url, model, checkpoint, **common)
-    return clients.builtin_benchmark(server.base_url, model, vocab_size=vocab_size, **common)
+                  concurrency=c, seed=s.seed + c, timeout_s=s.level_timeout_s)
+    # The clients' own printout (vLLM's prints its arguments and a summary) goes to a log.
+    with open(client_log, "a") as log, contextlib.redirect_stdout(log):
+        if client == "vllm":
+            res = clients.vllm_benchmark(url, model, checkpoint, **common)
+        else:
+            res = clients.builtin_benchmark(url, model, vocab_size=vocab_size, **common)
+    res.update(clients.server_means(before, clients.server_stats(url)))
+    return res
 
 
 def pick_client(s: ServeSettings, checkpoint: Path) -> str:
@@ -63,6 +72,10 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
     checkpoint, out, log_path = Path(checkpoint), Path(out), Path(log_path)
     cfg = _checkpoint_config(checkpoint)
     client = pick_client(s, checkpoint)
+    stem = log_path.name.removesuffix(".log").removesuffix(".server")
+    client_log = log_path.with_name(stem + ".client.log")
+    client_log.parent.mkdir(parents=True, exist_ok=True)
+    client_log.write_text("")
     rows = []
     with atomic_path(out) as tmp:
         tmp.mkdir(parents=True)
@@ -70,7 +83,8 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
             device = device_name()
             for c in tqdm(s.concurrency, desc=f"serve {model}", unit="level"):
                 try:
-                    res = run_level(server, checkpoint, model, c, s, cfg["vocab_size"], client)
+                    res = run_level(server, checkpoint, model, c, s, cfg["vocab_size"], client,
+                                    client_log)
                 except (Exception, KeyboardInterrupt) as exc:
                     server.check_alive()  # a dead server explains the failure: report its log
                     raise ServerError(f"benchmark at concurrency {c} failed: {type(exc).__name__}: "
@@ -86,6 +100,8 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
                     "tpot_p99_ms": res["p99_tpot_ms"], "ttft_ms": res["mean_ttft_ms"],
                     "ttft_median_ms": res["median_ttft_ms"], "ttft_p99_ms": res["p99_ttft_ms"],
                     "output_tok_s": res["output_throughput"], "duration_s": res["duration"],
+                    "tpot_server_mean_ms": res["server_mean_tpot_ms"],
+                    "ttft_server_mean_ms": res["server_mean_ttft_ms"],
                     "backend": backend_name(), "client": res["client"], "device": device,
                     "dtype": s.dtype, "enforce_eager": needs_eager(s),
                     "server_startup_s": server.startup_s, "checkpoint": str(checkpoint),

@@ -11,6 +11,12 @@ same metrics, with vLLM's definitions (vllm/benchmarks/serve.py, calculate_metri
 The builtin client (used when vLLM's cannot run, or by `serve.client: builtin`) streams from
 /v1/completions with prompt token ids (vLLM accepts a list of ints as the prompt) and takes the
 output token count from the final usage chunk.
+
+Client-side timings include the HTTP front end and the client's own scheduling; on a small
+shared CPU a starved client reads a whole stream in one burst (TPOT near 0).  `server_stats`
+therefore also reads vLLM's own per-request histograms from /metrics (engine-core timestamps:
+vllm:request_time_per_output_token_seconds, vllm:time_to_first_token_seconds) before and after
+a level; their difference gives the server-side mean TPOT / TTFT of exactly that level.
 """
 
 from __future__ import annotations
@@ -98,14 +104,12 @@ async def _one_request(session, url, model, prompt, output_len) -> RequestRecord
     return rec
 
 
-async def _run_builtin(base_url, model, prompts, output_len, concurrency, warmups):
+async def _run_builtin(base_url, model, prompts, output_len, concurrency):
     import aiohttp
 
     url = base_url + "/v1/completions"
     timeout = aiohttp.ClientTimeout(total=None)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        for p in prompts[:warmups]:
-            await _one_request(session, url, model, p, output_len)
         queue = list(prompts)
         records: list[RequestRecord] = []
 
@@ -118,27 +122,76 @@ async def _run_builtin(base_url, model, prompts, output_len, concurrency, warmup
         return records, time.perf_counter() - t0
 
 
+SERVER_METRICS = {
+    "tpot": "vllm:request_time_per_output_token_seconds",
+    "ttft": "vllm:time_to_first_token_seconds",
+}
+
+
+def server_stats(base_url: str) -> dict[str, float]:
+    """Cumulative sum/count of vLLM's TPOT and TTFT histograms (all engines summed)."""
+    import urllib.request
+
+    with urllib.request.urlopen(base_url + "/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {f"{k}_{part}": 0.0 for k in SERVER_METRICS for part in ("sum", "count")}
+    for line in text.splitlines():
+        for key, name in SERVER_METRICS.items():
+            for part in ("sum", "count"):
+                if line.startswith(f"{name}_{part}"):
+                    out[f"{key}_{part}"] += float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def server_means(before: dict, after: dict) -> dict[str, float]:
+    """Server-side mean TPOT / TTFT (ms) of the requests finished between two scrapes."""
+    res = {}
+    for key in SERVER_METRICS:
+        n = after[f"{key}_count"] - before[f"{key}_count"]
+        total = after[f"{key}_sum"] - before[f"{key}_sum"]
+        res[f"server_mean_{key}_ms"] = total / n * 1000.0 if n > 0 else float("nan")
+        res[f"server_{key}_requests"] = n
+    return res
+
+
+def warm_up(base_url, model, n, input_len, output_len, vocab_size, seed) -> None:
+    """n sequential requests before a level (not measured; same for both clients)."""
+    import aiohttp
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            for p in random_prompts(n, input_len, vocab_size, seed + 10_000):
+                await _one_request(session, base_url + "/v1/completions", model, p, output_len)
+
+    if n:
+        asyncio.run(go())
+
+
 def random_prompts(n: int, input_len: int, vocab_size: int, seed: int) -> list[list[int]]:
     rng = random.Random(seed)
     # Avoid the lowest ids (special tokens in the project's tokenizers).
     return [[rng.randrange(8, vocab_size) for _ in range(input_len)] for _ in range(n)]
 
 
-def builtin_benchmark(base_url, model, *, n, input_len, output_len, concurrency, warmups,
-                      vocab_size, seed, timeout_s) -> dict:
+def builtin_benchmark(base_url, model, *, n, input_len, output_len, concurrency, vocab_size,
+                      seed, timeout_s) -> dict:
     prompts = random_prompts(n, input_len, vocab_size, seed)
     records, duration = asyncio.run(asyncio.wait_for(
-        _run_builtin(base_url, model, prompts, output_len, concurrency, warmups), timeout_s))
+        _run_builtin(base_url, model, prompts, output_len, concurrency), timeout_s))
     res = summarize(records, duration)
     res.update(num_prompts=n, max_concurrency=concurrency, client="deamoe.serve.client (builtin)")
     return res
 
 
 def vllm_benchmark(base_url, model, tokenizer, *, n, input_len, output_len, concurrency,
-                   warmups, seed, timeout_s) -> dict:
+                   seed, timeout_s) -> dict:
     """vLLM's own client (`vllm bench serve`), called in-process: random dataset, EOS ignored."""
     from vllm.benchmarks.serve import add_cli_args, main_async
     from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    from deamoe.serve.plugin import register_config
+
+    register_config()  # its tokenizer loader parses the checkpoint's config (model_type deamoe)
 
     parser = FlexibleArgumentParser()
     add_cli_args(parser)
@@ -149,7 +202,7 @@ def vllm_benchmark(base_url, model, tokenizer, *, n, input_len, output_len, conc
         "--random-range-ratio", "0", "--num-prompts", str(n),
         "--max-concurrency", str(concurrency), "--request-rate", "inf",
         "--ignore-eos", "--temperature", "0", "--seed", str(seed),
-        "--num-warmups", str(warmups), "--disable-tqdm",
+        "--num-warmups", "0", "--ready-check-timeout-sec", "0", "--disable-tqdm",
         "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", ",".join(str(p) for p in PERCENTILES),
     ])

