@@ -99,3 +99,12 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(workdir, profile, name):
     assert "report" in _job_counts(proc.stdout + proc.stderr)
     resolved = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
     assert resolved["profile"] == name
+
+
+def test_missing_corpus_file_is_named_before_any_job(workdir, tmp_path):
+    cfg = tmp_path / "files.yaml"
+    cfg.write_text(f"data:\n  source: files\n  files: ['{tmp_path}/nowhere/*.txt']\n")
+    proc = snakemake(workdir, "-n", "--cores", "1", "--configfile", str(cfg))
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "data.files" in out and "nowhere/*.txt' matches no file" in out

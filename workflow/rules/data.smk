@@ -1,7 +1,29 @@
 # Corpus -> tokenizer + memory-mapped token shards with a held-out split (src/deamoe/train/data).
 
+import glob
+
+
+def _corpus_files(wildcards):
+    """The local text the data stage reads, as inputs: a missing file is named before any job
+    runs, and a changed corpus reruns the data stage (and everything trained on it)."""
+    data = section("data")
+    source = data.get("source", "bundled")
+    if source == "bundled":
+        return [str(Path(workflow.basedir) / "data" / "corpus" / "gutenberg-slice.txt.gz")]
+    if source == "files":
+        files = []
+        for pattern in data.get("files", []):
+            hits = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
+            if not hits:
+                raise WorkflowError(f"config: data.files: {pattern!r} matches no file")
+            files += hits
+        return files
+    return []  # online sources (e.g. redpajama) are fetched by the command itself
+
 
 rule data:
+    input:
+        _corpus_files,
     output:
         train="results/data/train.bin",
         val="results/data/val.bin",

@@ -1,9 +1,16 @@
 # Tables 2 and 3: lm-evaluation-harness on the pre-trained checkpoints (offline, shipped data).
 
 
+def _eval_data(wildcards):
+    """The shipped evaluation data (offline mode): a missing folder is named before any job runs."""
+    ev = section("eval")
+    return [] if ev.get("online") else [ev.get("data_dir", "data/eval")]
+
+
 rule eval:
     input:
         checkpoint="results/train/pretrain-{model}/checkpoint",
+        data=_eval_data,
     output:
         "results/eval/{model}/lm_eval.json",
     params:
