@@ -12,14 +12,23 @@ import torch
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
 from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
-from deamoe.bench.microbench import MicrobenchSettings, bench_impl
+from deamoe.bench.microbench import (
+    BLOCK_M_KNOBS,
+    GEMM_STAGES,
+    MicrobenchSettings,
+    bench_impl,
+    knobs_name,
+    parse_knobs,
+    search_tiles,
+)
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
 DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
-TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1"], select_replays=1, replays=2,
-                          rotate_bytes=1e9, max_copies=2)
+TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1", "n16-k32-w4-s1"], select_replays=1, replays=1,
+                          rotate_bytes=1e9, max_copies=2, compile_routing=False,
+                          coordinate_search=False, stage_batches=[])
 
 
 def test_step_bytes_counts_distinct_experts_and_departments():
@@ -42,7 +51,10 @@ def test_ffn_step_runs_the_kernel(shape):
 def test_bench_impl_rows(shape):
     rows = bench_impl(shape, [3], TINY, device="cpu")
     (row,) = rows
-    assert row["batch"] == 3 and row["us"] > 0 and row["tile"] == "n32-k32-w4-s1"
+    knobs = parse_knobs(row["tile"])
+    assert row["batch"] == 3 and row["us"] > 0
+    assert set(knobs) == set(GEMM_STAGES[shape.kind]) | set(BLOCK_M_KNOBS[shape.kind])
+    assert all(knobs[st] in TINY.tiles for st in GEMM_STAGES[shape.kind])
     assert row["copies"] == 2 and row["bytes"] > 2 * shape.n_expert * shape.h
 
 
@@ -95,3 +107,24 @@ def test_schema_matches_settings():
     defaults = MicrobenchSettings()
     for key, prop in schema["properties"].items():
         assert prop["default"] == getattr(defaults, key), key
+
+
+def test_search_tiles_coordinate_pass():
+    # a fake cost: the best is w13=A, w2=B, block_m=32 -- only reachable by the coordinate pass
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1", "n32-k64-w4-s1"], block_m=16)
+    cost = {"w13": {"n64-k64-w4-s1": 0, "n32-k64-w4-s1": 5},
+            "w2": {"n64-k64-w4-s1": 3, "n32-k64-w4-s1": 0}, "block_m": {16: 2, 32: 0, 64: 1}}
+    best = search_tiles(MOE, lambda k: sum(cost[n][v] for n, v in k.items()), s)
+    assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32}
+    assert parse_knobs(knobs_name(best)) == best
+
+
+@pytest.mark.slow
+def test_compiled_routing_is_the_same_routing():
+    from deamoe.bench.layer_step import routing_fn
+    from deamoe.routing import route
+
+    for shape in (MOE, DEA):
+        logits = torch.randn(7, shape.n_expert)
+        a, b = routing_fn(True)(shape, logits), route(shape, logits)
+        assert torch.equal(a[0], b[0]) and torch.allclose(a[1], b[1])

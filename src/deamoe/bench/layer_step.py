@@ -59,9 +59,29 @@ def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
     return router + experts * 2 * 3 * f * h
 
 
-def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None) -> torch.Tensor:
+_COMPILED_ROUTE = None
+
+
+def routing_fn(compiled: bool):
+    """deamoe.routing.route, optionally through torch.compile (the same code, its elementwise
+    ops fused into fewer launches; used for both layers alike)."""
+    global _COMPILED_ROUTE
+    if not compiled:
+        return route
+    if _COMPILED_ROUTE is None:
+        import torch._dynamo.config as dynamo_config
+
+        for knob in ("cache_size_limit", "recompile_limit"):  # one entry per layer shape
+            if hasattr(dynamo_config, knob):
+                setattr(dynamo_config, knob, max(64, getattr(dynamo_config, knob)))
+        _COMPILED_ROUTE = torch.compile(route, dynamic=True)
+    return _COMPILED_ROUTE
+
+
+def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
+             compiled: bool = False) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch)."""
-    ids, weights = route(shape, F.linear(x, w["router"]))
+    ids, weights = routing_fn(compiled)(shape, F.linear(x, w["router"]))
     if isinstance(shape, DeaMoEShape):
         from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
 

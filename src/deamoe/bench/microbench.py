@@ -35,7 +35,7 @@ class MicrobenchSettings:
     models: list[str] = field(default_factory=lambda: ["Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"])
     batches: list[int] = field(default_factory=lambda: [4, 8, 16, 24, 32, 40, 48, 64, 96, 128])
     tiles: list[str] = field(default_factory=lambda: [
-        "n64-k128-w4-s4", "n32-k256-w4-s3", "n128-k128-w4-s3", "n64-k256-w4-s3"])
+        "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
@@ -52,6 +52,9 @@ class MicrobenchSettings:
     decode_context: int = 512
     decode_vocab: int = 32000
     decode_replays: int = 20
+    compile_routing: bool = True
+    coordinate_search: bool = True
+    stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
     def __post_init__(self):
@@ -72,19 +75,70 @@ class MicrobenchSettings:
             raise ConfigError("microbench.batches and battery_tokens must be >= 1")
 
 
-def _tiles(shape, name: str, block_m: int):
-    from deamoe.config import DeaMoEShape
+GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
+BLOCK_M_KNOBS = {"moe": {"block_m": (16, 32, 64)},
+                 "deamoe": {"dept_block_m": (16, 32, 64), "expert_block_m": (16, 32)}}
+
+
+def make_tiles(shape, knobs: dict):
+    """MoETiles / DeaMoETiles from a {knob: value} dict (GEMM stages map to tile names)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.kernels.grouped_gemm import TileConfig
 
-    t = TileConfig.parse(name)
-    if isinstance(shape, DeaMoEShape):
-        return DeaMoETiles(block_m, block_m, t, t, t, t)
-    return MoETiles(block_m, t, t)
+    parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
+    return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**parsed)
 
 
-def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None):
+def joint_knobs(shape, tile: str, block_m: int) -> dict:
+    knobs = {stage: tile for stage in GEMM_STAGES[shape.kind]}
+    knobs.update({k: block_m for k in BLOCK_M_KNOBS[shape.kind]})
+    return knobs
+
+
+def _tiles(shape, name: str, block_m: int):
+    return make_tiles(shape, joint_knobs(shape, name, block_m))
+
+
+def knobs_name(knobs: dict) -> str:
+    return ";".join(f"{k}={v}" for k, v in knobs.items())
+
+
+def parse_knobs(text: str) -> dict:
+    """Inverse of knobs_name: 'w13=n64-k128-w4-s4;block_m=16' -> {'w13': ..., 'block_m': 16}."""
+    out = {}
+    for part in text.split(";"):
+        key, value = part.split("=", 1)
+        out[key] = int(value) if value.isdigit() else value
+    return out
+
+
+def search_tiles(shape, measure, s: "MicrobenchSettings"):
+    """Same search for both layers: best joint tile, then one coordinate pass over every knob
+    (each GEMM's tile, each grouping's BLOCK_M).  measure(knobs) -> median us or None."""
+    best, best_t = None, None
+    for tile in s.tiles:
+        knobs = joint_knobs(shape, tile, s.block_m)
+        t = measure(knobs)
+        if t is not None and (best_t is None or t < best_t):
+            best, best_t = knobs, t
+    if best is None or not s.coordinate_search:
+        return best
+    space = {stage: s.tiles for stage in GEMM_STAGES[shape.kind]}
+    space.update(BLOCK_M_KNOBS[shape.kind])
+    for knob, values in space.items():
+        for value in values:
+            if value == best[knob]:
+                continue
+            trial = {**best, knob: value}
+            t = measure(trial)
+            if t is not None and t < best_t:
+                best, best_t = trial, t
+    return best
+
+
+def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
+               stage_rows=None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
     copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
     weights = [random_weights(shape, device, seed=s.seed + 100 * c) for c in range(copies)]
@@ -98,30 +152,43 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                    for x, w in zip(xs, weights)]
         nbytes = sum(step_bytes(shape, i) for i in ids) / copies
         experts = sum(int(torch.unique(i).numel()) for i in ids) / copies
-        candidates = s.tiles if impl == "triton" else ["library"]
-        best = None
-        for name in candidates:
-            tiles = _tiles(shape, name, s.block_m) if impl == "triton" else None
 
-            def run(tiles=tiles):
+        def runner(tiles):
+            def run():
                 for x, w in zip(xs, weights):
-                    ffn_step(shape, w, x, impl=impl, tiles=tiles)
+                    ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=s.compile_routing)
+            return run
 
+        def measure(knobs, replays=s.select_replays):
             try:
-                t = time_fn(run, s.select_replays if len(candidates) > 1 else s.replays, copies)
+                return time_fn(runner(make_tiles(shape, knobs)), replays, copies).median_us
             except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is skipped
-                print(f"  {shape.kind} {impl} batch {batch} tile {name}: {type(exc).__name__}: {exc}")
-                continue
-            if best is None or t.median_us < best[1].median_us:
-                best = (name, t, run)
-        if best is None:
+                print(f"  {shape.kind} batch {batch} {knobs_name(knobs)}: {type(exc).__name__}: "
+                      f"{str(exc).splitlines()[0][:160]}")
+                return None
+
+        if impl == "triton":
+            knobs = search_tiles(shape, measure, s)
+            run = runner(make_tiles(shape, knobs)) if knobs else None
+            tile = knobs_name(knobs) if knobs else "failed"
+        else:
+            run, tile = runner(None), "library"
+        final = None
+        if run is not None:
+            try:
+                final = time_fn(run, s.replays, copies)
+            except Exception as exc:  # noqa: BLE001
+                print(f"  {shape.kind} {impl} batch {batch}: {type(exc).__name__}: {exc}")
+        if final is None:
             rows.append({"batch": batch, "us": float("nan"), "bytes": nbytes, "tile": "failed",
                          "experts": experts, "copies": copies})
             continue
-        final = time_fn(best[2], s.replays, copies) if len(candidates) > 1 else best[1]
         rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
-                     "p90_us": final.p90_us, "bytes": nbytes, "tile": best[0],
+                     "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
                      "experts": experts, "copies": copies})
+        if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
+            stage_rows += [{"kind": shape.kind, "batch": batch, **r}
+                           for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs))]
         if progress is not None:
             progress.update(1)
     del weights
@@ -130,7 +197,32 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     return rows
 
 
-def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda") -> list[dict]:
+def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
+    from deamoe.kernels.deamoe_decode import deamoe_stages
+    from deamoe.kernels.fused_moe import fused_moe_stages
+    from deamoe.kernels.stage_benchmark import stage_times
+
+    with torch.no_grad():
+        ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
+        if shape.kind == "deamoe":
+            _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
+                                      w["expert_gate"], w["expert_up"], w["expert_down"], ids,
+                                      weights, shape.operator, tiles)
+            per = shape.experts_per_dept
+            groups = {"dept_up": per, "dept_down": per, "expert_up": 1, "expert_down": 1}
+        else:
+            _, stages = fused_moe_stages(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids,
+                                         weights, tiles)
+            groups = {"w13": 1, "w2": 1}
+        try:
+            return stage_times(stages, ids, groups)
+        except Exception as exc:  # noqa: BLE001 - the breakdown is diagnostic only
+            print(f"  stage breakdown failed: {type(exc).__name__}: {exc}")
+            return []
+
+
+def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
+                   stage_rows: list | None = None) -> list[dict]:
     """The microbench.csv rows (one per model and batch)."""
     import triton
     from tqdm import tqdm
@@ -143,8 +235,11 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda") 
     with tqdm(total=len(s.models) * len(s.batches) * n_impl, desc="microbench") as bar:
         for model in s.models:
             row = table1_row(model)
-            base = bench_impl(row.baseline, s.batches, s, device, progress=bar)
-            dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar)
+            st_b, st_d = [], []
+            base = bench_impl(row.baseline, s.batches, s, device, progress=bar, stage_rows=st_b)
+            dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar, stage_rows=st_d)
+            if stage_rows is not None:
+                stage_rows += [{"model": model, **r} for r in st_b + st_d]
             ref = (bench_impl(row.baseline, s.batches, s, device, impl="torch", progress=bar)
                    if s.torch_reference else [{} for _ in s.batches])
             for b, d, r in zip(base, dea, ref):
@@ -165,7 +260,8 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda") 
                     "baseline_tile": b["tile"], "deamoe_tile": d["tile"],
                     "baseline_p10_us": b.get("p10_us"), "baseline_p90_us": b.get("p90_us"),
                     "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
-                    "copies": b["copies"], "block_m": s.block_m,
+                    "copies": b["copies"],
+                    "routing": "torch.compile(route)" if s.compile_routing else "eager route",
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })

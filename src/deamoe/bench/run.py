@@ -1,7 +1,8 @@
 """The GPU run behind `python -m deamoe microbench`: every part, results written as they finish.
 
 Writes under OUT: roofline.json, battery.csv, microbench.csv (rewritten after each model, so a
-run cut short keeps what it measured), decode_tpot.csv, status.json.
+run cut short keeps what it measured), stages.csv (per-GEMM breakdown), decode_tpot.csv,
+status.json.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.microbench import MicrobenchSettings, _tiles, run_microbench
+from deamoe.bench.microbench import MicrobenchSettings, make_tiles, parse_knobs, run_microbench
 from deamoe.io import write_csv, write_json
 from deamoe.provenance import provenance
 
@@ -49,17 +50,23 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
             status["status"] = "battery failures"
         status["parts"]["battery"] = {"cases": len(df), "failed": int(len(bad)),
                                       "max_rel_err": float(df["rel_err"].max()), "s": time.time() - t0}
-    rows = []
+    rows, stage_rows = [], []
     if "layers" not in skip:
         s_run = dataclasses.replace(s, torch_reference=s.torch_reference and "torch" not in skip)
         for model in s.models:
-            rows += run_microbench(dataclasses.replace(s_run, models=[model]), peak)
+            rows += run_microbench(dataclasses.replace(s_run, models=[model]), peak,
+                                   stage_rows=stage_rows)
             write_csv(out / "microbench.csv", pd.DataFrame(rows))
+            if stage_rows:
+                write_csv(out / "stages.csv", pd.DataFrame(stage_rows))
         df = pd.DataFrame(rows)
         cols = ["model", "batch", "baseline_us", "deamoe_us", "speedup", "ideal_speedup",
                 "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak", "torch_grouped_us",
                 "vllm_h200_us", "baseline_tile", "deamoe_tile"]
-        print(df[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+        print(df[cols[:-2]].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+        if stage_rows:
+            st = pd.DataFrame(stage_rows)
+            print(st.to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
         status["parts"]["layers"] = {"rows": len(df), "s": time.time() - t0}
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
@@ -71,11 +78,11 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
             for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
                 name = r[f"{kind}_tile"]
                 if name not in ("failed", "library"):
-                    best[(kind, r["model"], r["batch"])] = _tiles(shape, name, s.block_m)
+                    best[(kind, r["model"], r["batch"])] = make_tiles(shape, parse_knobs(name))
         dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
         with tqdm(total=2 * len(s.decode_models) * len(s.batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.batches, dec, s.decode_replays, tiles=best,
-                             seed=s.seed, progress=bar)
+                             seed=s.seed, progress=bar, compiled=s.compile_routing)
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]

@@ -3,7 +3,8 @@
 This is the token-indexing half of the grouped-GEMM primitive (`grouped_gemm.py`): it turns the
 router's top-k ids [T, k] into
   sorted_pairs [max_slots] int32  pair index p = t * k + slot, grouped by group id, each group
-                                  padded to a multiple of BLOCK_M with the sentinel P
+                                  padded to a multiple of BLOCK_M with the sentinel P (slots
+                                  past num_blocks * BLOCK_M are left unwritten)
   block_group  [max_blocks] int32 the group (expert or department) that owns each BLOCK_M block
   num_blocks   [1] int32          how many blocks are in use (the GEMM grid is sized by the
                                   host-side bound `max_blocks`; programs past num_blocks exit)
@@ -16,7 +17,7 @@ stage processes each (token, department) once however many of its experts the to
 One launch does up to two alignments (program 0: task A, program 1: task B): DeaMoE needs the
 department and the expert grouping of the same routing, the baseline only the expert grouping.
 Within a task a single program does the work: P <= a few thousand pairs, so a block-wide counting
-sort (atomic histogram -> exclusive scan -> scatter) costs a few microseconds.
+sort (atomic histogram -> exclusive scan + padding -> scatter) costs a few microseconds.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def _align_one(
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
     tl.debug_barrier()
     # 1. histogram; the value returned by the atomic is the pair's rank inside its group
+    #    (BLOCK_P covers all pairs of a decode step, so this is one pass)
     for p0 in range(0, P, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
         ok = p < P
@@ -51,18 +53,19 @@ def _align_one(
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok)
         tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
     tl.debug_barrier()
-    # 2. exclusive scan of the padded group sizes
+    # 2. exclusive scan of the padded group sizes; each group's padding slots get the sentinel P
+    #    (only those: slots past the used blocks are never read, so no fill of the whole buffer)
     c = tl.load(counts_ptr + offs_g, mask=offs_g < G, other=0, volatile=True)
     padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, 0) - padded
     tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
-    # 3. padding slots hold the sentinel P
-    for s0 in range(0, max_slots, BLOCK_P):
-        s = s0 + tl.arange(0, BLOCK_P)
-        tl.store(sorted_ptr + s, tl.full([BLOCK_P], 0, tl.int32) + P, mask=s < max_slots)
+    pad = tl.arange(0, BLOCK_M)
+    tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
+             tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
+             mask=(offs_g < G)[:, None] & (pad[None, :] < (padded - c)[:, None]))
     tl.debug_barrier()
-    # 4. scatter each kept pair to its slot; every used block gets its group id
+    # 3. scatter each kept pair to its slot; every used block gets its group id
     for p0 in range(0, P, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
         r = tl.load(rank_ptr + p, mask=p < P, other=-1, volatile=True)
@@ -78,16 +81,24 @@ def _align_kernel(
     ids_ptr, P, k_top,
     a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
     b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
+    zero_ptr, zero_n,
     A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr,
     B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr,
-    BLOCK_P: tl.constexpr,
+    N_TASKS: tl.constexpr, BLOCK_P: tl.constexpr, ZERO_BLOCK: tl.constexpr,
 ):
-    if tl.program_id(0) == 0:
+    pid = tl.program_id(0)
+    if pid == 0:
         _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
                    a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, BLOCK_P, A_BLOCK_G)
-    else:
+    elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
                    b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, BLOCK_P, B_BLOCK_G)
+    else:
+        # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
+        offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
+        for u in tl.static_range(4):
+            o = offs + u * ZERO_BLOCK
+            tl.store(zero_ptr + o, tl.zeros([ZERO_BLOCK], dtype=tl.float32), mask=o < zero_n)
 
 
 @dataclass
@@ -138,8 +149,15 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
     return al, scratch
 
 
-def align(ids: torch.Tensor, *specs: AlignSpec) -> tuple[Alignment, ...]:
-    """Align the routing `ids` [T, k] for one or two groupings in a single launch."""
+ZERO_BLOCK = 4096
+
+
+def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
+    """Align the routing `ids` [T, k] for one or two groupings in a single launch.
+
+    zero: an optional contiguous float32 buffer the same launch fills with zeros (the atomic
+    accumulators of the GEMMs that follow), saving a memset node per layer.
+    """
     if ids.dim() != 2:
         raise ValueError(f"align: ids must be [T, k], got shape {tuple(ids.shape)}")
     if not 1 <= len(specs) <= 2:
@@ -155,5 +173,11 @@ def align(ids: torch.Tensor, *specs: AlignSpec) -> tuple[Alignment, ...]:
                  al.block_group, al.num_blocks, al.sorted_pairs.numel()]
         consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
                        f"{tag}_BLOCK_G": triton.next_power_of_2(spec.n_groups)})
-    _align_kernel[(len(specs),)](ids, P, k, *args, BLOCK_P=256, num_warps=8, **consts)
+    if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
+        raise ValueError("align: zero must be a contiguous float32 tensor")
+    n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)
+    _align_kernel[(len(specs) + n_zero,)](
+        ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
+        N_TASKS=len(specs), BLOCK_P=max(256, min(2048, triton.next_power_of_2(P))),
+        ZERO_BLOCK=ZERO_BLOCK, num_warps=8, **consts)
     return tuple(al for al, _ in made)

@@ -7,9 +7,9 @@ once, however many of its experts the token picked) and (token, expert) pairs by
                                                                            input row (t, dept(e)))
   3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
-Launches: align (1), zero S and out (1), four GEMMs (4), cast (1) -- two more GEMMs than the
-baseline, the only structural difference. Department weights are loaded once per step for all
-tokens that use them, which is where the byte saving comes from.
+Launches: align (1, its spare programs zero S and out), four GEMMs (4), cast (1) -- two more
+GEMMs than the baseline, the only structural difference.  Department weights are loaded once
+per step for all tokens that use them, which is where the byte saving comes from.
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
@@ -53,20 +53,9 @@ def _torch_operator(name: str):
     return operator(name)
 
 
-def deamoe_forward(
-    x: torch.Tensor,
-    dept_gate: torch.Tensor,
-    dept_up: torch.Tensor,
-    dept_down: torch.Tensor,
-    expert_gate: torch.Tensor,
-    expert_up: torch.Tensor,
-    expert_down: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    operator: str = "silu",
-    tiles: DeaMoETiles = DeaMoETiles(),
-) -> torch.Tensor:
-    """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major)."""
+def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
+                  weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles()):
+    """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order."""
     T, h = x.shape
     n_dept, f, _ = dept_gate.shape
     n_expert = expert_gate.shape[0]
@@ -80,36 +69,65 @@ def deamoe_forward(
     x = x.contiguous()
     weights = weights.contiguous()
     dev, P = x.device, ids.numel()
-    al_d, al_e = align(
-        ids,
-        AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
-        AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
-    )
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
-    grouped_gemm(x, dept_gate, a1, al_d, ids, bu=dept_up, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
-                 epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up, **common)
-    if not fused:
-        op = _torch_operator(operator)
-        a1 = op(a1.view(T * n_dept, 2, f).float()).to(x.dtype).view(T * n_dept, 2 * f)
     y = torch.empty(P, f, dtype=x.dtype, device=dev)
-    grouped_gemm(a1, expert_gate, y, al_e, ids, bu=expert_up, a_mode=ROW_TOKDEPT,
-                 c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f, tile=tiles.expert_up, **common)
-    zeros = torch.zeros(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
-    s, out = zeros[: T * n_dept * f].view(T * n_dept, f), zeros[T * n_dept * f :].view(T, h)
-    if fused:
-        grouped_gemm(y, expert_down, s, al_e, ids, weights=weights, a_mode=ROW_PAIR,
-                     c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
-                     tile=tiles.expert_down, **common)
-    else:
+    acc = torch.empty(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
+    s, out = acc[: T * n_dept * f].view(T * n_dept, f), acc[T * n_dept * f :].view(T, h)
+    al = []
+
+    def do_align():  # both groupings in one launch, which also zeroes S and out
+        al[:] = align(
+            ids,
+            AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
+            AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
+            zero=acc,
+        )
+
+    def dept_up_stage():
+        nonlocal a1
+        grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
+                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
+                     **common)
+        if not fused:
+            op = _torch_operator(operator)
+            a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
+
+    def expert_down_stage():
+        if fused:
+            grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
+                         c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
+                         tile=tiles.expert_down, **common)
+            return
         z = torch.empty(P, f, dtype=torch.float32, device=dev)
-        grouped_gemm(y, expert_down, z, al_e, ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
+        grouped_gemm(y, expert_down, z, al[1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
                      epi=EPI_ACT, tile=tiles.expert_down, **common)
         z = _torch_operator(operator)(z) * weights.reshape(P, 1).float()
         rows = torch.arange(P, device=dev) // ids.shape[1] * n_dept + ids.reshape(P) // per
         s.index_add_(0, rows, z)
-    grouped_gemm(s, dept_down, out, al_d, ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN,
-                 epi=EPI_ACT, atomic=True, tile=tiles.dept_down, **common)
+
+    stages = [
+        ("align", do_align, ()),
+        ("dept_up", dept_up_stage, (dept_gate, dept_up)),
+        ("expert_up", lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
+                                           a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
+                                           a_up_off=f, tile=tiles.expert_up, **common),
+         (expert_gate, expert_up)),
+        ("expert_down", expert_down_stage, (expert_down,)),
+        ("dept_down", lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
+                                           c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                           tile=tiles.dept_down, **common), (dept_down,)),
+    ]
+    return out, stages
+
+
+def deamoe_forward(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
+                   weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles()) -> torch.Tensor:
+    """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major)."""
+    out, stages = deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up,
+                                expert_down, ids, weights, operator, tiles)
+    for _, launch, _ in stages:
+        launch()
     return out.to(x.dtype)
 
 

@@ -2,7 +2,7 @@
 
   align ids by expert -> [x @ gate^T, x @ up^T] -> silu(g) * u  (one GEMM, SwiGLU epilogue)
                       -> h @ down^T * w[p], atomically summed over the token's k experts
-Launches: align (1), zero the fp32 output (1), two GEMMs (2), cast to x.dtype (1).
+Launches: align (1, its spare programs zero the fp32 output), two GEMMs (2), cast to x.dtype (1).
 The weights are those of `deamoe.model.layers.MoE`: gate/up [E, h_ffn, h], down [E, h, h_ffn].
 """
 
@@ -32,29 +32,40 @@ class MoETiles:
     w2: TileConfig = TileConfig()
 
 
-def fused_moe(
-    x: torch.Tensor,
-    gate: torch.Tensor,
-    up: torch.Tensor,
-    down: torch.Tensor,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    tiles: MoETiles = MoETiles(),
-) -> torch.Tensor:
-    """out[t] = sum_s weights[t, s] * down[e] @ (silu(gate[e] @ x[t]) * (up[e] @ x[t])), e = ids[t, s]."""
+def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
+    """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order.
+
+    The split lets the sibling benchmark time each GEMM; `fused_moe` just runs them all.
+    """
     T, h = x.shape
     E, f, _ = gate.shape
     if ids.shape != weights.shape or ids.shape[0] != T:
         raise ValueError(f"fused_moe: ids {tuple(ids.shape)} / weights {tuple(weights.shape)} vs x {tuple(x.shape)}")
     x = x.contiguous()
     weights = weights.contiguous()
-    (al,) = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m))
     hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
-    grouped_gemm(x, gate, hidden, al, ids, bu=up, a_mode=ROW_TOKEN, c_mode=ROW_PAIR,
-                 epi=EPI_SWIGLU, tile=tiles.w13)
-    out = torch.zeros(T, h, dtype=torch.float32, device=x.device)
-    grouped_gemm(hidden, down, out, al, ids, weights=weights, a_mode=ROW_PAIR,
-                 c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.w2)
+    out = torch.empty(T, h, dtype=torch.float32, device=x.device)
+    al = []
+
+    def do_align():  # also zeroes `out`, the atomic accumulator of w2
+        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
+
+    stages = [
+        ("align", do_align, ()),
+        ("w13", lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
+                                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13), (gate, up)),
+        ("w2", lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
+                                    a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                    tile=tiles.w2), (down,)),
+    ]
+    return out, stages
+
+
+def fused_moe(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()) -> torch.Tensor:
+    """out[t] = sum_s weights[t, s] * down[e] @ (silu(gate[e] @ x[t]) * (up[e] @ x[t])), e = ids[t, s]."""
+    out, stages = fused_moe_stages(x, gate, up, down, ids, weights, tiles)
+    for _, launch, _ in stages:
+        launch()
     return out.to(x.dtype)
 
 

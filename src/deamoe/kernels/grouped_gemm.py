@@ -59,7 +59,9 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
     return r.to(tl.int64)
 
 
-@triton.jit
+# ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
+# every batch size, which keeps the tile search's compile time on the device small
+@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
     sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
