@@ -60,11 +60,22 @@ def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
 
 
 _COMPILED_ROUTE = None
+ROUTING_STATE = {"compiled_failed": None}
+
+
+def _compiled_or_eager(shape, logits):
+    if ROUTING_STATE["compiled_failed"] is None:
+        try:
+            return _COMPILED_ROUTE(shape, logits)
+        except Exception as exc:  # noqa: BLE001 - fall back to the same code, eager
+            ROUTING_STATE["compiled_failed"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+            print(f"torch.compile(route) failed, eager routing from now on: {exc}")
+    return route(shape, logits)
 
 
 def routing_fn(compiled: bool):
     """deamoe.routing.route, optionally through torch.compile (the same code, its elementwise
-    ops fused into fewer launches; used for both layers alike)."""
+    ops fused into fewer launches; used for both layers alike; eager if compiling fails)."""
     global _COMPILED_ROUTE
     if not compiled:
         return route
@@ -75,7 +86,7 @@ def routing_fn(compiled: bool):
             if hasattr(dynamo_config, knob):
                 setattr(dynamo_config, knob, max(64, getattr(dynamo_config, knob)))
         _COMPILED_ROUTE = torch.compile(route, dynamic=True)
-    return _COMPILED_ROUTE
+    return _compiled_or_eager
 
 
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,

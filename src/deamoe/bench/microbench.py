@@ -221,6 +221,14 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
             return []
 
 
+def _routing_label(s) -> str:
+    from deamoe.bench.layer_step import ROUTING_STATE
+
+    if not s.compile_routing or ROUTING_STATE["compiled_failed"]:
+        return "eager route"
+    return "torch.compile(route)"
+
+
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                    stage_rows: list | None = None) -> list[dict]:
     """The microbench.csv rows (one per model and batch)."""
@@ -261,7 +269,7 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "baseline_p10_us": b.get("p10_us"), "baseline_p90_us": b.get("p90_us"),
                     "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
                     "copies": b["copies"],
-                    "routing": "torch.compile(route)" if s.compile_routing else "eager route",
+                    "routing": _routing_label(s),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })
