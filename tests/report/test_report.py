@@ -24,7 +24,7 @@ def _build(results: Path, measured: Path, out: Path, **settings):
 def test_writes_every_declared_file(results, measured, tmp_path):
     out = tmp_path / "reports"
     written = _build(results, measured, out)
-    expected = {out / "tables" / f"{t}.{e}" for t in TABLES for e in ("md", "csv")}
+    expected = {out / "tables" / f"{t}.{e}" for t in TABLES for e in ("md", "csv", "html")}
     expected |= {out / "figures" / f"{f}.{e}" for f in FIGURES for e in ("png", "svg")}
     assert expected <= set(written)
     for path in expected:

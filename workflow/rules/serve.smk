@@ -1,6 +1,7 @@
 # Figure 3: each pre-trained checkpoint served by vLLM (CPU backend by default) through the
 # project's plugin, driven at each configured concurrency.  A serving benchmark owns the machine:
-# `threads: workflow.cores` keeps other jobs from running beside it and skewing its timings.
+# It takes all cores (threads above any --cores, which Snakemake caps), so no other job runs
+# beside it and skews its timings.
 
 
 rule serve:
@@ -15,7 +16,7 @@ rule serve:
         "../../envs/serve-cpu.yaml"
     log:
         "logs/serve/{model}.log",
-    threads: workflow.cores
+    threads: 1024  # more than any machine: Snakemake caps it at --cores, so the job runs alone
     resources:
         gpu=0,
     shell:

@@ -1,4 +1,4 @@
-"""Write the report: reports/tables/*.{md,csv}, reports/figures/*.{png,svg}, reports/index.md.
+"""Write the report: reports/tables/*.{md,csv,html}, reports/figures/*.{png,svg}, reports/index.md.
 
 Reads only results/ and reports/measured/ (through `tables`); every output file is written every
 time (a stage that did not run gives "not run" rows and panels), so the workflow can declare them.
@@ -85,6 +85,32 @@ def _table_markdown(art: tables.Artifact) -> str:
     return "\n".join(parts)
 
 
+_HTML_STYLE = """<style>
+body { font-family: sans-serif; font-size: 13px; margin: 1em; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; }
+th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
+.notrun { color: #b22222; font-weight: bold; }
+</style>"""
+
+
+def _table_html(art: tables.Artifact) -> str:
+    """The same page as the markdown, as HTML: the HTML report shows it inline."""
+    import html
+
+    status = ("reproduced" if art.status == "ok"
+              else f'<span class="notrun">not run</span>: {html.escape(art.reason)}')
+    if art.status == "ok" and art.sources[0].reason:
+        status = html.escape(art.sources[0].reason)
+    shown = art.table.map(_cell) if hasattr(art.table, "map") else art.table.applymap(_cell)
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in art.notes if n)
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(art.title)}"
+            f"</title>{_HTML_STYLE}</head><body><h2>{html.escape(art.title)}</h2>"
+            f"<p>Status: {status}</p>{shown.to_html(index=False, escape=True)}<ul>{notes}</ul>"
+            "<h3>Scale and hardware of these numbers</h3>"
+            f"{_provenance_frame(art).to_html(index=False, escape=True)}</body></html>\n")
+
+
 def _table_csv(art: tables.Artifact) -> pd.DataFrame:
     """The shown table with the scale and hardware of its numbers on every row."""
     out = art.table.copy()
@@ -109,15 +135,21 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
     for key in TABLES:
         art = arts[key]
         md, csv = out / "tables" / f"{key}.md", out / "tables" / f"{key}.csv"
+        page = out / "tables" / f"{key}.html"
         write_text(md, _table_markdown(art))
+        write_text(page, _table_html(art))
         write_csv(csv, _table_csv(art))
-        written += [md, csv]
+        written += [md, csv, page]
     written += figures.draw_all(arts, out / "figures", dpi=settings.dpi)
     index = out / "index.md"
     write_text(index, _index(arts, profile))
-    write_csv(out / "provenance.csv", pd.concat(
-        [_provenance_frame(a).assign(artifact=a.title) for a in arts.values()], ignore_index=True))
-    return written + [index, out / "provenance.csv"]
+    prov = pd.concat([_provenance_frame(a).assign(artifact=a.title) for a in arts.values()],
+                     ignore_index=True)
+    write_csv(out / "provenance.csv", prov)
+    write_text(out / "provenance.html",
+               f"<!doctype html><html><head><meta charset='utf-8'>{_HTML_STYLE}</head><body>"
+               f"<h2>Where every number came from</h2>{prov.to_html(index=False)}</body></html>\n")
+    return written + [index, out / "provenance.csv", out / "provenance.html"]
 
 
 def _index(arts: dict, profile: str | None) -> str:
