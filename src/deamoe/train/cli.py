@@ -17,6 +17,8 @@ def register(sub) -> None:
     p.add_argument("--data", required=True, help="directory written by `deamoe data`")
     p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1")
     p.add_argument("--steps", type=int, default=0, help="override the run's step count (smoke tests)")
+    p.add_argument("--max-seconds", type=float, default=0.0,
+                   help="stop after this much training wall time (time-boxed GPU measurements)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("ablation", help="Table 4 summary of the six ablation runs, paper values beside")
@@ -67,6 +69,8 @@ def cmd_train(args) -> int:
         argv = ["train", "--config", args.config, "--run", args.run, "--data", args.data, "--out", args.out]
         if args.steps:
             argv += ["--steps", str(args.steps)]
+        if args.max_seconds:
+            argv += ["--max-seconds", str(args.max_seconds)]
         return parallel.launch(nproc, argv)
     if spec.kind == "pretrain":
         from deamoe.train.runs import pretrain_budget
@@ -74,7 +78,7 @@ def cmd_train(args) -> int:
         pretrain_budget(s)  # refuse an unmatched pair before spending compute
     from deamoe.train.trainer import train_run
 
-    summary = train_run(s, spec, args.data, args.out)
+    summary = train_run(s, spec, args.data, args.out, max_seconds=args.max_seconds)
     if summary:
         print(f"{spec.name}: loss(last {summary['last_n']}) {summary['loss_last_n']:.4f}, "
               f"held-out {summary['val_loss']:.4f}, {summary['tokens_per_s']:.0f} tokens/s", file=sys.stderr)

@@ -103,51 +103,59 @@ def iter_documents(settings: DataSettings) -> Iterator[tuple[str, str]]:
 
 
 def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> dict:
-    """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict."""
+    """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.
+
+    Two streaming passes over the corpus (BPE training, then encoding), appending tokens to the
+    shard files, so the corpus never has to fit in memory.
+    """
     from tqdm import tqdm
 
     from deamoe.provenance import provenance
     from deamoe.train import tokenizer as toklib
 
     out = Path(out)
-    docs = list(iter_documents(settings))
-    n_bytes = sum(len(t.encode("utf-8")) for _, t in docs)
-    if not docs or n_bytes == 0:
+    texts = lambda: (t for _, t in iter_documents(settings))  # noqa: E731
+    if not any(t.strip() for t in texts()):
         raise DataError(f"data.source={settings.source}: the corpus is empty")
-    texts = [t for _, t in docs]
-    tok = toklib.build(settings.tokenizer, texts, settings.vocab_size)
+    tok = toklib.build(settings.tokenizer, texts(), settings.vocab_size)
     vocab = len(tok)
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
 
-    train_parts, val_parts = [], []
-    encoded = toklib.encode_documents(tok, texts)
-    for ids in tqdm(encoded, total=len(texts), desc="tokenise", disable=not progress):
-        ids = np.asarray(ids, dtype=dtype)
-        n_val = int(round(len(ids) * settings.val_fraction))
-        train_parts.append(ids[: len(ids) - n_val])
-        val_parts.append(ids[len(ids) - n_val :])
-    train = np.concatenate(train_parts)
-    val = np.concatenate(val_parts)
-    if len(val) < 2:
-        raise DataError(f"data: the held-out split has {len(val)} tokens; raise data.val_fraction or use more text")
-
     out.mkdir(parents=True, exist_ok=True)
+    n_docs = n_train = n_val = 0
+    digest = hashlib.sha256()
+    with atomic_path(out / "train.bin") as train_tmp, atomic_path(out / "val.bin") as val_tmp:
+        with open(train_tmp, "wb") as ftrain, open(val_tmp, "wb") as fval:
+            seen = [0]  # bytes of text read, counted as the documents stream past
+
+            def counted():
+                for t in tqdm(texts(), desc="tokenise", unit="doc", disable=not progress):
+                    seen[0] += len(t.encode("utf-8"))
+                    yield t
+
+            for ids in toklib.encode_documents(tok, counted()):
+                ids = np.asarray(ids, dtype=dtype)
+                k = int(round(len(ids) * settings.val_fraction))
+                train_part, val_part = ids[: len(ids) - k], ids[len(ids) - k :]
+                ftrain.write(train_part.tobytes())
+                fval.write(val_part.tobytes())
+                digest.update(train_part.tobytes())
+                n_docs, n_train, n_val = n_docs + 1, n_train + len(train_part), n_val + len(val_part)
+        if n_val < 2:
+            raise DataError(f"data: the held-out split has {n_val} tokens; raise data.val_fraction or use more text")
     with atomic_path(out / "tokenizer") as tmp:
         tok.save_pretrained(str(tmp))
-    for name, arr in (("train.bin", train), ("val.bin", val)):
-        with atomic_path(out / name) as tmp:
-            arr.tofile(tmp)
     meta = {
         "source": settings.source,
         "tokenizer": settings.tokenizer,
         "vocab_size": vocab,
         "dtype": np.dtype(dtype).name,
-        "documents": len(docs),
-        "text_bytes": n_bytes,
-        "train_tokens": int(len(train)),
-        "val_tokens": int(len(val)),
+        "documents": n_docs,
+        "text_bytes": seen[0],
+        "train_tokens": n_train,
+        "val_tokens": n_val,
         "val_fraction": settings.val_fraction,
-        "train_sha256": hashlib.sha256(train.tobytes()).hexdigest(),
+        "train_sha256": digest.hexdigest(),
         **provenance("cpu"),
     }
     write_json(out / "meta.json", meta)

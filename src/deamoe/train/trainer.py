@@ -160,8 +160,12 @@ def evaluate(model, data: TokenData, settings: Settings, cfg, device) -> float:
 
 
 def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: int | None = None,
-              progress: bool = True) -> dict | None:
-    """Train one run; returns its summary (None when stopped early by `stop_after`)."""
+              progress: bool = True, max_seconds: float = 0.0) -> dict | None:
+    """Train one run; returns its summary (None when stopped early by `stop_after`).
+
+    max_seconds > 0 ends training after that much wall time (a time-boxed GPU measurement):
+    the summary then records `stopped_early` and the steps actually done.
+    """
     import torch
     from tqdm import tqdm
 
@@ -174,6 +178,8 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     d = parallel.setup(t.device)
     if t.threads:
         torch.set_num_threads(t.threads)
+    if d.device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in float32
     data = TokenData.open(data_dir)
     tok = toklib.load(Path(data_dir) / "tokenizer")
     per_rank = t.batch_size // d.world
@@ -203,7 +209,13 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     tokens_per_step = t.batch_size * t.seq_len
     flops_tok = train_flops_per_token(cfg, t.seq_len)
     bar = tqdm(total=spec.steps, initial=start, desc=spec.name, disable=not (progress and d.main))
+    began, stopped_early = time.perf_counter(), False
     for step in range(start, spec.steps):
+        if max_seconds:
+            over = float(time.perf_counter() - began > max_seconds)
+            if parallel.all_mean([over], d)[0] > 0:  # every rank stops at the same step
+                stopped_early = True
+                break
         t0 = time.perf_counter()
         lr = lr_at(step, t, spec.steps)
         for group in opt.param_groups:
@@ -263,6 +275,7 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
         _write_log(out / "log.csv", rows)
         _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
         summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
+        summary.update(planned_steps=spec.steps, stopped_early=stopped_early)
         write_json(out / "summary.json", summary)
     parallel.teardown(d)
     return summary
