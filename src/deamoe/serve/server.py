@@ -76,10 +76,11 @@ def server_command(checkpoint: str | Path, port: int, name: str, s: ServeSetting
         "--dtype", s.dtype,
         "--max-model-len", str(s.model_len),
         "--max-num-seqs", str(s.num_seqs),
-        "--kv-cache-memory-bytes", s.kv_cache_memory_bytes,
         "--seed", str(s.seed),
         "--uvicorn-log-level", "warning",
     ]
+    if s.kv_cache_memory_bytes:
+        cmd += ["--kv-cache-memory-bytes", s.kv_cache_memory_bytes]
     if needs_eager(s):
         cmd.append("--enforce-eager")
     return cmd + list(s.extra_server_args)

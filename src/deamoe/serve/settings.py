@@ -26,7 +26,7 @@ class ServeSettings:
     slo_metric: str = "tpot_mean_ms"
     dtype: str = "float32"  # vLLM --dtype
     enforce_eager: bool = True  # tiny CPU: skip torch.compile (~15 s per start); GPU: false
-    kv_cache_memory_bytes: str = "1G"  # vLLM --kv-cache-memory-bytes (CPU free-memory check)
+    kv_cache_memory_bytes: str | None = "1G"  # --kv-cache-memory-bytes; None: vLLM's default
     max_model_len: int | None = None  # default input_len + output_len + 16
     max_num_seqs: int | None = None  # default max(concurrency)
     startup_timeout_s: float = 600.0

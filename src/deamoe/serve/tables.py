@@ -2,7 +2,7 @@
 
   tpot.csv  one row per (model, concurrency): TPOT mean / median / p99, TTFT, output throughput,
             backend, device; DeaMoE rows also carry the TPOT speedup over the baseline at the
-            same concurrency and the paper's A40 speedup there (deamoe.report.paper).
+            same concurrency (on serve.slo_metric) and the paper's A40 speedup there.
   slo.csv   one row per TPOT budget (serve.tpot_budgets_ms): the largest measured concurrency
             whose mean TPOT meets the budget, per model, the output throughput there and the gain,
             plus the linearly interpolated concurrency at the budget (the paper's "44" is such a
@@ -29,6 +29,8 @@ BASELINE, DEAMOE = "baseline", "deamoe"
 
 
 def paper_values():
+    # The project's one copy of the paper's numbers lives in deamoe.report.paper (pure data, no
+    # imports); read lazily so that this stage never imports the report machinery.
     from deamoe.report.paper import FIG3_A40_SPEEDUP, FIG3_SLO
 
     return FIG3_A40_SPEEDUP, sorted(FIG3_SLO)  # SLO rows strictest budget first
@@ -52,14 +54,16 @@ def read_results(root) -> pd.DataFrame:
     return pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
 
 
-def tpot_table(df: pd.DataFrame) -> pd.DataFrame:
+def tpot_table(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """tpot.csv; the speedup compares TPOT `metric` (serve.slo_metric) at equal concurrency."""
     speedup, _ = paper_values()
     out = df.copy()
-    base = df[df["model"] == BASELINE].set_index("concurrency")["tpot_mean_ms"]
+    base = df[df["model"] == BASELINE].set_index("concurrency")[metric]
     is_dea = out["model"] == DEAMOE
     out["speedup_vs_baseline"] = float("nan")
+    out["speedup_metric"] = metric
     out.loc[is_dea, "speedup_vs_baseline"] = (
-        out.loc[is_dea, "concurrency"].map(base) / out.loc[is_dea, "tpot_mean_ms"])
+        out.loc[is_dea, "concurrency"].map(base) / out.loc[is_dea, metric])
     out["paper_a40_speedup"] = float("nan")
     out.loc[is_dea, "paper_a40_speedup"] = out.loc[is_dea, "concurrency"].map(speedup)
     extra = [c for c in out.columns if c not in TPOT_COLUMNS]
@@ -123,11 +127,11 @@ def _vllm_version() -> str:
 
 def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tuple[Path, Path]:
     df = read_results(inp)
-    tpot = tpot_table(df)
-    tpot["profile"] = profile or ""
-    tpot["vllm"] = _vllm_version()
     if s.slo_metric not in df:
         raise DataError(f"serving results under {inp} lack {s.slo_metric} (serve.slo_metric)")
+    tpot = tpot_table(df, s.slo_metric)
+    tpot["profile"] = profile or ""
+    tpot["vllm"] = _vllm_version()
     slo = slo_table(df, s.tpot_budgets_ms, s.slo_metric, profile)
     out = Path(out)
     write_csv(out / "tpot.csv", tpot)
