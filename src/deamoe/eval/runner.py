@@ -168,8 +168,9 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
     device = resolve_device(s.device)
     model, tok = load_checkpoint(checkpoint, device, s.dtype)
     max_length = s.max_length or int(getattr(model.config, "max_position_embeddings", 2048))
+    # log-softmax in float32 even for bf16/fp16 weights: perplexities sum ~1e5 token log-probs
     lm = HFLM(pretrained=model, tokenizer=tok, backend="causal", batch_size=s.batch_size,
-              max_length=max_length)
+              max_length=max_length, softmax_dtype="float32")
     try:
         results = lm_eval.simple_evaluate(
             model=lm,
