@@ -102,8 +102,11 @@ def write_tasks(s: EvalSettings, out: Path) -> list[str]:
     elif downstream:
         group = yaml.safe_load((TASKS_DIR / f"{GROUP}.yaml").read_text())
         group["task"] = [e for e in group["task"] if e["task"] in downstream]
-        text = yaml.safe_dump(group, sort_keys=False).replace("@DATA_DIR@", data_dir)
-        (tasks_dir / f"{GROUP}.yaml").write_text(text)
+        for entry in group["task"]:
+            files = entry["dataset_kwargs"]["data_files"]
+            for split in files:
+                files[split] = files[split].replace("@DATA_DIR@", data_dir)
+        (tasks_dir / f"{GROUP}.yaml").write_text(yaml.safe_dump(group, sort_keys=False))
         names.append(GROUP)
     for task in (t for t in s.tasks if t in PERPLEXITY_TASKS):
         text = (TASKS_DIR / f"{task}.yaml").read_text().replace("@DATA_DIR@", data_dir)
@@ -127,10 +130,8 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
-    except ImportError:
-        pass
+    import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
+
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
         raise DataError(f"{path}: not a checkpoint directory (no config.json)")
