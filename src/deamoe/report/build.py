@@ -20,6 +20,14 @@ from deamoe.report import figures, tables
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "table2",
           "table3", "table4", "pretrain")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
+# per-row provenance columns some stages write into their tables: shown once, in the
+# "Scale and hardware" section, instead of in every row of the displayed table
+ROW_PROVENANCE = ("profile", "device", "gpu", "git_sha", "date", "python", "torch", "triton",
+                  "transformers", "vllm", "lm_eval")
+
+
+def _shown(art: tables.Artifact) -> pd.DataFrame:
+    return art.table.drop(columns=[c for c in ROW_PROVENANCE if c in art.table.columns])
 
 
 @dataclass
@@ -78,7 +86,7 @@ def _table_markdown(art: tables.Artifact) -> str:
     status = "reproduced" if art.status == "ok" else f"**not run**: {art.reason}"
     if art.status == "ok" and art.sources[0].reason:  # e.g. committed GPU numbers shown
         status = art.sources[0].reason
-    parts = [f"# {art.title}", "", f"Status: {status}", "", markdown_table(art.table), ""]
+    parts = [f"# {art.title}", "", f"Status: {status}", "", markdown_table(_shown(art)), ""]
     parts += [f"- {n}" for n in art.notes if n]
     parts += ["", "## Scale and hardware of these numbers", "",
               markdown_table(_provenance_frame(art)), ""]
@@ -102,7 +110,8 @@ def _table_html(art: tables.Artifact) -> str:
               else f'<span class="notrun">not run</span>: {html.escape(art.reason)}')
     if art.status == "ok" and art.sources[0].reason:
         status = html.escape(art.sources[0].reason)
-    shown = art.table.map(_cell) if hasattr(art.table, "map") else art.table.applymap(_cell)
+    shown = _shown(art)
+    shown = shown.map(_cell) if hasattr(shown, "map") else shown.applymap(_cell)
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in art.notes if n)
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(art.title)}"
             f"</title>{_HTML_STYLE}</head><body><h2>{html.escape(art.title)}</h2>"
@@ -113,7 +122,7 @@ def _table_html(art: tables.Artifact) -> str:
 
 def _table_csv(art: tables.Artifact) -> pd.DataFrame:
     """The shown table with the scale and hardware of its numbers on every row."""
-    out = art.table.copy()
+    out = _shown(art).copy()
     src = art.sources[0]
     out["status"] = src.status
     out["source"] = str(src.path)

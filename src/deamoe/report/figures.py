@@ -69,7 +69,7 @@ def figure2(art: Artifact):
     else:
         _not_run(ax, art)
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("tokens in the decoding step")
     ax.set_ylabel("loaded expert weights, DeaMoE / baseline")
     ax.set_title(art.title, fontsize=10)
@@ -84,6 +84,7 @@ def figure3(art: Artifact):
         df = art.data.assign(model=art.data["model"].str.lower())
         sns.lineplot(data=df, x="concurrency", y="tpot_mean_ms", hue="model", marker="o", ax=left)
         left.set_ylabel("TPOT, mean (ms)")
+        left.set_xticks(sorted(df["concurrency"].unique()))
     else:
         _not_run(left, art)
     left.set_title("reproduced TPOT", fontsize=10)

@@ -95,7 +95,9 @@ def provenance_of(records: list[dict], profile: str | None = None,
                 if (v := pick(k)) and v != "not installed"]
     p.versions = ", ".join(versions) or p.versions
     p.git_sha = pick("git_sha") or p.git_sha
-    p.date = pick("date") or p.date
+    dates = sorted(d for d in pick("date").split("; ") if d)
+    if dates:
+        p.date = dates[0] if len(dates) == 1 else f"{dates[0]} .. {dates[-1]}"
     return p
 
 

@@ -167,8 +167,9 @@ def table4(results: Path, profile: str | None) -> Artifact:
         table = src.frame.copy()
         if "paper_loss" not in table.columns:
             table = table.merge(paper_rows[["variant", "paper_loss"]], on="variant", how="left")
-        keep = ["variant", "operator", "init", "dept_topk", "loss_last_n", "paper_loss", "steps",
-                "tokens"]
+        keep = ["variant", "operator", "init", "dept_topk", "loss_last_n", "paper_loss",
+                "val_loss", "mean_distinct_departments", "paper_mean_distinct_departments",
+                "last_n", "steps", "tokens"]
         table = table[[c for c in keep if c in table.columns]]
     else:
         table = paper_rows.assign(loss_last_n=NOT_RUN)[
