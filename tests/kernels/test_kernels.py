@@ -37,8 +37,9 @@ def test_batch_beyond_one_block_per_group():
     assert row["ok"], row
 
 
-def test_align_groups_and_pads():
-    T, k, E, bm = 9, 3, 6, 4
+@pytest.mark.parametrize("T,k,E,bm", [(9, 3, 6, 4), (300, 4, 32, 16), (40, 3, 100, 8)],
+                         ids=["onehot-1pass", "onehot-5passes", "atomic"])
+def test_align_groups_and_pads(T, k, E, bm):
     ids = torch.stack([torch.randperm(E)[:k] for _ in range(T)])
     (al,) = align(ids, AlignSpec(n_groups=E, block_m=bm))
     nb = int(al.num_blocks)

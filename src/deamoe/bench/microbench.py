@@ -35,7 +35,8 @@ class MicrobenchSettings:
     models: list[str] = field(default_factory=lambda: ["Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"])
     batches: list[int] = field(default_factory=lambda: [4, 8, 16, 24, 32, 40, 48, 64, 96, 128])
     tiles: list[str] = field(default_factory=lambda: [
-        "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5"])
+        "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5",
+        "n128-k64-w8-s4"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
@@ -124,8 +125,9 @@ def search_tiles(shape, measure, s: "MicrobenchSettings"):
             best, best_t = knobs, t
     if best is None or not s.coordinate_search:
         return best
-    space = {stage: s.tiles for stage in GEMM_STAGES[shape.kind]}
-    space.update(BLOCK_M_KNOBS[shape.kind])
+    # BLOCK_M first, so each GEMM's tile is then chosen for the block height it will run with
+    space = dict(BLOCK_M_KNOBS[shape.kind])
+    space.update({stage: s.tiles for stage in GEMM_STAGES[shape.kind]})
     for knob, values in space.items():
         for value in values:
             if value == best[knob]:
@@ -188,7 +190,8 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                      "experts": experts, "copies": copies})
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
             stage_rows += [{"kind": shape.kind, "batch": batch, **r}
-                           for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs))]
+                           for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs),
+                                                     s.compile_routing)]
         if progress is not None:
             progress.update(1)
     del weights
@@ -197,10 +200,21 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     return rows
 
 
-def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
+def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
+    from deamoe.bench.layer_step import routing_fn
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.stage_benchmark import stage_times
+
+    # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
+    fixed = []
+    for name, fn in (("router+route", lambda: routing_fn(compiled)(shape, torch.nn.functional.linear(x, w["router"]))),
+                     ("cast", lambda: torch.empty(x.shape, dtype=torch.float32, device=x.device).to(x.dtype))):
+        try:
+            t = time_fn(fn, 30)
+            fixed.append({"stage": name, "us": t.median_us, "bytes": 0, "tbps": float("nan")})
+        except Exception as exc:  # noqa: BLE001 - diagnostic only
+            print(f"  {name} timing failed: {type(exc).__name__}: {exc}")
 
     with torch.no_grad():
         ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
@@ -215,10 +229,10 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
                                          weights, tiles)
             groups = {"w13": 1, "w2": 1}
         try:
-            return stage_times(stages, ids, groups)
+            return fixed + stage_times(stages, ids, groups)
         except Exception as exc:  # noqa: BLE001 - the breakdown is diagnostic only
             print(f"  stage breakdown failed: {type(exc).__name__}: {exc}")
-            return []
+            return fixed
 
 
 def _routing_label(s) -> str:

@@ -35,11 +35,15 @@ def _align_one(
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
 ):
+    ONEHOT: tl.constexpr = BLOCK_G <= 32
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
     tl.debug_barrier()
-    # 1. histogram; the value returned by the atomic is the pair's rank inside its group
-    #    (BLOCK_P covers all pairs of a decode step, so this is one pass)
+    # 1. rank of each pair inside its group, and the group sizes (BLOCK_P covers all pairs of a
+    #    decode step, so this is one pass).  Few groups (departments): a one-hot prefix sum --
+    #    atomics on 8 counters would serialise (~30 us at 128 tokens).  Many groups (experts):
+    #    an atomic histogram whose returned old value is the rank (little contention).
+    carry = tl.zeros([BLOCK_G], dtype=tl.int32)
     for p0 in range(0, P, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
         ok = p < P
@@ -50,8 +54,16 @@ def _align_one(
             for j in range(0, k_top):
                 gj = (tl.load(ids_ptr + first + j, mask=ok, other=0) // per_group).to(tl.int32)
                 ok = ok & ~((j < slot) & (gj == g))
-        r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok)
+        if ONEHOT:
+            hit = (g[:, None] == offs_g[None, :]) & ok[:, None]
+            before = tl.cumsum(hit.to(tl.int32), 0) - 1 + carry[None, :]
+            r = tl.sum(tl.where(hit, before, 0), 1)
+            carry += tl.sum(hit.to(tl.int32), 0)
+        else:
+            r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok)
         tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
+    if ONEHOT:
+        tl.store(counts_ptr + offs_g, carry, mask=offs_g < G)
     tl.debug_barrier()
     # 2. exclusive scan of the padded group sizes; each group's padding slots get the sentinel P
     #    (only those: slots past the used blocks are never read, so no fill of the whole buffer)
@@ -82,17 +94,17 @@ def _align_kernel(
     a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
     b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
     zero_ptr, zero_n,
-    A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr,
-    B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr,
-    N_TASKS: tl.constexpr, BLOCK_P: tl.constexpr, ZERO_BLOCK: tl.constexpr,
+    A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
+    B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
+    N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
-                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, BLOCK_P, A_BLOCK_G)
+                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
-                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, BLOCK_P, B_BLOCK_G)
+                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -171,13 +183,16 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
                                                     made * (3 - len(made))):
         args += [spec.per_group, spec.n_groups, counts, rank, offs, al.sorted_pairs,
                  al.block_group, al.num_blocks, al.sorted_pairs.numel()]
+        block_g = triton.next_power_of_2(spec.n_groups)
+        block_p = max(256, min(2048, triton.next_power_of_2(P)))
+        if block_g <= 32:  # one-hot path: keep the [BLOCK_P, BLOCK_G] prefix sum in registers
+            block_p = min(block_p, 8192 // block_g)
         consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
-                       f"{tag}_BLOCK_G": triton.next_power_of_2(spec.n_groups)})
+                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p})
     if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
         raise ValueError("align: zero must be a contiguous float32 tensor")
     n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
-        N_TASKS=len(specs), BLOCK_P=max(256, min(2048, triton.next_power_of_2(P))),
-        ZERO_BLOCK=ZERO_BLOCK, num_warps=8, **consts)
+        N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, num_warps=8, **consts)
     return tuple(al for al, _ in made)
