@@ -30,6 +30,7 @@ def test_killed_and_restarted_run_ends_exactly_like_an_uninterrupted_one(tmp_pat
         b = pd.read_csv(tmp_path / name / "cut" / "log.csv")
         assert list(a["step"]) == list(range(1, 7)) and (a["loss"].values == b["loss"].values).all()
         assert full["val_loss"] == resumed["val_loss"]
+        assert not (tmp_path / name / "cut" / "state" / "resume.pt").exists()  # removed once finished
 
 
 def test_resume_state_from_another_configuration_is_refused(tmp_path, make_config, shards):

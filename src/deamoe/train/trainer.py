@@ -10,8 +10,6 @@ OUT/checkpoint/ (Hugging Face format: safetensors, config, tokenizer).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import time
 from contextlib import nullcontext
@@ -203,8 +201,6 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     fingerprint = _fingerprint(cfg.to_dict(), settings, spec, data)
     state_path = out / "state" / "resume.pt"
     start, rows = _resume(state_path, model, opt, fingerprint, d)
-    if start >= spec.steps and (out / "summary.json").is_file():
-        return json.loads((out / "summary.json").read_text())
 
     tokens_per_step = t.batch_size * t.seq_len
     flops_tok = train_flops_per_token(cfg, t.seq_len)
@@ -277,6 +273,8 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
         summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
         summary.update(planned_steps=spec.steps, stopped_early=stopped_early)
         write_json(out / "summary.json", summary)
+        # Finished: the resume state has served (a rerun with another config starts afresh).
+        state_path.unlink(missing_ok=True)
     parallel.teardown(d)
     return summary
 
