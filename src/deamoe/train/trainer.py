@@ -58,7 +58,11 @@ def _optimizer(model, t):
         # Only 1-D parameters (norm gains) skip weight decay; expert matrices are ordinary weights.
         (no_decay if p.ndim < 2 else decay).append(p)
     groups = [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8)
+    # One fused kernel per step on a single GPU; FSDP2's sharded (DTensor) parameters and the
+    # CPU use the default (foreach) implementation.
+    fused = all(p.is_cuda for p in decay + no_decay) and not any(
+        hasattr(p, "full_tensor") for p in decay + no_decay)
+    return torch.optim.AdamW(groups, lr=t.lr, betas=(t.beta1, t.beta2), eps=1e-8, fused=fused or None)
 
 
 def _state_dicts(model, opt, d):
@@ -228,8 +232,8 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
             loss.backward()
             ce_sum += ce.detach()
             aux_sum += aux.detach()
-            for k, v in model.routing_stats().items():
-                stats_acc[k] = stats_acc.get(k, 0.0) + v / accum
+            if a == accum - 1:  # statistics of the last micro-batch (each read is a host sync)
+                stats_acc = model.routing_stats()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip if t.grad_clip > 0 else float("inf"))
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
