@@ -98,7 +98,7 @@ def from_dict(cls: type[T], data: dict | None, where: str) -> T:
     hints = typing.get_type_hints(cls)
     for key in data:
         if key not in fields:
-            raise ConfigError(f"unknown config key {where}.{key} (known: {', '.join(fields)})")
+            raise ConfigError(f"unknown key {where}.{key} (known: {', '.join(sorted(fields))})")
     kwargs = {key: _check_type(value, hints[key], f"{where}.{key}") for key, value in data.items()}
     return cls(**kwargs)
 

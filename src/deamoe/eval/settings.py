@@ -6,12 +6,11 @@ Defaults are the `tiny` profile: a few documents per task so both models finish 
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass
 from pathlib import Path
 
 from deamoe.errors import ConfigError
+from deamoe.settings import from_dict, read_config
 
 DOWNSTREAM_TASKS = ("boolq", "piqa", "social_iqa", "hellaswag", "winogrande", "race",
                     "anli_r1", "anli_r2", "anli_r3", "openbookqa")
@@ -37,35 +36,8 @@ class EvalSettings:
     bootstrap_iters: int = 1000  # the harness's stderr bootstrap for perplexity-free metrics
 
 
-def _coerce(key: str, value, hint):
-    where = f"eval.{key}"
-    if typing.get_origin(hint) is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        if not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{where} must be a list of strings, got {value!r}")
-        return tuple(value)
-    if hint is bool and not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, got {value!r}")
-    if hint is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{where} must be an integer, got {value!r}")
-    if hint is str and not isinstance(value, str):
-        raise ConfigError(f"{where} must be a string, got {value!r}")
-    return value
-
-
 def parse_eval(values: dict | None) -> EvalSettings:
-    values = values or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"config section 'eval' must be a mapping, got {type(values).__name__}")
-    hints = typing.get_type_hints(EvalSettings)
-    known = {f.name for f in dataclasses.fields(EvalSettings)}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ConfigError(f"unknown key eval.{key} (known: {', '.join(sorted(known))})")
-        kwargs[key] = _coerce(key, value, hints[key])
-    s = EvalSettings(**kwargs)
+    s = from_dict(EvalSettings, values, "eval")
     bad = [t for t in s.tasks if t not in ALL_TASKS]
     if bad or not s.tasks or len(set(s.tasks)) != len(s.tasks):
         raise ConfigError(f"eval.tasks must list distinct names among {', '.join(ALL_TASKS)}; got {list(s.tasks)}")
@@ -87,15 +59,5 @@ def load_eval_settings(config_path: str | Path | None) -> EvalSettings:
     """The `eval` section of a pipeline config file (defaults when no file is given)."""
     if config_path is None:
         return EvalSettings()
-    import yaml
-
-    path = Path(config_path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections")
+    doc = read_config(config_path)
     return parse_eval(doc.get("eval"))
