@@ -50,37 +50,37 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
                 return _check_type(value, arg, where)
             except ConfigError:
                 continue
-        raise ConfigError(f"{where}={value!r} has the wrong type (expected {hint})")
+        raise ConfigError(f"{where} has the wrong type (expected {hint}), got {value!r}")
     if hint is type(None):
         if value is None:
             return None
-        raise ConfigError(f"{where}={value!r} must be null")
+        raise ConfigError(f"{where} must be null, got {value!r}")
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where}={value!r} must be a list")
+            raise ConfigError(f"{where} must be a list, got {value!r}")
         item = args[0] if args else Any
         return type(value)(_check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)) if origin is list else tuple(
             _check_type(v, item, f"{where}[{i}]") for i, v in enumerate(value)
         )
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}={value!r} must be a mapping")
+            raise ConfigError(f"{where} must be a mapping, got {value!r}")
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}={value!r} must be a number")
+            raise ConfigError(f"{where} must be a number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}={value!r} must be an integer")
+            raise ConfigError(f"{where} must be an integer, got {value!r}")
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}={value!r} must be true or false")
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
         return value
     if hint is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}={value!r} must be a string")
+            raise ConfigError(f"{where} must be a string, got {value!r}")
         return value
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
