@@ -14,8 +14,6 @@ from deamoe.errors import ConfigError, DataError
 from deamoe.report.build import TABLES, ReportSettings, markdown_table, write_report
 from deamoe.report.figures import FIGURES
 
-from report_fixtures import write_microbench, write_results
-
 
 def _build(results: Path, measured: Path, out: Path, **settings):
     return write_report(results, measured, out, ReportSettings(**settings))
@@ -59,8 +57,8 @@ def test_every_table_row_carries_scale_and_hardware(results, measured, tmp_path)
     assert "Scale and hardware" in md and "torch 2.13.0+cpu" in md
 
 
-def test_missing_stage_is_not_run_with_reason_and_paper_values(tmp_path, measured):
-    results = write_results(tmp_path / "a", eval_=False, serve=False)
+def test_missing_stage_is_not_run_with_reason_and_paper_values(tmp_path, measured, make_results):
+    results = make_results(tmp_path / "a", eval_=False, serve=False)
     _build(results, measured, tmp_path / "r")
     md = (tmp_path / "r" / "tables" / "table2.md").read_text()
     assert "**not run**" in md and "downstream.csv does not exist" in md
@@ -83,8 +81,8 @@ def test_no_gpu_uses_committed_measurements_and_says_so(results, measured, tmp_p
     assert row["device"] == "NVIDIA H200"
 
 
-def test_gpu_run_results_take_precedence(tmp_path, measured):
-    results = write_results(tmp_path / "a", microbench_gpu=True)
+def test_gpu_run_results_take_precedence(tmp_path, measured, make_results):
+    results = make_results(tmp_path / "a", microbench_gpu=True)
     frame = pd.read_csv(results / "microbench" / "microbench.csv")
     frame.loc[:, "gpu"] = "NVIDIA A100"
     frame.to_csv(results / "microbench" / "microbench.csv", index=False)

@@ -30,10 +30,16 @@ def workdir(tmp_path) -> Path:
     return tmp_path
 
 
-def snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run Snakemake on the repository's Snakefile in `workdir`; output captured as text."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
         [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
         cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env,
     )
+
+
+@pytest.fixture
+def snakemake():
+    """run_snakemake(workdir, *args, timeout=...) -> CompletedProcess (text output captured)."""
+    return run_snakemake

@@ -7,8 +7,6 @@ import re
 import pytest
 import yaml
 
-from conftest import snakemake
-
 # every rule of the pipeline, and how many jobs of each the default DAG has
 EXPECTED_JOBS = {"table1": 1, "loading": 1, "data": 1, "train": 8, "ablation": 1, "pretrain": 1,
                  "eval": 2, "eval_tables": 1, "serve": 2, "serve_tables": 1, "microbench": 1,
@@ -21,7 +19,7 @@ def _job_counts(text: str) -> dict[str, int]:
             for m in re.finditer(r"^(\w+)\s+(\d+)$", block, flags=re.M) if m.group(1) != "total"}
 
 
-def test_dry_run_plans_every_stage(workdir):
+def test_dry_run_plans_every_stage(snakemake, workdir):
     proc = snakemake(workdir, "-n", "--cores", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert _job_counts(proc.stdout + proc.stderr) == EXPECTED_JOBS
@@ -29,7 +27,7 @@ def test_dry_run_plans_every_stage(workdir):
     assert "reports/figures/figure4_5_microbench.png" in proc.stdout + proc.stderr
 
 
-def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(workdir):
+def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(snakemake, workdir):
     assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
     path = workdir / "results" / "config.resolved.yaml"
     resolved = yaml.safe_load(path.read_text())
@@ -49,14 +47,14 @@ def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(workdir):
     ("analysis={'loading_trials': 'many'}", "analysis.loading_trials: 'many' is not of type 'integer'"),
     ("profile=huge", "profile: 'huge' is not one of"),
 ])
-def test_bad_config_names_the_key_before_any_job(workdir, override, message):
+def test_bad_config_names_the_key_before_any_job(snakemake, workdir, override, message):
     proc = snakemake(workdir, "--cores", "1", "--config", override)
     assert proc.returncode != 0
     assert message in proc.stderr
     assert not (workdir / "logs").exists()  # nothing ran
 
 
-def test_out_of_range_value_names_the_key(workdir, tmp_path):
+def test_out_of_range_value_names_the_key(snakemake, workdir, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("analysis:\n  loading_tokens: [0, 4]\n")
     proc = snakemake(workdir, "--cores", "1", "--configfile", str(bad))
@@ -69,7 +67,7 @@ def _planned(proc) -> dict[str, int]:
     return _job_counts(text) if "Job stats:" in text else {}
 
 
-def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(workdir):
+def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(snakemake, workdir):
     targets = ["results/analysis/table1.csv", "results/analysis/loading.csv"]
     fast = ["--config", "analysis={'loading_tokens': [1, 8], 'loading_trials': 2}"]
     proc = snakemake(workdir, "--cores", "2", *targets, *fast)
@@ -92,7 +90,7 @@ def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(workdir):
 
 
 @pytest.mark.parametrize("profile, name", [("gpu", "gpu"), ("slurm", "paper")])
-def test_profiles_plan_the_whole_dag_with_valid_numbers(workdir, profile, name):
+def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, profile, name):
     folder = workdir / "workflow" / "profiles" / profile
     proc = snakemake(workdir, "-n", "--workflow-profile", str(folder))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,7 +99,7 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(workdir, profile, name):
     assert resolved["profile"] == name
 
 
-def test_missing_corpus_file_is_named_before_any_job(workdir, tmp_path):
+def test_missing_corpus_file_is_named_before_any_job(snakemake, workdir, tmp_path):
     cfg = tmp_path / "files.yaml"
     cfg.write_text(f"data:\n  source: files\n  files: ['{tmp_path}/nowhere/*.txt']\n")
     proc = snakemake(workdir, "-n", "--cores", "1", "--configfile", str(cfg))

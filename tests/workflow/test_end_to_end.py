@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from conftest import snakemake
-
 REDUCED = Path(__file__).with_name("reduced.yaml")
 REPRODUCED_ON_CPU = ("Table 1", "Figure 2", "Figure 3:", "Table 2", "Table 3", "Table 4",
                      "Pre-training")
@@ -23,7 +21,7 @@ def _log_tails(workdir: Path) -> str:
 
 
 @pytest.mark.slow
-def test_every_stage_runs_and_the_report_is_built(workdir):
+def test_every_stage_runs_and_the_report_is_built(snakemake, workdir):
     proc = snakemake(workdir, "--cores", "2", "--configfile", str(REDUCED), timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:] + "\n" + _log_tails(workdir)
 
