@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -106,3 +107,38 @@ def test_missing_corpus_file_is_named_before_any_job(snakemake, workdir, tmp_pat
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "data.files" in out and "nowhere/*.txt' matches no file" in out
+
+
+def test_kill_then_rerun_incomplete_finishes_the_job(snakemake, workdir):
+    """Snakemake killed mid-job (whole process group, like a lost terminal): the next run redoes
+    the interrupted job and nothing half-written is taken for a result."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[2]
+
+    target = "results/analysis/loading.csv"
+    slow = ["--config", "analysis={'loading_tokens': [1, 64, 512], 'loading_trials': 4000}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", "-s", str(repo / "Snakefile"), "-d", str(workdir),
+         "--cores", "1", target, *slow],
+        cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = workdir / "logs" / "analysis" / "loading.log"
+    deadline = time.time() + 120
+    while not (log.exists() and log.stat().st_size > 0) and time.time() < deadline:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (workdir / target).exists()  # atomic writes: no partial CSV
+    fast = ["--config", "analysis={'loading_tokens': [1, 8], 'loading_trials': 2}"]
+    # a hard kill leaves Snakemake's lock behind: the README's recovery is --unlock first
+    locked = snakemake(workdir, "--cores", "1", target, *fast)
+    assert locked.returncode != 0 and "cannot be locked" in locked.stderr
+    assert snakemake(workdir, "--unlock", target, *fast).returncode == 0
+    again = snakemake(workdir, "--cores", "1", "--rerun-incomplete", target, *fast)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (workdir / target).exists()
+    assert _planned(snakemake(workdir, "-n", "--cores", "1", target, *fast)) == {}
