@@ -3,6 +3,10 @@
 # It takes all cores (threads above any --cores, which Snakemake caps), so no other job runs
 # beside it and skews its timings.
 
+# --sdm conda: vLLM's CPU build for the tiny profile, its GPU build (own pinned torch) otherwise
+SERVE_ENV = "../../envs/serve-cpu.yaml" if RESOLVED.get("profile", "tiny") == "tiny" \
+    else "../../envs/serve-gpu.yaml"
+
 
 rule serve:
     input:
@@ -13,7 +17,7 @@ rule serve:
         config=RESOLVED_CONFIG,
         serve=section("serve"),
     conda:
-        "../../envs/serve-cpu.yaml"
+        SERVE_ENV
     log:
         "logs/serve/{model}.log",
     threads: 1024  # more than any machine: Snakemake caps it at --cores, so the job runs alone
@@ -34,7 +38,7 @@ rule serve_tables:
         config=RESOLVED_CONFIG,
         serve=section("serve"),
     conda:
-        "../../envs/serve-cpu.yaml"
+        SERVE_ENV
     log:
         "logs/serve/tables.log",
     threads: 1
