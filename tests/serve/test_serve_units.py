@@ -179,3 +179,41 @@ def test_clean_stop_takes_children(tmp_path, monkeypatch):
         pgid = srv.proc.pid
         srv.check_alive()
     assert _gone(pgid)
+
+
+def test_killed_command_takes_server_down(tmp_path):
+    """SIGKILL of the command itself: the server (own process group) receives SIGTERM from the
+    kernel (PR_SET_PDEATHSIG) and exits."""
+    import subprocess
+
+    pid_file = tmp_path / "server.pid"
+    code = f"""
+import sys, time
+from deamoe.serve import server
+from deamoe.serve.settings import ServeSettings
+server.server_command = lambda c, port, n, s: [sys.executable, "-c", {HEALTHY!r}, str(port)]
+with server.VllmServer({str(tmp_path)!r}, ServeSettings(startup_timeout_s=30), {str(tmp_path / 'log')!r}) as srv:
+    open({str(pid_file)!r}, "w").write(str(srv.proc.pid))
+    time.sleep(300)
+"""
+    cmd = subprocess.Popen([sys.executable, "-c", code])
+    for _ in range(300):
+        if pid_file.exists() and pid_file.read_text():
+            break
+        time.sleep(0.1)
+    server_pid = int(pid_file.read_text())
+    cmd.kill()
+    cmd.wait()
+    for _ in range(100):
+        try:
+            os.kill(server_pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        os.killpg(server_pid, signal.SIGKILL)
+        pytest.fail("the server outlived its killed command")
+    try:  # the stand-in's own child (vLLM's API server stops its engine itself on SIGTERM)
+        os.killpg(server_pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

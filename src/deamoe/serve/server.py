@@ -9,7 +9,8 @@ process group, with stdout/stderr in `log_path`.  Startup waits for GET /health;
 exits or stays unhealthy raises ServerError after printing the tail of its log.  Leaving the
 `with` block -- normally or by an exception, including KeyboardInterrupt -- stops the whole
 process group (SIGINT, then SIGTERM, then SIGKILL), so vLLM's engine-core children never outlive
-the command.  The deamoe plugin (entry point in pyproject.toml) registers the architecture in
+the command; and the server runs under deamoe.serve.supervise, which kills its group when this
+command dies without cleaning up (even by SIGKILL).  The deamoe plugin (entry point in pyproject.toml) registers the architecture in
 every vLLM process.
 """
 
@@ -104,15 +105,21 @@ class VllmServer:
         self.startup_s: float | None = None
 
     def __enter__(self) -> "VllmServer":
+        self._old_handlers = _exit_on_signals()
         try:
             self.start()
         except BaseException:
-            self.stop()
+            self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        try:
+            self.stop()
+        finally:
+            for sig, handler in getattr(self, "_old_handlers", {}).items():
+                signal.signal(sig, handler)
+            self._old_handlers = {}
 
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,8 +130,9 @@ class VllmServer:
             log.write("$ " + " ".join(cmd) + "\n")
             log.flush()
             self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True,  # own process group: stop() reaches children
+                [sys.executable, "-m", "deamoe.serve.supervise", *cmd],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # own process group: stop() reaches vLLM's children
             )
         deadline = t0 + self.settings.startup_timeout_s
         while not _healthy(self.base_url):
@@ -171,6 +179,23 @@ class VllmServer:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _exit_on_signals() -> dict:
+    """SIGTERM / SIGHUP (a workflow manager cancelling the job) become SystemExit, so the `with`
+    block stops the server; returns the previous handlers.  Main thread only."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        old[sig] = signal.signal(sig, handler)
+    return old
 
 
 def _group_alive(pgid: int) -> bool:
