@@ -126,3 +126,23 @@ def test_more_processes_than_gpus_is_an_error(tmp_path, make_config, shards):
 
     assert main(["train", "--config", cfg, "--run", "ablation-no1", "--data", str(shards),
                  "--out", str(tmp_path / "r")]) == 2
+
+
+def test_time_box_stops_early_and_says_so(tmp_path, make_config, shards):
+    s = _settings(tmp_path, make_config, steps=500)
+    summary = train_run(s, run_spec(s, "ablation-no1"), shards, tmp_path / "run", progress=False,
+                        max_seconds=1e-9)
+    assert summary["stopped_early"] and summary["planned_steps"] == 500 and summary["steps"] <= 1
+    assert (tmp_path / "run" / "checkpoint" / "config.json").is_file()
+
+
+def test_measurement_tables(tmp_path, make_config, shards):
+    from deamoe.train.measure import collect
+
+    s = _settings(tmp_path, make_config)
+    for name in ("pretrain-baseline", "pretrain-deamoe"):
+        train_run(s, run_spec(s, name), shards, tmp_path / "runs" / name.split("-")[1], progress=False)
+    collect(tmp_path / "runs", tmp_path / "m")
+    table = pd.read_csv(tmp_path / "m" / "train_gpu.csv")
+    assert set(table["run"]) == {"pretrain-baseline", "pretrain-deamoe"}
+    assert (table["deamoe_over_baseline_step_time"] > 0).all()
