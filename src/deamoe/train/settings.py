@@ -1,18 +1,18 @@
 """The pipeline config's sections owned by training: data, model, train, ablation, pretrain.
 
-Each section parses into a frozen dataclass with defaults (the `tiny` profile); an unknown key or
-a value of the wrong type is a ConfigError naming `section.key`.  The JSON schemas in
+Each section parses into a frozen dataclass with defaults (the `tiny` profile) through the one
+config loader (deamoe.settings); an unknown key or a value of the wrong type is a ConfigError
+naming `section.key`.  The JSON schemas in
 workflow/schemas/<section>.schema.yaml describe the same keys for the workflow's validation.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deamoe.errors import ConfigError
+from deamoe.settings import from_dict, read_config
 
 
 @dataclass(frozen=True)
@@ -104,52 +104,9 @@ SECTIONS = {
 }
 
 
-def _coerce(section: str, key: str, value, hint):
-    origin = typing.get_origin(hint)
-    where = f"{section}.{key}"
-    if origin is tuple:
-        if isinstance(value, str) or not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{where} must be a list, got {value!r}")
-        return tuple(value)
-    if hint is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{where} must be a mapping, got {value!r}")
-        return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    return value
-
-
 def parse_section(section: str, values: dict | None):
     """Build the dataclass of `section` from a dict; unknown keys and wrong types are errors."""
-    cls = SECTIONS[section]
-    values = values or {}
-    if not isinstance(values, dict):
-        raise ConfigError(f"config section {section!r} must be a mapping, got {type(values).__name__}")
-    hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in values.items():
-        if key not in known:
-            raise ConfigError(
-                f"unknown key {section}.{key} (known: {', '.join(sorted(known))})"
-            )
-        kwargs[key] = _coerce(section, key, value, hints[key])
-    settings = cls(**kwargs)
+    settings = from_dict(SECTIONS[section], values, section)
     _check(section, settings)
     return settings
 
@@ -177,25 +134,13 @@ def _check(section: str, s) -> None:
         need(s.batch_size % s.micro_batch_size == 0, "batch_size", "must be a multiple of train.micro_batch_size")
         need(s.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         need(s.lr > 0, "lr", "must be > 0")
+    elif section == "pretrain":
+        for key in ("baseline", "deamoe"):
+            need(isinstance(getattr(s, key), dict), key, "must be a mapping of FFN fields")
     elif section == "ablation":
         bad = [v for v in s.variants if v not in ("no1", "no2", "no3", "no4", "no5", "no6")]
         need(not bad, "variants", "must list names among no1..no6")
         need(s.last_n >= 1, "last_n", "must be >= 1")
-
-
-def load_yaml(path: str | Path) -> dict:
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path} must hold a mapping of sections")
-    return doc
 
 
 @dataclass(frozen=True)
@@ -211,7 +156,7 @@ class Settings:
 def load_settings(path: str | Path | None = None, doc: dict | None = None) -> Settings:
     """Parse the training sections of the pipeline config (a file path or an already-read dict)."""
     if doc is None:
-        doc = load_yaml(path) if path is not None else {}
+        doc = read_config(path) if path is not None else {}
     return Settings(
         profile=str(doc.get("profile", "tiny")),
         **{name: parse_section(name, doc.get(name)) for name in SECTIONS},
