@@ -2,10 +2,12 @@
 
   align.py          (token, slot) pairs grouped and padded per expert / department, on device
   grouped_gemm.py   the shared primitive (row modes + epilogues), the only GEMM code
-  fused_moe.py      baseline MoE layer (2 GEMMs)          + fused_moe_benchmark.py
-  deamoe_decode.py  DeaMoE layer (4 GEMMs)                + deamoe_decode_benchmark.py
-  stream_read.py    streaming-read kernel: the measured memory roofline
-NOTES.md records each kernel version's numbers on the H200.
+  fused_moe.py      baseline MoE layer (2 GEMMs)     } stage_benchmark.py times each launch
+  deamoe_decode.py  DeaMoE layer (4 GEMMs)           }   of either layer alone (CUDA graph)
+  stream_read.py    streaming-read kernel            + stream_read_benchmark.py (roofline)
+  battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward
+The per-layer and model-level benchmarks live in deamoe.bench.  NOTES.md records each kernel
+version's numbers on the H200, the prediction made before it, and what moved them.
 
 Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set here
 before any kernel is decorated, since Triton reads it at decoration time): slow, but exact
