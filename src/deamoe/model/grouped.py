@@ -35,8 +35,11 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.
     if x.shape[0] == 0:
         return x.new_zeros(0, out_dim)
     sizes = counts.tolist()
+    # unbind once: indexing w[g] per group would make backward allocate a full-size gradient of
+    # w for every group; unbind's backward stacks the per-group gradients in one pass.
+    weights = w.unbind(0)
     pieces = [
-        rows @ w[g].transpose(0, 1)
+        rows @ weights[g].transpose(0, 1)
         for g, rows in enumerate(torch.split(x, sizes))
         if sizes[g]
     ]
