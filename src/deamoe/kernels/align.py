@@ -63,7 +63,7 @@ def _align_one(
             r = tl.sum(tl.where(hit, before, 0), 1)
             carry += tl.sum(hit.to(tl.int32), 0)
         else:
-            r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok)
+            r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
     if ONEHOT:
         tl.store(counts_ptr + offs_g, carry, mask=offs_g < G)
