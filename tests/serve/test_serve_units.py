@@ -217,3 +217,12 @@ with server.VllmServer({str(tmp_path)!r}, ServeSettings(startup_timeout_s=30), {
         os.killpg(server_pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def test_server_env_drops_thread_counts(monkeypatch):
+    # An inherited OMP_NUM_THREADS fights vLLM's own CPU thread binding (100x slower decoding).
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("MKL_NUM_THREADS", "2")
+    env = server.server_env()
+    assert "OMP_NUM_THREADS" not in env and "MKL_NUM_THREADS" not in env
+    assert env["HF_HUB_OFFLINE"] == "1"

@@ -87,6 +87,21 @@ def server_command(checkpoint: str | Path, port: int, name: str, s: ServeSetting
     return cmd + list(s.extra_server_args)
 
 
+# Thread-count variables a workflow manager sets for a job (Snakemake: `threads`).  vLLM's CPU
+# worker binds its OpenMP threads to the cores it picks (VLLM_CPU_OMP_THREADS_BIND=auto: all but
+# one reserved core); an inherited OMP_NUM_THREADS larger than that puts several spinning OpenMP
+# threads on one core and made decoding ~100x slower (200 ms instead of 2 ms per step, seen on
+# the 2-core CPU under Snakemake with OMP_NUM_THREADS=2).  vLLM sizes its threads itself.
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS",
+               "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def server_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARS}
+    env.update(VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1")
+    return env
+
+
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=2) as r:
@@ -124,7 +139,7 @@ class VllmServer:
     def start(self) -> None:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = server_command(self.checkpoint, self.port, self.name, self.settings)
-        env = dict(os.environ, VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1")
+        env = server_env()
         t0 = time.monotonic()
         with open(self.log_path, "w") as log:
             log.write("$ " + " ".join(cmd) + "\n")
