@@ -60,7 +60,9 @@ def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
 
 
 _COMPILED_ROUTE = None
-ROUTING_STATE = {"compiled_failed": None}
+# fused: on CUDA, route with the single-launch Triton implementation of deamoe.routing.route
+# (deamoe.kernels.routing_topk, tested equal to it) for both layers alike; False = the torch code
+ROUTING_STATE = {"compiled_failed": None, "fused": True}
 
 
 def _compiled_or_eager(shape, logits):
@@ -73,9 +75,32 @@ def _compiled_or_eager(shape, logits):
     return route(shape, logits)
 
 
+def _fused_or(reference):
+    def run(shape, logits):
+        if ROUTING_STATE["fused"] and logits.is_cuda:
+            from deamoe.kernels.routing_topk import route_kernel
+
+            return route_kernel(shape, logits)
+        return reference(shape, logits)
+    return run
+
+
+def routing_label(compiled: bool) -> str:
+    if ROUTING_STATE["fused"] and torch.cuda.is_available():
+        return "triton route kernel"
+    if not compiled or ROUTING_STATE["compiled_failed"]:
+        return "eager route"
+    return "torch.compile(route)"
+
+
 def routing_fn(compiled: bool):
-    """deamoe.routing.route, optionally through torch.compile (the same code, its elementwise
-    ops fused into fewer launches; used for both layers alike; eager if compiling fails)."""
+    """deamoe.routing.route for a decode step, used for both layers alike: on CUDA its
+    single-launch Triton implementation (ROUTING_STATE["fused"]), else the torch code, optionally
+    through torch.compile (elementwise ops fused into fewer launches; eager if compiling fails)."""
+    return _fused_or(_reference_fn(compiled))
+
+
+def _reference_fn(compiled: bool):
     global _COMPILED_ROUTE
     if not compiled:
         return route

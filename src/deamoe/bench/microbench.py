@@ -236,11 +236,9 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
 
 
 def _routing_label(s) -> str:
-    from deamoe.bench.layer_step import ROUTING_STATE
+    from deamoe.bench.layer_step import routing_label
 
-    if not s.compile_routing or ROUTING_STATE["compiled_failed"]:
-        return "eager route"
-    return "torch.compile(route)"
+    return routing_label(s.compile_routing)
 
 
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",

@@ -33,6 +33,7 @@ from deamoe.kernels.grouped_gemm import (
     TileConfig,
     grouped_gemm,
 )
+from deamoe.kernels.routing_topk import route_layer
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
 
@@ -136,7 +137,7 @@ def deamoe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: DeaMoETi
     lead, h = x.shape[:-1], x.shape[-1]
     x = x.reshape(-1, h)
     if ids is None:
-        ids, weights = layer._route(x, None, None)
+        ids, weights = route_layer(layer, x)
     out = deamoe_forward(
         x, layer.dept_gate, layer.dept_up, layer.dept_down, layer.expert_gate, layer.expert_up,
         layer.expert_down, ids, weights, operator=layer.shape.operator, tiles=tiles,

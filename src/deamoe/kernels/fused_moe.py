@@ -21,6 +21,7 @@ from deamoe.kernels.grouped_gemm import (
     TileConfig,
     grouped_gemm,
 )
+from deamoe.kernels.routing_topk import route_layer
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,6 @@ def fused_moe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: MoETi
     lead, h = x.shape[:-1], x.shape[-1]
     x = x.reshape(-1, h)
     if ids is None:
-        ids, weights = layer._route(x, None, None)
+        ids, weights = route_layer(layer, x)
     out = fused_moe(x, layer.gate_proj, layer.up_proj, layer.down_proj, ids, weights, tiles)
     return out.reshape(*lead, h)
