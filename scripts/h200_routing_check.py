@@ -14,6 +14,7 @@ import torch
 
 from deamoe.bench.layer_step import time_fn
 from deamoe.config import TABLE1
+from deamoe.kernels import routing_topk
 from deamoe.kernels.routing_topk import compare_with_reference, route_kernel
 from deamoe.routing import route
 
@@ -39,8 +40,11 @@ for model, row in TABLE1.items():
             continue
         for T in (4, 16, 64, 128):
             logits = torch.randn(T, shape.n_expert, device="cuda", dtype=torch.bfloat16)
-            for impl, fn in (("triton", route_kernel), ("torch eager", route)):
+            for impl, fn, warps in (("triton", route_kernel, None), ("triton w1", route_kernel, 1),
+                                    ("triton w4", route_kernel, 4), ("torch eager", route, None)):
+                routing_topk.NUM_WARPS = warps
                 t = time_fn(lambda: fn(shape, logits), 100)
+                routing_topk.NUM_WARPS = None
                 times.append({"model": model, "kind": kind, "tokens": T, "impl": impl,
                               "us": t.median_us, "p10_us": t.p10_us, "p90_us": t.p90_us})
 df = pd.DataFrame(rows)
