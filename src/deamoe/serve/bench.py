@@ -48,9 +48,17 @@ def run_level(server: VllmServer, checkpoint: Path, model: str, c: int, s: Serve
                   concurrency=c, seed=s.seed + c, timeout_s=s.level_timeout_s)
     # The clients' own printout (vLLM's prints its arguments and a summary) goes to a log.
     with open(client_log, "a") as log, contextlib.redirect_stdout(log):
+        res = None
         if client == "vllm":
-            res = clients.vllm_benchmark(url, model, checkpoint, **common)
-        else:
+            try:
+                res = clients.vllm_benchmark(url, model, checkpoint, **common)
+            except Exception as exc:  # noqa: BLE001
+                if s.client == "vllm":  # asked for explicitly: no fallback
+                    raise
+                server.check_alive()  # a dead server is the error to report, not the client
+                print(f"vLLM's client failed ({type(exc).__name__}: {exc}); using the builtin "
+                      "client for this level", file=log)
+        if res is None:
             res = clients.builtin_benchmark(url, model, vocab_size=vocab_size, **common)
     res.update(clients.server_means(before, clients.server_stats(url)))
     return res
