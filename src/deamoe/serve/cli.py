@@ -14,7 +14,7 @@ def register(sub) -> None:
     p.add_argument("--log", default=None, help="server log (default logs/serve/<model>.server.log)")
     p.set_defaults(func=_serve)
 
-    t = sub.add_parser("serve-tables", help="tpot.csv, slo.csv and fig3 from serve results")
+    t = sub.add_parser("serve-tables", help="tpot.csv and slo.csv (Figure 3 tables) from serve results")
     t.add_argument("--config", required=True, help="pipeline config YAML (section: serve)")
     t.add_argument("--in", dest="inp", required=True, help="results/serve (one dir per model)")
     t.add_argument("--out", required=True, help="output directory for tpot.csv / slo.csv")
