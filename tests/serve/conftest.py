@@ -27,7 +27,7 @@ def make_tokenizer(vocab_size: int = 320):
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>")
 
 
-def make_checkpoint(path, ffn_type: str, seed: int = 0, **overrides):
+def make_checkpoint(path, ffn_type: str, seed: int = 0, bias_std: float = 0.0, **overrides):
     import torch
 
     from deamoe.model.lm import DeaMoEConfig, DeaMoEForCausalLM
@@ -41,20 +41,25 @@ def make_checkpoint(path, ffn_type: str, seed: int = 0, **overrides):
         num_key_value_heads=1, max_position_embeddings=256, ffn_type=ffn_type, h_ffn=32,
         n_expert=16 if ffn_type == "deamoe" else 8, k_expert=4, n_dept=4, k_dept=2,
         expert_init="random", eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id,
+        init_std=0.3,  # large enough that routing and the balancing bias change greedy tokens
     )
     fields.update(overrides)
     config = DeaMoEConfig(**fields)
     config.architectures = ["DeaMoEForCausalLM"]
     model = DeaMoEForCausalLM(config).float().eval()
+    if bias_std:  # a trained load_balance=bias checkpoint: the bias changes expert selection
+        for layer in model.ffn_layers():
+            layer.expert_bias.normal_(std=bias_std)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
 
 
 # DeaMoE like the pipeline's tiny model (head_dim 16: vLLM's CPU attention pads it to 32, tied
-# embeddings); the baseline with head_dim 32 (no padding) and an untied LM head.
+# embeddings) with a nonzero balancing bias; the baseline with head_dim 32 and an untied LM head.
 VARIANTS = {
-    "deamoe": dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "deamoe": dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+                   bias_std=0.05),
     "moe": dict(num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=False),
 }
 

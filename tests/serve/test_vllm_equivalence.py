@@ -64,3 +64,24 @@ def test_vllm_greedy_equals_hf_greedy(tiny_checkpoints, ffn_type):
     expected = hf_greedy(ckpt, PROMPTS, NEW_TOKENS)
     got = vllm_greedy(ckpt, PROMPTS, NEW_TOKENS)
     assert got == expected
+
+
+@pytest.mark.parametrize("ffn_type", ["deamoe", "moe"])
+def test_greedy_tokens_depend_on_routing(tiny_checkpoints, ffn_type, tmp_path):
+    """Guards the test above: in these checkpoints, other experts (and for DeaMoE, no balancing
+    bias) give other greedy tokens, so a serving-side routing or FFN error cannot pass."""
+    from transformers import AutoModelForCausalLM
+
+    ckpt = tiny_checkpoints[ffn_type]
+    expected = hf_greedy(ckpt, PROMPTS, NEW_TOKENS)
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    for layer in model.ffn_layers():
+        layer.router.weight.data = layer.router.weight.data.flip(0)
+    model.save_pretrained(tmp_path / "flipped")
+    assert hf_greedy(tmp_path / "flipped", PROMPTS, NEW_TOKENS) != expected
+    if ffn_type == "deamoe":
+        model = AutoModelForCausalLM.from_pretrained(ckpt)
+        for layer in model.ffn_layers():
+            layer.expert_bias.zero_()
+        model.save_pretrained(tmp_path / "unbiased")
+        assert hf_greedy(tmp_path / "unbiased", PROMPTS, NEW_TOKENS) != expected
