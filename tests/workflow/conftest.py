@@ -21,13 +21,18 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 @pytest.fixture
 def workdir(tmp_path) -> Path:
+    root = tmp_path / "main"
+    root.mkdir()
     for entry in REPO.iterdir():
         if entry.name not in OWN_OUTPUTS:
-            (tmp_path / entry.name).symlink_to(entry)
-    (tmp_path / "reports").mkdir()
+            (root / entry.name).symlink_to(entry)
+    (root / "reports").mkdir()
     if (REPO / "reports" / "measured").exists():
-        (tmp_path / "reports" / "measured").symlink_to(REPO / "reports" / "measured")
-    return tmp_path
+        (root / "reports" / "measured").symlink_to(REPO / "reports" / "measured")
+    # profiles may name ../shared/... data (as beside the repository in CI and on dev machines)
+    if (REPO.parent / "shared").exists():
+        (tmp_path / "shared").symlink_to(REPO.parent / "shared")
+    return root
 
 
 def run_snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

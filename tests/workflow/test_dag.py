@@ -98,6 +98,15 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
     assert "report" in _job_counts(proc.stdout + proc.stderr)
     resolved = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
     assert resolved["profile"] == name
+    # every number of the profile's config files reached the commands' config
+    settings = yaml.safe_load((folder / "config.yaml").read_text())
+    for path in settings["configfile"]:
+        for section, values in (yaml.safe_load((workdir / path).read_text()) or {}).items():
+            if isinstance(values, dict):
+                for key, value in values.items():
+                    assert resolved[section][key] == value, (path, section, key)
+            else:
+                assert resolved[section] == values, (path, section)
 
 
 def test_missing_corpus_file_is_named_before_any_job(snakemake, workdir, tmp_path):
