@@ -44,7 +44,8 @@ def _footer(fig, art: Artifact, extra: str = "") -> None:
 
 def _not_run(ax, art: Artifact) -> None:
     ax.text(0.5, 0.5, "reproduction not run:\n" + textwrap.fill(art.reason, 60),
-            transform=ax.transAxes, ha="center", va="center", fontsize=9, color="firebrick")
+            transform=ax.transAxes, ha="center", va="center", fontsize=9, color="firebrick",
+            bbox=dict(facecolor="white", alpha=0.9, edgecolor="firebrick"))
 
 
 def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
