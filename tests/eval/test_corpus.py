@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gzip
 import importlib.util
 
@@ -11,7 +13,9 @@ from deamoe.errors import DataError
 from deamoe.eval import corpus
 from deamoe.eval.runner import TASKS_DIR
 
-from conftest import DATA_DIR
+# (not imported from conftest: several test folders have one, and which is found depends on order)
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO / "data" / "eval"
 
 
 def ppl_utils():

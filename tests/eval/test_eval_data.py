@@ -3,6 +3,8 @@ bad rows fail with a DataError naming the file and line."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gzip
 import json
 import shutil
@@ -13,7 +15,9 @@ from deamoe.errors import DataError
 from deamoe.eval import data
 from deamoe.eval.data import DOWNSTREAM, split_context, task_docs
 
-from conftest import DATA_DIR
+# (not imported from conftest: several test folders have one, and which is found depends on order)
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO / "data" / "eval"
 
 ROWS = {"boolq": 3270, "piqa": 1838, "social_iqa": 1954, "hellaswag": 1000, "winogrande": 1267,
         "race": 1045, "anli_r1": 1000, "anli_r2": 1000, "anli_r3": 1200, "openbookqa": 500}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dataclasses
 
 import pytest
@@ -10,7 +12,8 @@ import yaml
 from deamoe.errors import ConfigError
 from deamoe.eval.settings import EvalSettings, load_eval_settings, parse_eval
 
-from conftest import REPO
+# (not imported from conftest: several test folders have one, and which is found depends on order)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_schema_matches_dataclass_defaults():

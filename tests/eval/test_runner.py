@@ -3,6 +3,8 @@ the re-pointed built-in tasks render the prompts they render on hub data; online
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import math
 import socket
@@ -15,7 +17,9 @@ from deamoe.errors import DeaMoEError
 from deamoe.eval import runner
 from deamoe.eval.settings import ALL_TASKS, EvalSettings
 
-from conftest import DATA_DIR, REPO
+# (not imported from conftest: several test folders have one, and which is found depends on order)
+REPO = Path(__file__).resolve().parents[2]
+DATA_DIR = REPO / "data" / "eval"
 
 
 def settings(tmp_path, **kw) -> EvalSettings:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import json
 import math
 
@@ -11,7 +13,8 @@ from deamoe.errors import DataError
 from deamoe.eval import paper_values
 from deamoe.eval.tables import build_tables, write_tables
 
-from conftest import REPO
+# (not imported from conftest: several test folders have one, and which is found depends on order)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fake_result(model):

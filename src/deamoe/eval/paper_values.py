@@ -8,28 +8,34 @@ TABLE_METRIC records that reading; downstream.csv keeps both metrics either way.
 Table 3 is read as word perplexity (the harness's wikitext headline metric).
 """
 
+from deamoe import paper
+
 # paper model name -> the pipeline's model name (results/eval/<model>/)
 MODELS = {"deamoe": "DeaMoE-7B", "baseline": "Baseline-7B"}
 
-# harness task -> (Table 2 column, metric compared, {model: accuracy %})
+# harness task -> (Table 2 column, metric compared, task name in deamoe.paper.TABLE2)
+_TABLE2_READING = {
+    "boolq": ("BoolQ", "acc", "boolq"),
+    "piqa": ("PIQA", "acc_norm", "piqa"),
+    "social_iqa": ("SIQA", "acc", "siqa"),
+    "hellaswag": ("HSwag", "acc_norm", "hellaswag"),
+    "winogrande": ("WinoG", "acc", "winogrande"),
+    "race": ("RaceH", "acc", "race_high"),
+    "anli_r1": ("AnliR1", "acc", "anli_r1"),
+    "anli_r2": ("AnliR2", "acc", "anli_r2"),
+    "anli_r3": ("AnliR3", "acc", "anli_r3"),
+    "openbookqa": ("OBQA", "acc_norm", "openbookqa"),
+}
+# harness task -> (Table 2 column, metric compared, {model: accuracy %}); values: deamoe.paper
 TABLE2 = {
-    "boolq": ("BoolQ", "acc", {"deamoe": 62.39, "baseline": 61.47}),
-    "piqa": ("PIQA", "acc_norm", {"deamoe": 73.39, "baseline": 74.43}),
-    "social_iqa": ("SIQA", "acc", {"deamoe": 42.07, "baseline": 41.97}),
-    "hellaswag": ("HSwag", "acc_norm", {"deamoe": 57.04, "baseline": 57.54}),
-    "winogrande": ("WinoG", "acc", {"deamoe": 58.01, "baseline": 55.25}),
-    "race": ("RaceH", "acc", {"deamoe": 39.62, "baseline": 39.71}),
-    "anli_r1": ("AnliR1", "acc", {"deamoe": 32.80, "baseline": 32.0}),
-    "anli_r2": ("AnliR2", "acc", {"deamoe": 34.3, "baseline": 31.9}),
-    "anli_r3": ("AnliR3", "acc", {"deamoe": 35.25, "baseline": 34.17}),
-    "openbookqa": ("OBQA", "acc_norm", {"deamoe": 34.8, "baseline": 37.6}),
+    task: (column, metric, {m: paper.TABLE2[m][name] for m in MODELS})
+    for task, (column, metric, name) in _TABLE2_READING.items()
 }
 
 # perplexity task -> (Table 3 column, {model: perplexity})
+_TABLE3_COLUMNS = {"ptb": "PTB", "wikitext103": "WikiText-103", "wikitext2": "WikiText-2"}
 TABLE3 = {
-    "ptb": ("PTB", {"deamoe": 61.91, "baseline": 64.33}),
-    "wikitext103": ("WikiText-103", {"deamoe": 20.31, "baseline": 20.18}),
-    "wikitext2": ("WikiText-2", {"deamoe": 20.33, "baseline": 20.43}),
+    task: (column, {m: paper.TABLE3[m][task] for m in MODELS}) for task, column in _TABLE3_COLUMNS.items()
 }
 
 

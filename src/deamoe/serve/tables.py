@@ -29,9 +29,7 @@ BASELINE, DEAMOE = "baseline", "deamoe"
 
 
 def paper_values():
-    # The project's one copy of the paper's numbers lives in deamoe.report.paper (pure data, no
-    # imports); read lazily so that this stage never imports the report machinery.
-    from deamoe.report.paper import FIG3_A40_SPEEDUP, FIG3_SLO
+    from deamoe.paper import FIG3_A40_SPEEDUP, FIG3_SLO  # the project's one copy
 
     return FIG3_A40_SPEEDUP, sorted(FIG3_SLO)  # SLO rows strictest budget first
 

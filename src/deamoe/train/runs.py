@@ -11,20 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deamoe import paper
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.train.settings import Settings
 
-# Table 4 of the paper: (operator, expert init, department top-k) and the reported loss.
+# Table 4 of the paper (deamoe.paper) keyed by variant: (operator, expert init, department top-k,
+# reported loss) in the config's spelling ("No.2", "RMSNorm" -> "no2", "rmsnorm").
 TABLE4 = {
-    "no1": ("silu", "identity", "soft", 2.504),
-    "no2": ("rmsnorm", "identity", "soft", 2.510),
-    "no3": ("gelu", "identity", "soft", 2.536),
-    "no4": ("none", "identity", "soft", 2.508),
-    "no5": ("silu", "random", "soft", 2.530),
-    "no6": ("silu", "identity", "strict", 2.519),
+    variant.replace(".", "").lower(): (op.lower(), init.lower(), topk.lower(), loss)
+    for variant, op, init, topk, loss in paper.TABLE4
 }
-PAPER_DISTINCT_DEPARTMENTS_NO1 = 3.95  # Appendix A, for k_dept = 4
+PAPER_DISTINCT_DEPARTMENTS_NO1 = paper.DISTINCT_DEPARTMENTS_NO1
 RUN_NAMES = tuple(f"ablation-{v}" for v in TABLE4) + ("pretrain-baseline", "pretrain-deamoe")
 
 _MOE_KEYS = {"h_ffn", "n_expert", "k_expert", "routed_scaling"}

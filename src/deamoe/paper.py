@@ -1,4 +1,4 @@
-"""The paper's numbers that the report puts beside the reproduced ones.
+"""The paper's numbers: the one copy every stage and the report put beside the reproduced ones.
 
 Transcribed from the paper (arXiv 2608.14385v1) and checked against its text. Table 1 lives in
 `deamoe.config.TABLE1` (one copy, shared with the analysis stage). Figure values came out of the
@@ -68,6 +68,9 @@ TABLE4 = (
     ("No.6", "SiLU", "Identity", "Strict", 2.519),
 )
 TABLE4_SCALE = "paper: 5B-scale model, 12.4B tokens of RedPajama-v1, loss over the last 200 steps"
+# Appendix A: variant No.1 activates this many distinct departments per token (k_dept = 4).
+DISTINCT_DEPARTMENTS_NO1 = 3.95
+
 PAPER_SCALE = {
     "table2": "paper: 7.3B models pre-trained on 110B tokens of RedPajama-v1",
     "table3": "paper: 7.3B models pre-trained on 110B tokens of RedPajama-v1",
