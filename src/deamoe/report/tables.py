@@ -58,8 +58,21 @@ def table1(results: Path, profile: str | None) -> Artifact:
     cols = ["model", "h", "h_ffn", "n_expert", "k_expert", "n_dept", "dea_n_expert", "k_dept",
             "dea_k_expert", "flops_ratio", "paper_flops_ratio", "params_ratio",
             "paper_params_ratio", "note"]
+    notes = ["ratios are DeaMoE / baseline FFN+router FLOPs and parameters; "
+             "paper_* columns are the paper's"]
     if src.ok:
         table = src.frame[[c for c in cols if c in src.frame.columns]].copy()
+        if "searched_n_expert" in src.frame.columns:
+            f = src.frame
+            # The search's pick beside the paper's configuration (same budget tolerance).
+            table["searched (n_dept/n_expert/k_dept/k_expert)"] = [
+                f"{int(d)}/{int(e)}/{int(kd)}/{int(ke)}" if pd.notna(e) else "none in tolerance"
+                for d, e, kd, ke in zip(f.searched_n_dept, f.searched_n_expert,
+                                        f.searched_k_dept, f.searched_k_expert)]
+            table["small-batch loading: paper config"] = f.paper_config_small_batch_loading
+            table["small-batch loading: searched"] = f.searched_small_batch_loading
+            notes.append(f"search: {f.search_objective.iloc[0]}; budget tolerance "
+                         f"+-{f.search_tolerance.iloc[0]:.0%} on both ratios")
     else:
         table = pd.DataFrame([{
             "model": r.model, "h": r.baseline.h, "h_ffn": r.baseline.h_ffn,
@@ -69,9 +82,7 @@ def table1(results: Path, profile: str | None) -> Artifact:
             "flops_ratio": NOT_RUN, "paper_flops_ratio": r.paper_flops_ratio,
             "params_ratio": NOT_RUN, "paper_params_ratio": r.paper_params_ratio,
         } for r in TABLE1.values()])
-    return Artifact("table1", "Table 1: budget-matched DeaMoE configurations", table, [src],
-                    ["ratios are DeaMoE / baseline FFN+router FLOPs and parameters; "
-                     "paper_* columns are the paper's"])
+    return Artifact("table1", "Table 1: budget-matched DeaMoE configurations", table, [src], notes)
 
 
 def figure2(results: Path, profile: str | None) -> Artifact:
