@@ -93,8 +93,10 @@ def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(snakemake
 @pytest.mark.parametrize("profile, name", [("gpu", "gpu"), ("slurm", "paper")])
 def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, profile, name):
     folder = workdir / "workflow" / "profiles" / profile
+    if profile == "gpu" and not (workdir.parent / "shared" / "data" / "corpus" / "gutenberg").is_dir():
+        pytest.skip("the gpu profile trains on ../shared/data/corpus/gutenberg (not beside this checkout)")
     proc = snakemake(workdir, "-n", "--workflow-profile", str(folder))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "report" in _job_counts(proc.stdout + proc.stderr)
     resolved = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
     assert resolved["profile"] == name
