@@ -21,11 +21,18 @@ from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 
 
+def loaded_expert_params(shape: MoEShape | DeaMoEShape, experts, depts=0):
+    """Expert parameters streamed when `experts` distinct experts (and, for DeaMoE, `depts`
+    distinct departments) are used: a baseline expert or a department backbone is 3 h h_ffn, a
+    DeaMoE private expert 3 h_ffn^2.  Counts may be ints, floats (expectations) or tensors."""
+    if isinstance(shape, DeaMoEShape):
+        return depts * 3 * shape.h * shape.h_ffn + experts * 3 * shape.h_ffn**2
+    return experts * 3 * shape.h * shape.h_ffn
+
+
 def expert_params(shape: MoEShape | DeaMoEShape) -> int:
     """Parameters of the expert weights alone (what decoding streams from memory)."""
-    if isinstance(shape, DeaMoEShape):
-        return shape.n_dept * 3 * shape.h * shape.h_ffn + shape.n_expert * 3 * shape.h_ffn**2
-    return shape.n_expert * 3 * shape.h * shape.h_ffn
+    return loaded_expert_params(shape, shape.n_expert, getattr(shape, "n_dept", 0))
 
 
 def router_params(shape: MoEShape | DeaMoEShape) -> int:
@@ -84,12 +91,11 @@ def expected_loaded_params(shape: MoEShape | DeaMoEShape, tokens: int) -> float:
     departments: an upper bound for soft routing).  A unit is loaded when any token uses it.
     Used to rank search candidates; Figure 2 uses Monte Carlo through the real router.
     """
+    experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
+    depts = 0.0
     if isinstance(shape, DeaMoEShape):
         depts = shape.n_dept * (1 - (1 - shape.k_dept / shape.n_dept) ** tokens)
-        experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
-        return depts * 3 * shape.h * shape.h_ffn + experts * 3 * shape.h_ffn**2
-    experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
-    return experts * 3 * shape.h * shape.h_ffn
+    return loaded_expert_params(shape, experts, depts)
 
 
 def small_batch_loading_ratio(

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from deamoe.analysis.budget import loaded_expert_params
 from deamoe.config import DeaMoEShape, MoEShape, table1_row
 from deamoe.routing import departments_of, route
 
@@ -35,9 +36,8 @@ def loaded_params(shape: MoEShape | DeaMoEShape, tokens: int, trials: int, gen: 
     experts = _distinct(ids, shape.n_expert)
     if isinstance(shape, DeaMoEShape):
         depts = _distinct(departments_of(ids, shape.experts_per_dept), shape.n_dept)
-        params = depts * 3 * shape.h * shape.h_ffn + experts * 3 * shape.h_ffn**2
-        return params, experts.mean().item(), depts.mean().item()
-    return experts * 3 * shape.h * shape.h_ffn, experts.mean().item(), float("nan")
+        return loaded_expert_params(shape, experts, depts), experts.mean().item(), depts.mean().item()
+    return loaded_expert_params(shape, experts), experts.mean().item(), float("nan")
 
 
 def loading_table(models, tokens, trials: int = 64, seed: int = 0) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
@@ -41,22 +42,17 @@ def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, 
 
 
 def layer_bytes(shape: MoEShape | DeaMoEShape) -> int:
-    f, h = shape.h_ffn, shape.h
-    per = 2 * 3 * f * h
-    if isinstance(shape, DeaMoEShape):
-        return 2 * shape.n_expert * h + shape.n_dept * per + shape.n_expert * 2 * 3 * f * f
-    return 2 * shape.n_expert * h + shape.n_expert * per
+    """bf16 bytes of one layer's router + expert weights (the parameter count of the budget)."""
+    return 2 * ffn_params(shape)
 
 
 def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
-    """Weight bytes a step must load for this routing: router + distinct experts/departments."""
-    f, h = shape.h_ffn, shape.h
-    router = 2 * shape.n_expert * h
+    """bf16 weight bytes a step must load for this routing: router + distinct experts/departments."""
     experts = int(torch.unique(ids).numel())
+    depts = 0
     if isinstance(shape, DeaMoEShape):
         depts = int(torch.unique(ids // shape.experts_per_dept).numel())
-        return router + depts * 2 * 3 * f * h + experts * 2 * 3 * f * f
-    return router + experts * 2 * 3 * f * h
+    return 2 * (router_params(shape) + loaded_expert_params(shape, experts, depts))
 
 
 _COMPILED_ROUTE = None

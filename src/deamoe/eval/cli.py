@@ -24,11 +24,12 @@ def register(sub) -> None:
 
 
 def _profile(config: str | None) -> str:
-    import yaml
+    from deamoe.errors import ConfigError
+    from deamoe.settings import read_config
 
     try:
-        return str((yaml.safe_load(open(config)) or {}).get("profile", ""))
-    except (OSError, yaml.YAMLError, AttributeError):
+        return str(read_config(config).get("profile", ""))
+    except (ConfigError, TypeError):
         return ""
 
 

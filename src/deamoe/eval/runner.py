@@ -88,6 +88,24 @@ def prepare_data(s: EvalSettings, out: Path) -> dict[str, dict]:
     return info
 
 
+def shared_text_tasks(s: EvalSettings) -> dict[str, str]:
+    """Perplexity tasks whose offline text is another selected task's file: {task: evaluated task}.
+
+    Offline, WikiText-103's raw test set is the WikiText-2 raw test file (same bytes), so it is
+    scored once and its result reported under both names; online they are different datasets.
+    """
+    if s.online:
+        return {}
+    first_by_file, same = {}, {}
+    for task in (t for t in s.tasks if t in PERPLEXITY_TASKS):
+        file = corpus.PERPLEXITY_FILES[task]
+        if file in first_by_file:
+            same[task] = first_by_file[file]
+        else:
+            first_by_file[file] = task
+    return same
+
+
 def write_tasks(s: EvalSettings, out: Path) -> list[str]:
     """Copy the task YAMLs for this run into <out>/tasks/ and return the names to evaluate."""
     tasks_dir = out / "tasks"
@@ -156,7 +174,8 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
         check_online()
     started = time.time()
     sources = prepare_data(s, out)
-    names = write_tasks(s, out)
+    same = shared_text_tasks(s)
+    names = [n for n in write_tasks(s, out) if n not in same]  # same text: score it once
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -193,6 +212,10 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
         ) from None
     if results is None:
         raise DeaMoEError("lm-eval returned no results (non-zero rank?)")
+    for task, scored in same.items():  # same text: report the one evaluation under both names
+        for key in ("results", "n-samples"):
+            if scored in results.get(key, {}):
+                results[key][task] = {**results[key][scored], "alias": task}
     results["deamoe"] = {
         "model": model_name,
         "checkpoint": str(checkpoint),
@@ -203,6 +226,7 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
         "batch_size": s.batch_size,
         "dtype": s.dtype,
         "data": sources,
+        "scored_once_same_text": same,
         "wall_seconds": round(time.time() - started, 1),
         **provenance(device, profile=profile, lm_eval=version("lm-eval"),
                      transformers=version("transformers")),

@@ -7,7 +7,7 @@ time (a stage that did not run gives "not run" rows and panels), so the workflow
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -39,17 +39,10 @@ class ReportSettings:
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ReportSettings":
-        section = (cfg or {}).get("report") or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"report: expected a mapping, got {type(section).__name__}")
-        types = {f.name: f.type for f in fields(cls)}
-        for key, value in section.items():
-            if key not in types:
-                raise ConfigError(f"report.{key}: unknown key (known: {', '.join(types)})")
-            want = {"str": str, "int": int}[types[key]]
-            if not isinstance(value, want) or isinstance(value, bool):
-                raise ConfigError(f"report.{key}: expected {types[key]}, got {value!r}")
-        out = cls(**section)
+        """From the whole pipeline config (the shared loader checks keys and types)."""
+        from deamoe.settings import from_dict
+
+        out = from_dict(cls, (cfg or {}).get("report"), "report")
         if not 50 <= out.dpi <= 600:
             raise ConfigError(f"report.dpi: {out.dpi} out of range 50..600")
         return out

@@ -17,17 +17,10 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    import yaml
-
-    from deamoe.errors import ConfigError
     from deamoe.report.build import ReportSettings, write_report
+    from deamoe.settings import read_config
 
-    path = Path(args.config)
-    if not path.exists():
-        raise ConfigError(f"{path}: config file does not exist")
-    cfg = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{path}: expected a YAML mapping at the top level")
+    cfg = read_config(args.config)
     settings = ReportSettings.from_config(cfg)
     written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
                            profile=cfg.get("profile"))
