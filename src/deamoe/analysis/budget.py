@@ -73,12 +73,6 @@ def budget(baseline: MoEShape, deamoe: DeaMoEShape) -> dict:
     }
 
 
-def budget_ratios(baseline: MoEShape, deamoe: DeaMoEShape) -> tuple[float, float]:
-    """(flops_ratio, params_ratio)."""
-    b = budget(baseline, deamoe)
-    return b["flops_ratio"], b["params_ratio"]
-
-
 # --- budget-matched search -----------------------------------------------------------------
 
 SMALL_BATCH_TOKENS = (4, 8, 16, 32, 64)
