@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import importlib.metadata
 import platform
 import subprocess
@@ -16,6 +17,9 @@ from pathlib import Path
 
 @functools.lru_cache(maxsize=1)
 def git_sha() -> str:
+    # a copy without .git (e.g. the tree sent to a GPU machine) is told its commit by the caller
+    if os.environ.get("DEAMOE_GIT_SHA"):
+        return os.environ["DEAMOE_GIT_SHA"][:12]
     try:
         out = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],

@@ -119,6 +119,23 @@ def test_search_tiles_coordinate_pass():
     assert parse_knobs(knobs_name(best)) == best
 
 
+def test_block_m_search_is_capped_by_batch():
+    from deamoe.bench.microbench import block_m_values
+
+    assert block_m_values((16, 32, 64, 128), 4) == (16,)
+    assert block_m_values((16, 32, 64, 128), 40) == (16, 32, 64)
+    assert block_m_values((16, 32, 64, 128), 128) == (16, 32, 64, 128)
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16)
+    cost = {"w13": {"n64-k64-w4-s1": 0}, "w2": {"n64-k64-w4-s1": 0}, "block_m": {16: 2, 32: 1, 64: 0}}
+    tried = []
+
+    def measure(k):
+        tried.append(k["block_m"])
+        return sum(cost[n][v] for n, v in k.items())
+    assert search_tiles(MOE, measure, s, batch=20)["block_m"] == 32  # 64 > next_pow2(20)
+    assert 64 not in tried
+
+
 @pytest.mark.slow
 def test_compiled_routing_is_the_same_routing():
     from deamoe.bench.layer_step import routing_fn

@@ -66,6 +66,26 @@ def test_align_departments_dedup():
     assert kept == [0, 2, 3]  # first slot of each (token, department)
 
 
+@pytest.mark.parametrize("T", [5, 300])  # 300 x 6 pairs: several passes of the pair loop
+def test_align_rank_methods_agree(T):
+    # departments: 8 groups of 4 experts, dedup; the three ways to rank pairs in a group must
+    # give the same grouping (within a group, pairs are kept in pair order by all of them
+    # except the atomic one, whose order is arbitrary: compare sorted contents per block)
+    g = torch.Generator().manual_seed(T)
+    ids = torch.stack([torch.randperm(32, generator=g)[:6] for _ in range(T)])
+    out = {}
+    for rank in ("scan", "onehot", "atomic"):
+        (al,) = align(ids, AlignSpec(n_groups=8, per_group=4, dedup=True, block_m=4, rank=rank))
+        nb = int(al.num_blocks)
+        blocks = al.sorted_pairs[: nb * 4].view(nb, 4).sort(dim=1).values
+        out[rank] = (nb, al.block_group[:nb].tolist(), blocks.tolist())
+    assert out["scan"] == out["onehot"]
+    assert out["scan"][:2] == out["atomic"][:2]
+    assert sorted(map(tuple, out["scan"][2])) == sorted(map(tuple, out["atomic"][2]))
+    with pytest.raises(ValueError, match="rank"):
+        align(ids, AlignSpec(n_groups=64, rank="scan"))
+
+
 def test_bad_input_is_rejected():
     from deamoe.kernels.fused_moe import fused_moe
 

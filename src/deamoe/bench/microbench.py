@@ -36,7 +36,7 @@ class MicrobenchSettings:
     batches: list[int] = field(default_factory=lambda: [4, 8, 16, 24, 32, 40, 48, 64, 96, 128])
     tiles: list[str] = field(default_factory=lambda: [
         "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5",
-        "n128-k64-w8-s4"])
+        "n128-k64-w8-s4", "n64-k64-w8-s3"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
@@ -77,8 +77,18 @@ class MicrobenchSettings:
 
 
 GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
+# a group holds at most one row per token, so a BLOCK_M above next_pow2(batch) only adds padding:
+# the search skips those (see block_m_values).  128-row department blocks let one program see
+# all of a department's tokens at 128 tokens, so its weight tile streams once (v7)
 BLOCK_M_KNOBS = {"moe": {"block_m": (16, 32, 64)},
-                 "deamoe": {"dept_block_m": (16, 32, 64), "expert_block_m": (16, 32)}}
+                 "deamoe": {"dept_block_m": (16, 32, 64, 128), "expert_block_m": (16, 32)}}
+
+
+def block_m_values(values, batch: int | None) -> tuple:
+    if batch is None:
+        return tuple(values)
+    cap = max(16, 1 << (max(1, batch) - 1).bit_length())
+    return tuple(v for v in values if v <= cap)
 
 
 def make_tiles(shape, knobs: dict):
@@ -114,9 +124,10 @@ def parse_knobs(text: str) -> dict:
     return out
 
 
-def search_tiles(shape, measure, s: "MicrobenchSettings"):
+def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
     """Same search for both layers: best joint tile, then one coordinate pass over every knob
-    (each GEMM's tile, each grouping's BLOCK_M).  measure(knobs) -> median us or None."""
+    (each GEMM's tile, each grouping's BLOCK_M up to next_pow2(batch)).
+    measure(knobs) -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
         knobs = joint_knobs(shape, tile, s.block_m)
@@ -126,7 +137,7 @@ def search_tiles(shape, measure, s: "MicrobenchSettings"):
     if best is None or not s.coordinate_search:
         return best
     # BLOCK_M first, so each GEMM's tile is then chosen for the block height it will run with
-    space = dict(BLOCK_M_KNOBS[shape.kind])
+    space = {k: block_m_values(v, batch) for k, v in BLOCK_M_KNOBS[shape.kind].items()}
     space.update({stage: s.tiles for stage in GEMM_STAGES[shape.kind]})
     for knob, values in space.items():
         for value in values:
@@ -170,7 +181,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 return None
 
         if impl == "triton":
-            knobs = search_tiles(shape, measure, s)
+            knobs = search_tiles(shape, measure, s, batch)
             run = runner(make_tiles(shape, knobs)) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:
@@ -235,6 +246,15 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
             return fixed
 
 
+def _pdl_label() -> str:
+    """How the layer's Triton launches were chained (deamoe.kernels.pdl), for the tables."""
+    from deamoe.kernels.pdl import pdl_enabled, prefetch_enabled
+
+    if not torch.cuda.is_available() or not pdl_enabled(torch.empty(0, device="cuda")):
+        return "off"
+    return "pdl+prefetch" if prefetch_enabled() else "pdl"
+
+
 def _routing_label(s) -> str:
     from deamoe.bench.layer_step import routing_label
 
@@ -282,6 +302,7 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
                     "copies": b["copies"],
                     "routing": _routing_label(s),
+                    "pdl": _pdl_label(),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })

@@ -25,10 +25,15 @@ def align_variants(model: str, tokens: int) -> list[dict]:
     dept = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True)
     expert = AlignSpec(shape.n_expert)
     acc = torch.empty(tokens * (shape.n_dept * shape.h_ffn + shape.h), device="cuda")
+    onehot = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True, rank="onehot")
+    atomic = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True, rank="atomic")
     variants = {
         "dept+expert+zero": lambda: align(ids, dept, expert, zero=acc),
+        "dept(onehot, v3-v6)+expert+zero": lambda: align(ids, onehot, expert, zero=acc),
         "dept+expert": lambda: align(ids, dept, expert),
-        "dept only": lambda: align(ids, dept),
+        "dept only (scan)": lambda: align(ids, dept),
+        "dept only (onehot)": lambda: align(ids, onehot),
+        "dept only (atomic)": lambda: align(ids, atomic),
         "expert only": lambda: align(ids, expert),
         "baseline-like (top-k ids, expert only)": lambda: align(
             ids[:, : table1_row(model).baseline.k_expert], AlignSpec(shape.n_expert)),
