@@ -34,6 +34,8 @@ def align_variants(model: str, tokens: int) -> list[dict]:
         "dept only (scan)": lambda: align(ids, dept),
         "dept only (onehot)": lambda: align(ids, onehot),
         "dept only (atomic)": lambda: align(ids, atomic),
+        "dept only (scan, no dedup: timing only)": lambda: align(
+            ids, AlignSpec(shape.n_dept, shape.experts_per_dept)),
         "expert only": lambda: align(ids, expert),
         "baseline-like (top-k ids, expert only)": lambda: align(
             ids[:, : table1_row(model).baseline.k_expert], AlignSpec(shape.n_expert)),
