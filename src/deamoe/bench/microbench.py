@@ -124,10 +124,17 @@ def parse_knobs(text: str) -> dict:
     return out
 
 
+# the GEMMs that run on each grouping's blocks: a BLOCK_M is searched together with their tile
+GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_down"),
+                  "expert_block_m": ("expert_up", "expert_down")}
+
+
 def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
-    """Same search for both layers: best joint tile, then one coordinate pass over every knob
-    (each GEMM's tile, each grouping's BLOCK_M up to next_pow2(batch)).
-    measure(knobs) -> median us or None."""
+    """Same search for both layers: best joint tile; then each grouping's BLOCK_M (up to
+    next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
+    block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
+    tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
+    coordinate pass over each GEMM's tile.  measure(knobs) -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
         knobs = joint_knobs(shape, tile, s.block_m)
@@ -136,14 +143,23 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
             best, best_t = knobs, t
     if best is None or not s.coordinate_search:
         return best
-    # BLOCK_M first, so each GEMM's tile is then chosen for the block height it will run with
-    space = {k: block_m_values(v, batch) for k, v in BLOCK_M_KNOBS[shape.kind].items()}
-    space.update({stage: s.tiles for stage in GEMM_STAGES[shape.kind]})
-    for knob, values in space.items():
-        for value in values:
-            if value == best[knob]:
+    for knob, values in BLOCK_M_KNOBS[shape.kind].items():
+        start = dict(best)
+        for value in block_m_values(values, batch):
+            for tile in [None, *s.tiles]:  # None: keep the current tiles
+                trial = {**start, knob: value}
+                if tile is not None:
+                    trial.update({g: tile for g in GROUPING_GEMMS[knob]})
+                if trial == best or (tile is None and value == start[knob]):
+                    continue
+                t = measure(trial)
+                if t is not None and t < best_t:
+                    best, best_t = trial, t
+    for stage in GEMM_STAGES[shape.kind]:
+        for value in s.tiles:
+            if value == best[stage]:
                 continue
-            trial = {**best, knob: value}
+            trial = {**best, stage: value}
             t = measure(trial)
             if t is not None and t < best_t:
                 best, best_t = trial, t

@@ -42,11 +42,11 @@ def _align_one(
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
     tl.debug_barrier()
     # 1. rank of each pair inside its group, and the group sizes (BLOCK_P covers all pairs of a
-    #    decode step, so this is usually one pass).  Many groups (experts): an atomic histogram
-    #    whose returned old value is the rank (little contention).  Few groups (departments):
-    #    atomics on 8 counters serialise, so ranks come from prefix sums instead -- one 1-D
-    #    cumsum per group (RANK_SCAN) or one 2-D one-hot cumsum along the pair axis (RANK_ONEHOT,
-    #    v3-v6: 17-37 us at 640-1280 pairs, NOTES.md).
+    #    decode step, so this is usually one pass): an atomic histogram whose returned old value
+    #    is the rank (RANK_ATOMIC, the default), or prefix sums -- one 1-D cumsum per group
+    #    (RANK_SCAN) or a 2-D one-hot cumsum (RANK_ONEHOT, v3-v6).  v3-v6 blamed the ranking for
+    #    DeaMoE's 17-37 us align; v7 measured the cause: the int64 division of ids by the
+    #    experts per department (now int32), see NOTES.md.
     carry = tl.zeros([BLOCK_G], dtype=tl.int32)
     for p0 in range(0, P, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
@@ -156,11 +156,13 @@ class AlignSpec:
     per_group: int = 1
     dedup: bool = False
     block_m: int = 16
-    rank: str = "auto"  # atomic | onehot | scan; auto = scan for <= 32 groups, else atomic
+    # atomic | onehot | scan; auto = atomic (fastest on the H200 once the group division is
+    # int32: DeaMoE department task at 1280 pairs 8.2 us vs scan 11.0, one-hot 14.5; NOTES v7)
+    rank: str = "auto"
 
     def rank_code(self) -> int:
         if self.rank == "auto":
-            return RANK_METHODS["scan" if self.n_groups <= 32 else "atomic"]
+            return RANK_METHODS["atomic"]
         if self.rank not in RANK_METHODS or (self.rank != "atomic" and self.n_groups > 32):
             raise ValueError(f"align: rank={self.rank!r} with {self.n_groups} groups; choose "
                              f"auto or one of {', '.join(RANK_METHODS)} (prefix sums need <= 32 groups)")
