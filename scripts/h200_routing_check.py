@@ -41,7 +41,8 @@ for model, row in TABLE1.items():
         for T in (4, 16, 64, 128):
             logits = torch.randn(T, shape.n_expert, device="cuda", dtype=torch.bfloat16)
             for impl, fn, warps in (("triton", route_kernel, None), ("triton w1", route_kernel, 1),
-                                    ("triton w4", route_kernel, 4), ("torch eager", route, None)):
+                                    ("triton w2", route_kernel, 2), ("triton w4", route_kernel, 4),
+                                    ("triton w8", route_kernel, 8), ("torch eager", route, None)):
                 routing_topk.NUM_WARPS = warps
                 t = time_fn(lambda: fn(shape, logits), 100)
                 routing_topk.NUM_WARPS = None

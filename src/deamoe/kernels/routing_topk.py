@@ -13,8 +13,7 @@ Each argmax is ONE max-reduction over an int64 key: the high 32 bits are the fp3
 to an order-preserving int32, the low 32 bits are (2^31-1 - index), so the max gives the best
 score and, among equal scores, the lowest index.  The scores are laid out [department, expert in
 department] (experts are numbered department-major); the baseline is one "department".
-One or two warps per token (NUM_WARPS): the ~30 dependent reductions of a DeaMoE routing stay
-in registers and shuffles, with at most one shared-memory exchange each.
+Warps per token: see NUM_WARPS (the kernel is latency-bound: instructions per thread).
 """
 
 from __future__ import annotations
@@ -27,8 +26,12 @@ from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.kernels.pdl import launch_kwargs
 
 NEG_KEY = tl.constexpr(-9223372036854775807)  # below every real key (also -inf's)
-# warps per token: <= 16 scores per thread keeps the loop's live values in registers (DeaMoE's
-# 8 x 128 block -> 2 warps, the baseline's 256 experts -> 1); None = that rule
+# warps per token.  A DeaMoE routing is ~30 dependent reductions, and its time is the
+# per-thread instruction count (one program per token: latency, not throughput): 8720 SASS
+# instructions per thread with 1 warp on DeepSeek-V3's 8 x 128 block, 5504 with 2 (v6's choice:
+# 21 us inside the layer vs 2.5 us for the baseline's top-k, NOTES.md v8), 4016 with 4, 2592
+# with 8 (each cross-warp reduction then pays a barrier).  Rule: 1 warp up to 256 scores (the
+# baselines), else 4 (8 from 2048 scores); None = that rule
 NUM_WARPS: int | None = None
 
 
@@ -69,8 +72,9 @@ def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, n_dept, per, s
     e = d[:, None] * per + j[None, :]  # expert index, department-major
     row = logits_ptr + t * stride_t
     x = tl.load(row + e, mask=valid, other=float("-inf")).to(tl.float32)
-    mx = tl.max(tl.max(x, axis=1), axis=0)
-    tot = tl.sum(tl.sum(tl.exp(x - mx), axis=1), axis=0)
+    xf = tl.reshape(x, [BLOCK_D * BLOCK_P], can_reorder=True)  # order-free max / sum
+    mx = tl.max(xf, axis=0)
+    tot = tl.sum(tl.exp(xf - mx), axis=0)
     sel = tl.exp(x - mx) / tot  # softmax probabilities
     if HAS_BIAS:  # selection only; the weights below use the probabilities
         sel = sel + tl.load(bias_ptr + e, mask=valid, other=0.0).to(tl.float32)
@@ -97,13 +101,16 @@ def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, n_dept, per, s
                 chosen = chosen | (e == ei)
                 rest = tl.where(e == ei, NEG_KEY, rest)
             avail = chosen
-    key = tl.where(avail, key, NEG_KEY)
+    # the top-k loop runs on a flat view: one reduction per pick instead of two (axis 1, then
+    # axis 0, with a layout change between).  Keys are distinct and carry their expert index, so
+    # the element order is irrelevant (can_reorder) and a pick removes itself by value.
+    flat = tl.reshape(tl.where(avail, key, NEG_KEY), [BLOCK_D * BLOCK_P], can_reorder=True)
     kk = tl.arange(0, BLOCK_K)
     ids = tl.zeros([BLOCK_K], dtype=tl.int32)
     for i in tl.static_range(K):  # best first
-        ei = _key_index(tl.max(tl.max(key, axis=1), axis=0))
-        ids = tl.where(kk == i, ei, ids)
-        key = tl.where(e == ei, NEG_KEY, key)
+        best = tl.max(flat, axis=0)
+        ids = tl.where(kk == i, _key_index(best), ids)
+        flat = tl.where(flat == best, NEG_KEY, flat)
     kmask = kk < K
     xs = tl.load(row + ids, mask=kmask, other=float("-inf")).to(tl.float32)
     w = tl.where(kmask, tl.exp(xs - mx) / tot, 0.0)
@@ -126,7 +133,7 @@ def _launch(logits, n_dept, per, k, k_dept, grouped, strict, scaling, bias):
         return ids, weights
     bias_arg = bias.contiguous() if bias is not None else logits  # unread without bias
     block = triton.next_power_of_2(n_dept) * triton.next_power_of_2(per)
-    warps = NUM_WARPS or min(8, max(1, block // 512))
+    warps = NUM_WARPS or (1 if block <= 256 else min(8, max(4, block // 256)))
     use_pdl, pdl_kw = launch_kwargs(logits)
     _route_kernel[(T,)](
         logits, bias_arg, ids, weights, logits.stride(0), n_dept, per, float(scaling),
