@@ -226,3 +226,39 @@ def test_server_env_drops_thread_counts(monkeypatch):
     env = server.server_env()
     assert "OMP_NUM_THREADS" not in env and "MKL_NUM_THREADS" not in env
     assert env["HF_HUB_OFFLINE"] == "1"
+
+
+def _level_result(failed: int) -> dict:
+    keys = ["mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "median_ttft_ms",
+            "p99_ttft_ms", "output_throughput", "duration", "server_mean_tpot_ms",
+            "server_mean_ttft_ms"]
+    return {**{k: 1.0 for k in keys}, "completed": 8 - failed, "failed": failed,
+            "errors": [], "client": "fake"}
+
+
+@pytest.mark.parametrize("failures,ok", [(1, True), (2, False)])
+def test_level_with_failed_requests_is_retried_once(tmp_path, monkeypatch, failures, ok):
+    # a transient client-side failure (server alive) costs one retry of the level; a second
+    # failure is an error, and nothing is left behind
+    _fake(monkeypatch, HEALTHY)
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "config.json").write_text(json.dumps({"vocab_size": 100, "ffn_type": "deamoe"}))
+    calls = []
+
+    def flaky_level(srv, ckpt_, model, c, *args, **kwargs):
+        calls.append(c)
+        return _level_result(3 if calls.count(c) <= failures else 0)
+
+    monkeypatch.setattr(bench, "run_level", flaky_level)
+    s = ServeSettings(concurrency=[1, 2], startup_timeout_s=30)
+    out = tmp_path / "results" / "deamoe"
+    if ok:
+        rows = bench.run(ckpt, "deamoe", s, out, tmp_path / "log.txt")
+        assert [r["concurrency"] for r in rows] == [1, 2] and calls == [1, 1, 2, 2]
+        (client_log,) = tmp_path.glob("*.client.log")
+        assert "running the level once more" in client_log.read_text()
+    else:
+        with pytest.raises(server.ServerError, match="twice"):
+            bench.run(ckpt, "deamoe", s, out, tmp_path / "log.txt")
+        assert calls == [1, 1] and not out.exists()
