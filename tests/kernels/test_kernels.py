@@ -102,3 +102,45 @@ def test_gpu_bf16(name):
     for seed, tokens in enumerate((1, 37, 256)):
         row = check_case(Case(name, SHAPES[name], tokens, "random", seed), "cuda", torch.bfloat16)
         assert row["ok"], row
+
+
+def test_pdl_is_off_without_a_capable_gpu(monkeypatch):
+    from deamoe.kernels import pdl
+
+    t = torch.zeros(1)
+    for value in ("1", "0", ""):
+        monkeypatch.setenv("DEAMOE_PDL", value)
+        assert pdl.launch_kwargs(t) == (False, {})  # CPU tensor / interpreter: never
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kind", ["baseline", "deamoe"])
+def test_gpu_pdl_in_graph_equals_eager(kind, monkeypatch):
+    # PDL + L2 prefetch (opt-in) must not change results when several layers share one graph
+    from deamoe.bench.layer_step import ffn_step, random_weights
+    from deamoe.config import table1_row
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("PDL needs sm_90+")
+    row = table1_row("Baseline-7B")
+    shape = row.baseline if kind == "baseline" else row.deamoe
+    ws = [random_weights(shape, "cuda", seed=c) for c in range(3)]
+    xs = [torch.randn(64, shape.h, device="cuda", dtype=torch.bfloat16) for _ in ws]
+    monkeypatch.setenv("DEAMOE_PDL", "0")
+    refs = [ffn_step(shape, w, x).float() for w, x in zip(ws, xs)]
+    monkeypatch.setenv("DEAMOE_PDL", "1")
+    outs = [None] * len(ws)
+
+    def run():
+        for i, (w, x) in enumerate(zip(ws, xs)):
+            outs[i] = ffn_step(shape, w, x)
+    run()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    for _ in range(5):
+        g.replay()
+        torch.cuda.synchronize()
+        for o, r in zip(outs, refs):
+            assert float((o.float() - r).norm() / r.norm()) < 1e-2
