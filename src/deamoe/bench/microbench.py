@@ -262,15 +262,6 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
             return fixed
 
 
-def _pdl_label() -> str:
-    """How the layer's Triton launches were chained (deamoe.kernels.pdl), for the tables."""
-    from deamoe.kernels.pdl import pdl_enabled, prefetch_enabled
-
-    if not torch.cuda.is_available() or not pdl_enabled(torch.empty(0, device="cuda")):
-        return "off"
-    return "pdl+prefetch" if prefetch_enabled() else "pdl"
-
-
 def _routing_label(s) -> str:
     from deamoe.bench.layer_step import routing_label
 
@@ -318,7 +309,6 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
                     "copies": b["copies"],
                     "routing": _routing_label(s),
-                    "pdl": _pdl_label(),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })

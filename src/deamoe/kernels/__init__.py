@@ -6,7 +6,6 @@
   deamoe_decode.py  DeaMoE layer (4 GEMMs)           }   of either layer alone (CUDA graph)
   stream_read.py    streaming-read kernel            + stream_read_benchmark.py (roofline)
   routing_topk.py   single-launch routing (softmax top-k / group-limited), used by both layers
-  pdl.py            programmatic dependent launch between a layer's launches (off by default)
   battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward
 The per-layer and model-level benchmarks live in deamoe.bench.  NOTES.md records each kernel
 version's numbers on the H200, the prediction made before it, and what moved them.

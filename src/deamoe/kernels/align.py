@@ -28,26 +28,23 @@ import torch
 import triton
 import triton.language as tl
 
-from deamoe.kernels.pdl import launch_kwargs
-
 
 @triton.jit
 def _align_one(
     ids_ptr, P, k_top, per_group, G,
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
-    K_MAX: tl.constexpr, RANK: tl.constexpr,
+    K_MAX: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
     tl.debug_barrier()
-    # 1. rank of each pair inside its group, and the group sizes (BLOCK_P covers all pairs of a
+    # 1. rank of each pair inside its group and the group sizes (BLOCK_P covers all pairs of a
     #    decode step, so this is usually one pass): an atomic histogram whose returned old value
-    #    is the rank (RANK_ATOMIC, the default), or prefix sums -- one 1-D cumsum per group
-    #    (RANK_SCAN) or a 2-D one-hot cumsum (RANK_ONEHOT, v3-v6).  v3-v6 blamed the ranking for
-    #    DeaMoE's 17-37 us align; v7 measured the cause: the int64 division of ids by the
-    #    experts per department (now int32), see NOTES.md.
-    carry = tl.zeros([BLOCK_G], dtype=tl.int32)
+    #    is the rank.  v3-v6 blamed these atomics (8 hot counters for departments) for DeaMoE's
+    #    17-37 us align and tried prefix sums instead; v7 measured the cause: an int64 division
+    #    of the ids by the experts per department (now int32).  Atomics are the fastest of the
+    #    three once that is gone (NOTES.md v7).
     for p0 in range(0, P, BLOCK_P):
         p = p0 + tl.arange(0, BLOCK_P)
         ok = p < P
@@ -60,23 +57,8 @@ def _align_one(
             for j in tl.static_range(K_MAX):
                 gj = tl.load(ids_ptr + first + j, mask=ok & (j < slot), other=-1).to(tl.int32) // per_group
                 ok = ok & ~((j < slot) & (gj == g))
-        if RANK == 1:  # RANK_ONEHOT
-            hit = (g[:, None] == offs_g[None, :]) & ok[:, None]
-            before = tl.cumsum(hit.to(tl.int32), 0) - 1 + carry[None, :]
-            r = tl.sum(tl.where(hit, before, 0), 1)
-            carry += tl.sum(hit.to(tl.int32), 0)
-        elif RANK == 2:  # RANK_SCAN
-            r = tl.full([BLOCK_P], -1, tl.int32)
-            for gg in tl.static_range(BLOCK_G):
-                hit = ((g == gg) & ok).to(tl.int32)
-                base = tl.sum(tl.where(offs_g == gg, carry, 0), 0)
-                r = tl.where(hit != 0, tl.cumsum(hit, 0) - 1 + base, r)
-                carry += tl.where(offs_g == gg, tl.sum(hit, 0), 0)
-        else:  # RANK_ATOMIC
-            r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
+        r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
-    if RANK != 0:
-        tl.store(counts_ptr + offs_g, carry, mask=offs_g < G)
     tl.debug_barrier()
     # 2. exclusive scan of the padded group sizes; each group's padding slots get the sentinel P
     #    (only those: slots past the used blocks are never read, so no fill of the whole buffer)
@@ -110,20 +92,14 @@ def _align_kernel(
     A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
     B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr,
-    A_RANK: tl.constexpr = 0, B_RANK: tl.constexpr = 0, USE_PDL: tl.constexpr = False,
 ):
-    if USE_PDL:  # see deamoe.kernels.pdl: the ids are the previous launch's output
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
-                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G, K_MAX,
-                   A_RANK)
+                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G, K_MAX)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
-                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G, K_MAX,
-                   B_RANK)
+                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G, K_MAX)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -147,26 +123,12 @@ class Alignment:
     dedup: bool
 
 
-RANK_METHODS = {"atomic": 0, "onehot": 1, "scan": 2}
-
-
 @dataclass(frozen=True)
 class AlignSpec:
     n_groups: int
     per_group: int = 1
     dedup: bool = False
     block_m: int = 16
-    # atomic | onehot | scan; auto = atomic (fastest on the H200 once the group division is
-    # int32: DeaMoE department task at 1280 pairs 8.2 us vs scan 11.0, one-hot 14.5; NOTES v7)
-    rank: str = "auto"
-
-    def rank_code(self) -> int:
-        if self.rank == "auto":
-            return RANK_METHODS["atomic"]
-        if self.rank not in RANK_METHODS or (self.rank != "atomic" and self.n_groups > 32):
-            raise ValueError(f"align: rank={self.rank!r} with {self.n_groups} groups; choose "
-                             f"auto or one of {', '.join(RANK_METHODS)} (prefix sums need <= 32 groups)")
-        return RANK_METHODS[self.rank]
 
 
 def _bounds(P: int, spec: AlignSpec) -> tuple[int, int]:
@@ -218,17 +180,12 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
                  al.block_group, al.num_blocks, al.sorted_pairs.numel()]
         block_g = triton.next_power_of_2(spec.n_groups)
         block_p = max(256, min(2048, triton.next_power_of_2(P)))
-        rank = spec.rank_code()
-        if rank == RANK_METHODS["onehot"]:  # keep the [BLOCK_P, BLOCK_G] prefix sum in registers
-            block_p = min(block_p, 8192 // block_g)
         consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
-                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p, f"{tag}_RANK": rank})
+                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p})
     if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
         raise ValueError("align: zero must be a contiguous float32 tensor")
     n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)
-    use_pdl, pdl_kw = launch_kwargs(ids)
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
-        N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k, num_warps=8, USE_PDL=use_pdl,
-        **consts, **pdl_kw)
+        N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k, num_warps=8, **consts)
     return tuple(al for al, _ in made)

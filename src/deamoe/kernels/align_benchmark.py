@@ -1,8 +1,9 @@
 """Sibling benchmark of align.py: where does the align launch spend its time? (CUDA only)
 
-NOTES.md v3/v4: DeaMoE's align takes 17-37 us at 640-1280 pairs against 4-7 us for the
-baseline's.  This times, at one routing, the full DeaMoE align (department + expert task +
-zeroing programs) and each piece alone, each captured in a CUDA graph (median).
+NOTES.md v3-v7: DeaMoE's align took 17-37 us at 640-1280 pairs against 4-7 us for the
+baseline's, until v7 found the cause with this benchmark (an int64 division).  It times, at one
+routing, the full DeaMoE align (department + expert task + zeroing programs) and each piece
+alone, each captured in a CUDA graph (median).
 usage: PYTHONPATH=src python3 -m deamoe.kernels.align_benchmark [tokens ...]
 """
 
@@ -25,16 +26,11 @@ def align_variants(model: str, tokens: int) -> list[dict]:
     dept = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True)
     expert = AlignSpec(shape.n_expert)
     acc = torch.empty(tokens * (shape.n_dept * shape.h_ffn + shape.h), device="cuda")
-    onehot = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True, rank="onehot")
-    atomic = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True, rank="atomic")
     variants = {
         "dept+expert+zero": lambda: align(ids, dept, expert, zero=acc),
-        "dept(onehot, v3-v6)+expert+zero": lambda: align(ids, onehot, expert, zero=acc),
         "dept+expert": lambda: align(ids, dept, expert),
-        "dept only (scan)": lambda: align(ids, dept),
-        "dept only (onehot)": lambda: align(ids, onehot),
-        "dept only (atomic)": lambda: align(ids, atomic),
-        "dept only (scan, no dedup: timing only)": lambda: align(
+        "dept only": lambda: align(ids, dept),
+        "dept only (no dedup: timing only)": lambda: align(
             ids, AlignSpec(shape.n_dept, shape.experts_per_dept)),
         "expert only": lambda: align(ids, expert),
         "baseline-like (top-k ids, expert only)": lambda: align(

@@ -98,7 +98,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         if fused:
             grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
                          c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
-                         tile=tiles.expert_down, group_ready=True, **common)
+                         tile=tiles.expert_down, **common)
             return
         z = torch.empty(P, f, dtype=torch.float32, device=dev)
         grouped_gemm(y, expert_down, z, al[1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
@@ -112,14 +112,12 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         ("dept_up", dept_up_stage, (dept_gate, dept_up)),
         ("expert_up", lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
                                            a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
-                                           a_up_off=f, tile=tiles.expert_up, group_ready=True,
-                                           **common),
+                                           a_up_off=f, tile=tiles.expert_up, **common),
          (expert_gate, expert_up)),
         ("expert_down", expert_down_stage, (expert_down,)),
         ("dept_down", lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
                                            c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                           tile=tiles.dept_down, group_ready=True, **common),
-         (dept_down,)),
+                                           tile=tiles.dept_down, **common), (dept_down,)),
     ]
     return out, stages
 

@@ -57,7 +57,7 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
                                      c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13), (gate, up)),
         ("w2", lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
                                     a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                    tile=tiles.w2, group_ready=True), (down,)),
+                                    tile=tiles.w2), (down,)),
     ]
     return out, stages
 

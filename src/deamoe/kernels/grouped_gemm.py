@@ -19,11 +19,6 @@ Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks
 that share a weight tile run together and the second read comes from L2.  Programs past the
 device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
-
-PDL (`pdl.py`): with USE_PDL a launch may start before its predecessor ends.  GROUP_READY says
-the alignment was written two or more launches back (every GEMM but a layer's first), so a
-program may read its group and prefetch its first PREFETCH_K weight columns into L2 before
-`gdc_wait`; the A rows (the previous GEMM's output) are read only after it.
 """
 
 from __future__ import annotations
@@ -36,7 +31,6 @@ import triton
 import triton.language as tl
 
 from deamoe.kernels.align import Alignment
-from deamoe.kernels.pdl import launch_kwargs, prefetch_enabled
 
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
@@ -51,23 +45,6 @@ def _act(x, ACT: tl.constexpr):
     elif ACT == 2:
         x = 0.5 * x * (1.0 + tl.erf(x * 0.7071067811865476))
     return x
-
-
-@triton.jit
-def _prefetch_l2(ptrs):
-    # a hint only (no data comes back): pulls one 128-byte line into L2 per element
-    tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptrs],
-                              dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
-def _prefetch_tile(b_ptr, g, stride_be, stride_bn, offs_n, n_ok, K,
-                   PREFETCH_K: tl.constexpr, LINE: tl.constexpr):
-    # the first PREFETCH_K columns of the program's BLOCK_N weight rows, one element per line
-    offs_l = tl.arange(0, PREFETCH_K // LINE) * LINE
-    ptrs = (b_ptr + g * stride_be + offs_n[:, None].to(tl.int64) * stride_bn
-            + tl.where(offs_l < K, offs_l, 0)[None, :])
-    _prefetch_l2(tl.where(n_ok[:, None], ptrs, b_ptr))
 
 
 @triton.jit
@@ -93,33 +70,21 @@ def grouped_gemm_kernel(
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    USE_PDL: tl.constexpr = False, GROUP_READY: tl.constexpr = False,
-    PREFETCH_K: tl.constexpr = 0, LINE: tl.constexpr = 64,
 ):
     GATED: tl.constexpr = EPI != 0
-    EARLY: tl.constexpr = USE_PDL and GROUP_READY
     pid = tl.program_id(0)
     pid_m = pid % max_blocks
     pid_n = pid // max_blocks
-    if USE_PDL and not GROUP_READY:  # the alignment is the previous launch's output
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     if pid_m >= tl.load(nblocks_ptr):
         return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N
-    if EARLY:  # alignment written >= 2 launches back: warm L2 with our weights, then wait
-        if PREFETCH_K > 0:
-            _prefetch_tile(bg_ptr, g, stride_be, stride_bn, offs_n, n_ok, K, PREFETCH_K, LINE)
-            if GATED:
-                _prefetch_tile(bu_ptr, g, stride_be, stride_bn, offs_n, n_ok, K, PREFETCH_K, LINE)
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     p = tl.load(sorted_ptr + offs_m)
     row_ok = p < P
     a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
     b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
@@ -212,13 +177,8 @@ def grouped_gemm(
     a_up_off: int = 0,
     c_up_off: int = 0,
     tile: TileConfig = TileConfig(),
-    group_ready: bool = False,
 ) -> torch.Tensor:
-    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output.
-
-    group_ready: the alignment `al` was written two or more launches before this one (with
-    PDL the programs then prefetch weights before waiting for the previous launch).
-    """
+    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output."""
     G, N, K = bg.shape
     if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
@@ -231,10 +191,6 @@ def grouped_gemm(
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
-    use_pdl, pdl_kw = launch_kwargs(a)
-    line = max(1, 128 // bg.element_size())
-    # ~2 pipeline stages' worth of K (a few MB over the first wave: well inside the 60 MB L2)
-    prefetch_k = min(triton.next_power_of_2(K), 2 * tile.block_k) if use_pdl and group_ready and prefetch_enabled() else 0
     grouped_gemm_kernel[grid](
         a, bg, bg if bu is None else bu, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
@@ -245,7 +201,5 @@ def grouped_gemm(
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
-        USE_PDL=use_pdl, GROUP_READY=group_ready, PREFETCH_K=prefetch_k if prefetch_k >= line else 0,
-        LINE=line, **pdl_kw,
     )
     return c

@@ -23,7 +23,6 @@ import triton
 import triton.language as tl
 
 from deamoe.config import DeaMoEShape, MoEShape
-from deamoe.kernels.pdl import launch_kwargs
 
 NEG_KEY = tl.constexpr(-9223372036854775807)  # below every real key (also -inf's)
 # warps per token.  A DeaMoE routing is ~30 dependent reductions, and its time is the
@@ -60,11 +59,7 @@ def _key_value(key):
 def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, n_dept, per, scaling,
                   K: tl.constexpr, K_DEPT: tl.constexpr, GROUPED: tl.constexpr,
                   STRICT: tl.constexpr, TOP2: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-                  USE_PDL: tl.constexpr = False):
-    if USE_PDL:  # see deamoe.kernels.pdl: wait for the router GEMM, then let align launch
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+                  BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     j = tl.arange(0, BLOCK_P)
@@ -134,13 +129,11 @@ def _launch(logits, n_dept, per, k, k_dept, grouped, strict, scaling, bias):
     bias_arg = bias.contiguous() if bias is not None else logits  # unread without bias
     block = triton.next_power_of_2(n_dept) * triton.next_power_of_2(per)
     warps = NUM_WARPS or (1 if block <= 256 else min(8, max(4, block // 256)))
-    use_pdl, pdl_kw = launch_kwargs(logits)
     _route_kernel[(T,)](
         logits, bias_arg, ids, weights, logits.stride(0), n_dept, per, float(scaling),
         K=k, K_DEPT=k_dept, GROUPED=grouped, STRICT=strict, TOP2=per >= 2,
         HAS_BIAS=bias is not None, BLOCK_D=triton.next_power_of_2(n_dept),
         BLOCK_P=triton.next_power_of_2(per), BLOCK_K=triton.next_power_of_2(k), num_warps=warps,
-        USE_PDL=use_pdl, **pdl_kw,
     )
     return ids, weights
 
