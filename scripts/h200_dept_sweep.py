@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import triton.testing
 
 from deamoe.bench.layer_step import random_weights
 from deamoe.bench.microbench import MicrobenchSettings
 from deamoe.config import table1_row
 from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_stages
 from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.kernels.stage_benchmark import stage_times
 from deamoe.routing import route
 
 out = Path(sys.argv[1])
@@ -39,17 +39,10 @@ for model in ("DeepSeek-V3", "Qwen3-235B-A22B"):
                     _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
                                               w["expert_gate"], w["expert_up"], w["expert_down"],
                                               ids, weights, shape.operator, tiles_obj)
-                    for _, launch, _ in stages:
-                        launch()
-                    torch.cuda.synchronize()
-                    for name, launch, tensors in stages:
-                        if name not in ("dept_up", "dept_down"):
-                            continue
-                        ms = triton.testing.do_bench_cudagraph(launch, rep=20, return_mode="median")
-                        nbytes = depts * sum(t_[0].numel() * t_.element_size() for t_ in tensors)
+                    per = {"dept_up": shape.experts_per_dept, "dept_down": shape.experts_per_dept}
+                    for r in stage_times(stages, ids, per, reps=20, only=set(per)):
                         rows.append({"model": model, "tokens": T, "depts": depts, "block_m": bm,
-                                     "tile": tile, "stage": name, "us": ms * 1e3,
-                                     "tbps": nbytes / ms / 1e9})
+                                     "tile": tile, **r})
                 except Exception as exc:  # noqa: BLE001 - a config that does not fit is skipped
                     print(model, T, bm, tile, type(exc).__name__, str(exc).splitlines()[0][:120])
         pd.DataFrame(rows).to_csv(out / "dept_sweep.csv", index=False)

@@ -14,8 +14,10 @@ def _used(ids: torch.Tensor, per_group: int) -> int:
     return int(torch.unique(ids // per_group).numel())
 
 
-def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int = 30) -> list[dict]:
-    """Rows {stage, us, bytes, tbps}; `stages` from fused_moe_stages / deamoe_stages (run once)."""
+def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int = 30,
+                only: set[str] | None = None) -> list[dict]:
+    """Rows {stage, us, bytes, tbps}; `stages` from fused_moe_stages / deamoe_stages (all run
+    once first, so every stage reads real data; then each stage in `only`, default all, timed)."""
     import triton.testing
 
     for _, launch, _ in stages:  # align + fill intermediates so every stage reads real data
@@ -23,6 +25,8 @@ def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int 
     torch.cuda.synchronize()
     rows = []
     for name, launch, tensors in stages:
+        if only is not None and name not in only:
+            continue
         ms = triton.testing.do_bench_cudagraph(launch, rep=max(20, reps), return_mode="median")
         nbytes = 0
         if tensors:
