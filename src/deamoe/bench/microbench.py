@@ -98,8 +98,6 @@ def make_tiles(shape, knobs: dict):
     from deamoe.kernels.grouped_gemm import TileConfig
 
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
-    if "chain" in parsed:
-        parsed["chain"] = bool(parsed["chain"])
     return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**parsed)
 
 

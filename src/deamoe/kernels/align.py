@@ -33,14 +33,11 @@ import triton.language as tl
 def _align_one(
     ids_ptr, P, k_top, per_group, G,
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
-    units_ptr, unit_div,
     DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
-    K_MAX: tl.constexpr, UNITS: tl.constexpr,
+    K_MAX: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
-    if UNITS:
-        tl.store(units_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g * unit_div < G)
     tl.debug_barrier()
     # 1. rank of each pair inside its group and the group sizes (BLOCK_P covers all pairs of a
     #    decode step, so this is usually one pass): an atomic histogram whose returned old value
@@ -70,9 +67,6 @@ def _align_one(
     start = tl.cumsum(padded, 0) - padded
     tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
-    if UNITS:  # blocks per unit of unit_div groups (a department): the chain's wait targets
-        tl.atomic_add(units_ptr + offs_g // unit_div, padded // BLOCK_M,
-                      mask=(offs_g < G) & (padded > 0), sem="relaxed")
     pad = tl.arange(0, BLOCK_M)
     tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
              tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
@@ -93,25 +87,19 @@ def _align_one(
 def _align_kernel(
     ids_ptr, P, k_top,
     a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
-    a_units, a_unit_div,
     b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
-    b_units, b_unit_div,
     zero_ptr, zero_n,
     A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
-    A_UNITS: tl.constexpr,
     B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
-    B_UNITS: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
-                   a_bgroup, a_nblocks, a_max_slots, a_units, a_unit_div, A_DEDUP, A_BLOCK_M,
-                   A_BLOCK_P, A_BLOCK_G, K_MAX, A_UNITS)
+                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G, K_MAX)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
-                   b_bgroup, b_nblocks, b_max_slots, b_units, b_unit_div, B_DEDUP, B_BLOCK_M,
-                   B_BLOCK_P, B_BLOCK_G, K_MAX, B_UNITS)
+                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G, K_MAX)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -133,8 +121,6 @@ class Alignment:
     n_groups: int
     per_group: int
     dedup: bool
-    # blocks per unit of `unit_div` groups (AlignSpec.unit_div > 0 only): wait targets of chain.py
-    units: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +129,6 @@ class AlignSpec:
     per_group: int = 1
     dedup: bool = False
     block_m: int = 16
-    unit_div: int = 0  # > 0: also count the blocks of every unit_div consecutive groups
 
 
 def _bounds(P: int, spec: AlignSpec) -> tuple[int, int]:
@@ -165,7 +150,6 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
         n_groups=spec.n_groups,
         per_group=spec.per_group,
         dedup=spec.dedup,
-        units=torch.empty(triton.cdiv(spec.n_groups, spec.unit_div), **i32) if spec.unit_div else None,
     )
     scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32),
                torch.empty(spec.n_groups, **i32)]
@@ -193,13 +177,11 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     for tag, spec, (al, (counts, rank, offs)) in zip("AB", specs * (3 - len(specs)),
                                                     made * (3 - len(made))):
         args += [spec.per_group, spec.n_groups, counts, rank, offs, al.sorted_pairs,
-                 al.block_group, al.num_blocks, al.sorted_pairs.numel(),
-                 counts if al.units is None else al.units, max(1, spec.unit_div)]
+                 al.block_group, al.num_blocks, al.sorted_pairs.numel()]
         block_g = triton.next_power_of_2(spec.n_groups)
         block_p = max(256, min(2048, triton.next_power_of_2(P)))
         consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
-                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p,
-                       f"{tag}_UNITS": al.units is not None})
+                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p})
     if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
         raise ValueError("align: zero must be a contiguous float32 tensor")
     n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)

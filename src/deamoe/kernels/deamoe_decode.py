@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.kernels.align import AlignSpec, _bounds, align
-from deamoe.kernels.chain import DEP_BLOCK, DEP_DEPT, ChainStage, chain_gemm, sync_size
+from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_BOTH,
@@ -47,7 +46,6 @@ class DeaMoETiles:
     expert_up: TileConfig = TileConfig()
     expert_down: TileConfig = TileConfig()
     dept_down: TileConfig = TileConfig()
-    chain: bool = False  # the four GEMMs in one launch (chain.py); fused operators only
 
 
 def _torch_operator(name: str):
@@ -75,60 +73,32 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
     y = torch.empty(P, f, dtype=x.dtype, device=dev)
-    chained = tiles.chain and fused
-    dept_spec = AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m,
-                          unit_div=1 if chained else 0)
-    expert_spec = AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m,
-                            unit_div=per if chained else 0)
-    # the chain's int32 counters sit behind S and out in the buffer align zeroes
-    n_sync = 1 + 2 * n_dept + _bounds(P, expert_spec)[1] if chained else 0
-    acc = torch.empty(T * n_dept * f + T * h + n_sync, dtype=torch.float32, device=dev)
-    s = acc[: T * n_dept * f].view(T * n_dept, f)
-    out = acc[T * n_dept * f : T * n_dept * f + T * h].view(T, h)
-    sync = acc[T * n_dept * f + T * h :].view(torch.int32)
+    acc = torch.empty(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
+    s, out = acc[: T * n_dept * f].view(T * n_dept, f), acc[T * n_dept * f :].view(T, h)
     al = []
 
-    def do_align():  # both groupings in one launch, which also zeroes S, out (and the counters)
-        al[:] = align(ids, dept_spec, expert_spec, zero=acc)
-
-    gemms = {
-        "dept_up": dict(a=x, bg=dept_gate, bu=dept_up, c=a1, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
-                        epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up),
-        "expert_up": dict(a=a1, bg=expert_gate, bu=expert_up, c=y, a_mode=ROW_TOKDEPT,
-                          c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f, tile=tiles.expert_up),
-        "expert_down": dict(a=y, bg=expert_down, c=s, a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT,
-                            epi=EPI_ACT, act=sig, atomic=True, tile=tiles.expert_down),
-        "dept_down": dict(a=s, bg=dept_down, c=out, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN,
-                          epi=EPI_ACT, atomic=True, tile=tiles.dept_down),
-    }
-    if chained:
-        def run_chain():
-            chain = [
-                ChainStage(grouping=0, sig=DEP_DEPT, sig_div=1, **gemms["dept_up"]),
-                ChainStage(grouping=1, dep=DEP_DEPT, dep_div=per, sig=DEP_BLOCK,
-                           **gemms["expert_up"]),
-                ChainStage(grouping=1, weighted=True, dep=DEP_BLOCK, sig=DEP_DEPT, sig_div=per,
-                           **gemms["expert_down"]),
-                ChainStage(grouping=0, dep=DEP_DEPT, dep_div=1, **gemms["dept_down"]),
-            ]
-            assert sync.numel() >= sync_size(chain, al, n_dept)
-            chain_gemm(chain, al, ids, weights, sync, n_dept=n_dept, per_group=per)
-        weights_read = ((dept_gate, per), (dept_up, per), (expert_gate, 1), (expert_up, 1),
-                        (expert_down, 1), (dept_down, per))
-        def align_and_chain():  # one stage: the chain's counters are reset by this align
-            do_align()
-            run_chain()
-        return out, [("align+chain", align_and_chain, weights_read)]
+    def do_align():  # both groupings in one launch, which also zeroes S and out
+        al[:] = align(
+            ids,
+            AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
+            AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
+            zero=acc,
+        )
 
     def dept_up_stage():
-        grouped_gemm(al=al[0], ids=ids, **gemms["dept_up"], **common)
+        nonlocal a1
+        grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
+                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
+                     **common)
         if not fused:
             op = _torch_operator(operator)
             a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
 
     def expert_down_stage():
         if fused:
-            grouped_gemm(al=al[1], ids=ids, weights=weights, **gemms["expert_down"], **common)
+            grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
+                         c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
+                         tile=tiles.expert_down, **common)
             return
         z = torch.empty(P, f, dtype=torch.float32, device=dev)
         grouped_gemm(y, expert_down, z, al[1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
@@ -140,11 +110,14 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     stages = [
         ("align", do_align, ()),
         ("dept_up", dept_up_stage, (dept_gate, dept_up)),
-        ("expert_up", lambda: grouped_gemm(al=al[1], ids=ids, **gemms["expert_up"], **common),
+        ("expert_up", lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
+                                           a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
+                                           a_up_off=f, tile=tiles.expert_up, **common),
          (expert_gate, expert_up)),
         ("expert_down", expert_down_stage, (expert_down,)),
-        ("dept_down", lambda: grouped_gemm(al=al[0], ids=ids, **gemms["dept_down"], **common),
-         (dept_down,)),
+        ("dept_down", lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
+                                           c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                           tile=tiles.dept_down, **common), (dept_down,)),
     ]
     return out, stages
 

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.kernels.align import AlignSpec, _bounds, align
-from deamoe.kernels.chain import DEP_BLOCK, ChainStage, chain_gemm, sync_size
+from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_SWIGLU,
@@ -27,13 +26,11 @@ from deamoe.kernels.routing_topk import route_layer
 
 @dataclass(frozen=True)
 class MoETiles:
-    """Tile shapes of the two GEMMs and the rows per padded block; chain: both GEMMs in one
-    launch (chain.py) instead of one launch each."""
+    """Tile shapes of the two GEMMs and the rows per padded block."""
 
     block_m: int = 16
     w13: TileConfig = TileConfig()
     w2: TileConfig = TileConfig()
-    chain: bool = False
 
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
@@ -48,35 +45,19 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
     x = x.contiguous()
     weights = weights.contiguous()
     hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
-    spec = AlignSpec(n_groups=E, block_m=tiles.block_m)
-    # the chain's int32 counters sit behind `out` in one buffer that align zeroes
-    n_sync = 1 + _bounds(ids.numel(), spec)[1] if tiles.chain else 0
-    acc = torch.empty(T * h + n_sync, dtype=torch.float32, device=x.device)
-    out, sync = acc[: T * h].view(T, h), acc[T * h :].view(torch.int32)
+    out = torch.empty(T, h, dtype=torch.float32, device=x.device)
     al = []
 
     def do_align():  # also zeroes `out`, the atomic accumulator of w2
-        al[:] = align(ids, spec, zero=acc)
-
-    w13 = dict(a=x, bg=gate, bu=up, c=hidden, a_mode=ROW_TOKEN, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
-               tile=tiles.w13)
-    w2 = dict(a=hidden, bg=down, c=out, a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT,
-              atomic=True, tile=tiles.w2)
-    if tiles.chain:
-        def run_chain():
-            chain = [ChainStage(grouping=0, sig=DEP_BLOCK, **w13),
-                     ChainStage(grouping=0, weighted=True, dep=DEP_BLOCK, **w2)]
-            assert sync.numel() >= sync_size(chain, al, 1)
-            chain_gemm(chain, al, ids, weights, sync)
-        def align_and_chain():  # one stage: the chain's counters are reset by this align
-            do_align()
-            run_chain()
-        return out, [("align+chain", align_and_chain, ((gate, 1), (up, 1), (down, 1)))]
+        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
 
     stages = [
         ("align", do_align, ()),
-        ("w13", lambda: grouped_gemm(al=al[0], ids=ids, **w13), (gate, up)),
-        ("w2", lambda: grouped_gemm(al=al[0], ids=ids, weights=weights, **w2), (down,)),
+        ("w13", lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
+                                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13), (gate, up)),
+        ("w2", lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
+                                    a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                    tile=tiles.w2), (down,)),
     ]
     return out, stages
 

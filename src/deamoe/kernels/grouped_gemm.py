@@ -59,21 +59,24 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
     return r.to(tl.int64)
 
 
-@triton.jit
-def gemm_tile(
-    pid_m, pid_n, a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, ids_ptr, w_ptr,
-    N, K, P, k_top, n_dept, per_group,
+# ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
+# every batch size, which keeps the tile search's compile time on the device small
+@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks"])
+def grouped_gemm_kernel(
+    a_ptr, bg_ptr, bu_ptr, c_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
+    N, K, P, k_top, n_dept, per_group, max_blocks,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
-    A_CG: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
-    """One BLOCK_M x BLOCK_N tile of block pid_m: the GEMM code of every launch (standalone
-    grouped_gemm_kernel and the one-launch chain in chain.py).  A_CG reads A through L2 only
-    (`.cg`): in the chain, A was written by other programs of the same launch."""
     GATED: tl.constexpr = EPI != 0
+    pid = tl.program_id(0)
+    pid_m = pid % max_blocks
+    pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     p = tl.load(sorted_ptr + offs_m)
@@ -89,7 +92,7 @@ def gemm_tile(
     bu_ptrs = bu_ptr + b_off
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, num_stages=NUM_STAGES):
+    for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
             b_mask = n_ok[None, :]
@@ -99,21 +102,14 @@ def gemm_tile(
         bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
             bg = bg.to(tl.float32)
-        if A_CG:
-            a = tl.load(a_ptrs, mask=a_mask, other=0.0, cache_modifier=".cg").to(bg.dtype)
-        else:
-            a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
         acc = tl.dot(a, bg, acc)
         if GATED:
             bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
             if DOT_F32:
                 bu = bu.to(tl.float32)
             if EPI == 1:
-                if A_CG:
-                    au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0,
-                                 cache_modifier=".cg").to(bu.dtype)
-                else:
-                    au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
+                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
                 acc_u = tl.dot(au, bu, acc_u)
             else:
                 acc_u = tl.dot(a, bu, acc_u)
@@ -139,30 +135,6 @@ def gemm_tile(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
         if EPI == 2:
             tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-# ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
-# every batch size, which keeps the tile search's compile time on the device small
-@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks"])
-def grouped_gemm_kernel(
-    a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
-    N, K, P, k_top, n_dept, per_group, max_blocks,
-    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
-    A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
-    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NUM_STAGES: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    pid_m = pid % max_blocks
-    pid_n = pid // max_blocks
-    if pid_m >= tl.load(nblocks_ptr):
-        return
-    gemm_tile(pid_m, pid_n, a_ptr, bg_ptr, bu_ptr, c_ptr, sorted_ptr, block_group_ptr, ids_ptr,
-              w_ptr, N, K, P, k_top, n_dept, per_group, stride_am, stride_be, stride_bn,
-              stride_cm, a_up_off, c_up_off, A_MODE, C_MODE, EPI, ACT, WEIGHTED, ATOMIC, EVEN_K,
-              DOT_F32, False, BLOCK_M, BLOCK_N, BLOCK_K, NUM_STAGES)
 
 
 @dataclass(frozen=True)
@@ -228,6 +200,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        NUM_STAGES=tile.num_stages, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c

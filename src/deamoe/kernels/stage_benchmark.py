@@ -29,9 +29,9 @@ def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int 
             continue
         ms = triton.testing.do_bench_cudagraph(launch, rep=max(20, reps), return_mode="median")
         nbytes = 0
-        for t in tensors:  # a tensor (grouped by per_group[name]) or (tensor, its per_group)
-            t, per = t if isinstance(t, tuple) else (t, per_group[name])
-            nbytes += _used(ids, per) * t[0].numel() * t.element_size()
+        if tensors:
+            used = _used(ids, per_group[name])
+            nbytes = used * sum(t[0].numel() * t.element_size() for t in tensors)
         rows.append({"stage": name, "us": ms * 1e3, "bytes": nbytes,
                      "tbps": nbytes / (ms * 1e-3) / 1e12 if nbytes else float("nan")})
     return rows
