@@ -70,11 +70,21 @@ def grouped_gemm_kernel(
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr, B_DESC: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
     pid_m = pid % max_blocks
-    pid_n = pid // max_blocks
+    if SPLIT_K == 1:
+        pid_n = pid // max_blocks
+        k_lo = 0
+        k_hi = K
+    else:  # program (m, n, k-slice); only for linear epilogues that accumulate atomically
+        n_tiles = tl.cdiv(N, BLOCK_N)
+        pid_n = (pid // max_blocks) % n_tiles
+        k_span = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        k_lo = (pid // max_blocks // n_tiles) * k_span
+        k_hi = tl.minimum(K, k_lo + k_span)
     if pid_m >= tl.load(nblocks_ptr):
         return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
@@ -86,26 +96,37 @@ def grouped_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
-    b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
-    bg_ptrs = bg_ptr + b_off
-    bu_ptrs = bu_ptr + b_off
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :]
+    if B_DESC:  # B through TMA: bg_ptr/bu_ptr are descriptors of the [G * N, K] weight rows
+        b_row = g.to(tl.int32) * N + pid_n * BLOCK_N
+    else:
+        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + (k_lo + offs_k)[:, None]
+        bg_ptrs = bg_ptr + b_off
+        bu_ptrs = bu_ptr + b_off
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
             b_mask = n_ok[None, :]
         else:
             a_mask = row_ok[:, None] & (offs_k[None, :] < K - k0)
             b_mask = n_ok[None, :] & (offs_k[:, None] < K - k0)
-        bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
+        # (TMA zero-fills past K and past the last row; rows of the next group that a partial
+        # N tile reads only reach output columns >= N, which are not stored)
+        if B_DESC:
+            bg = tl.trans(bg_ptr.load([b_row, k0]))
+        else:
+            bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
             bg = bg.to(tl.float32)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
         acc = tl.dot(a, bg, acc)
         if GATED:
-            bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
+            if B_DESC:
+                bu = tl.trans(bu_ptr.load([b_row, k0]))
+            else:
+                bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
             if DOT_F32:
                 bu = bu.to(tl.float32)
             if EPI == 1:
@@ -113,9 +134,11 @@ def grouped_gemm_kernel(
                 acc_u = tl.dot(au, bu, acc_u)
             else:
                 acc_u = tl.dot(a, bu, acc_u)
-            bu_ptrs += BLOCK_K
+            if not B_DESC:
+                bu_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
-        bg_ptrs += BLOCK_K
+        if not B_DESC:
+            bg_ptrs += BLOCK_K
 
     if EPI == 1:
         acc = _act(acc, 1) * acc_u
@@ -139,23 +162,44 @@ def grouped_gemm_kernel(
 
 @dataclass(frozen=True)
 class TileConfig:
+    """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; split_k > 1 splits K over
+    programs (linear epilogues with atomic output only: w2, dept_down); tma loads the weight
+    tiles with the Hopper tensor-memory accelerator instead of per-thread copies."""
+
     block_n: int = 64
     block_k: int = 128
     num_warps: int = 4
     num_stages: int = 4
+    split_k: int = 1
+    tma: bool = False
 
     @property
     def name(self) -> str:
-        return f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
+        text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
+        return text + (f"-x{self.split_k}" if self.split_k > 1 else "") + ("-tma" if self.tma else "")
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
-        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4)."""
+        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); optional '-x2' (split K), '-tma'."""
         try:
-            parts = {p[0]: int(p[1:]) for p in text.split("-")}
-            return cls(parts["n"], parts["k"], parts["w"], parts["s"])
+            words = text.split("-")
+            tma = "tma" in words
+            parts = {p[0]: int(p[1:]) for p in words if p != "tma"}
+            if set(parts) - set("nkwsx"):
+                raise KeyError
+            return cls(parts["n"], parts["k"], parts["w"], parts["s"], parts.get("x", 1), tma)
         except (KeyError, ValueError, IndexError):
-            raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4") from None
+            raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
+                             "(optionally -x2 for split K, -tma)") from None
+
+
+def _weight_desc(w: torch.Tensor, tile: TileConfig):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    G, N, K = w.shape
+    if w.stride(0) != N * w.stride(1):
+        raise ValueError("grouped_gemm: tma needs the weight groups stacked densely ([G, N, K])")
+    return TensorDescriptor(w, [G * N, K], [w.stride(1), 1], [tile.block_n, tile.block_k])
 
 
 def grouped_gemm(
@@ -190,9 +234,16 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
-    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
+    if tile.split_k > 1 and not (atomic and epi == EPI_ACT and act == "none"):
+        raise ValueError("grouped_gemm: split_k needs a linear epilogue (EPI_ACT, act='none') "
+                         "and atomic accumulation")
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n) * tile.split_k,)
+    b_gate, b_up = bg, bg if bu is None else bu
+    if tile.tma:
+        b_gate = _weight_desc(bg, tile)
+        b_up = b_gate if bu is None else _weight_desc(bu, tile)
     grouped_gemm_kernel[grid](
-        a, bg, bg if bu is None else bu, c,
+        a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
         N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
         a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
@@ -200,6 +251,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        num_warps=tile.num_warps, num_stages=tile.num_stages,
+        SPLIT_K=tile.split_k, B_DESC=tile.tma, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
