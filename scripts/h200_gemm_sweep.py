@@ -1,11 +1,11 @@
-"""TMA weight loads and split K, GEMM by GEMM (NOTES.md v11) on the H200.
+"""TMA weight loads, GEMM by GEMM (NOTES.md v11) on the H200.
 
 usage: python scripts/h200_gemm_sweep.py OUT_DIR   (CUDA).  At the points where the goals are
 missed, every GEMM of both layers alone in a CUDA graph (stage_benchmark.stage_times), on the
-committed tiles' BLOCK_M values, for a set of tiles with pointer loads, the same tiles with TMA
-loads, and split K 2/4 for the two GEMMs whose epilogue is linear (w2, dept_down).  Writes
+committed tiles' BLOCK_M values, for a set of tiles with pointer loads and the same tiles with
+TMA loads (v11 also tried split K for w2 / dept_down, at commit 589ed9b: slower).  Writes
 gemm_sweep.csv (model, kind, batch, stage, tile, us, tbps) and prints, per GEMM, the committed
-tile's time against the best pointer / TMA / split-K variant.
+tile's time against the best pointer / TMA variant.
 """
 
 import sys
@@ -27,8 +27,6 @@ out.mkdir(parents=True, exist_ok=True)
 table = pd.read_csv("reports/measured/h200/microbench.csv")
 POINTS = [("Qwen3-235B-A22B", 4), ("Qwen3-235B-A22B", 16), ("DeepSeek-V3", 8), ("Baseline-7B", 128)]
 BASE = ["n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n32-k128-w4-s3"]
-SPLIT_BASE = ["n128-k128-w4-s3", "n64-k128-w4-s4", "n32-k256-w4-s3"]
-LINEAR = {"w2", "dept_down"}
 rows = []
 for model, batch in POINTS:
     row = table1_row(model)
@@ -43,8 +41,6 @@ for model, batch in POINTS:
                   "expert_down": 1}
         for stage in GEMM_STAGES[shape.kind]:
             variants = [knobs[stage]] + BASE + [t + "-tma" for t in [knobs[stage]] + BASE]
-            if stage in LINEAR:
-                variants += [f"{t}-x{s}{m}" for t in SPLIT_BASE for s in (2, 4) for m in ("", "-tma")]
             for v in dict.fromkeys(variants):
                 tiles = make_tiles(shape, {**knobs, stage: v})
                 try:
@@ -67,7 +63,7 @@ for model, batch in POINTS:
         del w
         torch.cuda.empty_cache()
 df = pd.DataFrame(rows)
-df["family"] = df.tile.map(lambda t: ("split " if "-x" in t else "") + ("tma" if t.endswith("tma") else "ptr"))
+df["family"] = df.tile.map(lambda t: "tma" if t.endswith("tma") else "ptr")
 for (m, b, k, st), g in df.groupby(["model", "batch", "kind", "stage"], sort=False):
     com = g[g.committed]
     line = f"{m[:12]:12s} {b:4d} {k:6s} {st:12s} committed {com.us.min():7.1f}"

@@ -2,8 +2,9 @@
 # The device call behind the committed H200 kernel tables (NOTES.md v8, v9): the full
 # microbenchmark (scripts/h200_v7_final.yaml: battery, roofline, ten batch sizes, stage breakdown,
 # decode TPOT) on one GPU; with ROUTING_CHECK=1 first the routing kernel's check and timing
-# (v8), with TRACE=1 afterwards the kernel timeline of each layer (v8).  <= 8 files come back.
-# Usage: DEAMOE_GIT_SHA=sha OUT=dir [ROUTING_CHECK=1] [TRACE=1] bash scripts/h200_microbench.sh
+# (v8), with READ_SIZES=1 first the streaming read by read size (v11), with TRACE=1 afterwards
+# the kernel timeline of each layer (v8).  <= 8 files come back.
+# Usage: DEAMOE_GIT_SHA=sha OUT=dir [ROUTING_CHECK=1] [TRACE=1] [READ_SIZES=1] bash scripts/h200_microbench.sh
 set -uo pipefail
 OUT=${OUT:-results/h200_microbench}
 mkdir -p "$OUT"
@@ -15,6 +16,10 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
     timeout 100 python3 scripts/h200_routing_check.py "$OUT" 2>&1 | grep -v Warn | tail -45
     echo "routing check exit ${PIPESTATUS[0]} at ${SECONDS}s"
   fi
+  if [ "${READ_SIZES:-0}" = 1 ]; then
+    timeout 50 python3 scripts/h200_read_sizes.py "$OUT" 2>&1 | grep -E "MB x"
+    echo "read sizes exit at ${SECONDS}s"
+  fi
   timeout "${T_MB:-520}" python3 -m deamoe.bench microbench --config scripts/h200_v7_final.yaml \
     --out "$OUT"
   echo "microbench exit $? at ${SECONDS}s"
@@ -23,7 +28,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
     echo "trace exit at ${SECONDS}s"
   fi
 } > "$OUT/log.txt" 2>&1
-grep -E "routing check|exit|roofline|battery|span" "$OUT/log.txt"
+grep -E "routing check|exit|roofline|battery|span|MB x" "$OUT/log.txt"
 python3 -c "
 import pandas as pd
 d = pd.read_csv('$OUT/microbench.csv')

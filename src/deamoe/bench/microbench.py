@@ -36,7 +36,9 @@ class MicrobenchSettings:
     batches: list[int] = field(default_factory=lambda: [4, 8, 16, 24, 32, 40, 48, 64, 96, 128])
     tiles: list[str] = field(default_factory=lambda: [
         "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5",
-        "n128-k64-w8-s4", "n64-k64-w8-s3", "n64-k64-w4-s3", "n32-k128-w4-s3"])
+        "n128-k64-w8-s4", "n64-k64-w4-s3", "n32-k128-w4-s3",
+        # TMA weight loads (v11): 0-1.5% faster on the large GEMMs, up to 9% on the small ones
+        "n128-k128-w4-s3-tma", "n64-k256-w4-s3-tma", "n64-k64-w4-s3-tma"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
