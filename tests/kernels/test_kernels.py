@@ -31,6 +31,32 @@ def test_deamoe_operators(shape):
     assert row["ok"], row
 
 
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_tma_weight_loads_match_reference(name):
+    # the -tma tiles: weight tiles by tensor descriptor (zero-filled past K and past the last
+    # group; partial N tiles read the next group's rows into columns that are never stored)
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+    from deamoe.kernels.grouped_gemm import TileConfig
+
+    t = TileConfig.parse("n32-k32-w4-s2-tma")
+    tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t)
+             if SHAPES[name].kind == "deamoe" else MoETiles(w13=t, w2=t))
+    for seed, tokens in enumerate((1, 23)):
+        row = check_case(Case(name, SHAPES[name], tokens, "random", seed=seed), tiles=tiles)
+        assert row["ok"], row
+
+
+def test_tile_config_names_round_trip_and_bad_ones_fail():
+    from deamoe.kernels.grouped_gemm import TileConfig
+
+    for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma"):
+        assert TileConfig.parse(text).name == text
+    for bad in ("n64-k128-w4", "n64-k128-w4-s4-x2", "n64-k128-w4-s4-tma-tma", "tma"):
+        with pytest.raises(ValueError, match="tile config"):
+            TileConfig.parse(bad)
+
+
 def test_batch_beyond_one_block_per_group():
     # 70 tokens on the same experts: one group spans 5 blocks of 16 rows, last one padded
     row = check_case(Case("many", SHAPES["deamoe-small"], 70, "same", seed=7))

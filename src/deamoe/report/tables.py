@@ -266,6 +266,22 @@ def _microbench_source(results: Path, measured: Path, name: str, required, profi
     return not_run(here, f"{why}; no committed {measured / name} either")
 
 
+def _read_sizes_note(path: Path) -> str | None:
+    """One line from the committed streaming read by read size: what ONE launch of N bytes
+    reaches, i.e. the per-launch floor under every GEMM of a layer (NOTES.md v11)."""
+    if not path.exists():
+        return None
+    try:
+        df = pd.read_csv(path)
+        best = df.groupby("mb")["tbps"].max()
+    except (KeyError, ValueError, pd.errors.ParserError):
+        return None
+    parts = ", ".join(f"{mb:g} MB {tbps:.2f} TB/s" for mb, tbps in best.items())
+    return (f"streaming read, one launch per read, on the same GPU ({path}): {parts}; a layer "
+            "of several launches (DeaMoE 4 GEMMs, baseline 2) cannot beat the sum of its "
+            "launches' reads at these sizes")
+
+
 def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
     src = _microbench_source(results, measured, "microbench.csv",
                              ("model", "batch", "baseline_us", "deamoe_us"), profile)
@@ -281,6 +297,9 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
             if "ideal_speedup" in df.columns:
                 row["ideal_speedup"] = r["ideal_speedup"]
                 row["speedup / ideal"] = r["speedup"] / r["ideal_speedup"]
+            for kind in ("baseline", "deamoe"):  # achieved read bandwidth / measured roofline
+                if f"{kind}_frac_peak" in df.columns:
+                    row[f"{kind} % read roofline"] = 100 * r[f"{kind}_frac_peak"]
             vllm = next((c for c in df.columns if c.startswith("vllm_") and c.endswith("_us")), None)
             if vllm and pd.notna(r[vllm]):
                 # the peer: vLLM's own fused-MoE kernel on the same GPU (>1: ours is faster)
@@ -298,6 +317,9 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
     notes = [paper.PAPER_SCALE["figure45"], paper.FIG45_NOTE]
     if src.ok and src.reason:
         notes.insert(0, src.reason)
+    sizes = _read_sizes_note(measured / "read_sizes.csv")
+    if src.ok and sizes:
+        notes.append(sizes)
     return Artifact("figure4_5", "Figures 4/5: per-layer decode speedup, DeaMoE over baseline",
                     pd.DataFrame(rows), [src], notes, data=src.frame)
 
