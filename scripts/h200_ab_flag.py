@@ -1,0 +1,67 @@
+"""A/B of one kernel switch on the committed tiles (NOTES.md v12) on the H200.
+
+usage: python scripts/h200_ab_flag.py OUT_DIR MODULE.FLAG [MODEL:BATCH ...]   (CUDA)
+For each point, both layers, the committed tiles (reports/measured/h200/microbench.csv), the
+same routing and rotated weight copies: the layer step timed with MODULE.FLAG = False and True,
+interleaved twice (CUDA graph, median of 50 replays each) -> ab_flag.csv; prints the ratio.
+"""
+
+import importlib
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes, time_fn
+from deamoe.bench.microbench import MicrobenchSettings, make_tiles, parse_knobs
+from deamoe.config import table1_row
+from deamoe.routing import route
+
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+mod_name, flag = sys.argv[2].rsplit(".", 1)
+mod = importlib.import_module(mod_name)
+points = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in sys.argv[3:]]
+table = pd.read_csv("reports/measured/h200/microbench.csv")
+s = MicrobenchSettings()
+rows = []
+for model in dict.fromkeys(m for m, _ in points):
+    row = table1_row(model)
+    for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
+        copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
+        weights = [random_weights(shape, "cuda", seed=100 * c) for c in range(copies)]
+        for batch in [b for m, b in points if m == model]:
+            sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
+            tiles = make_tiles(shape, parse_knobs(sel[col]))
+            gen = torch.Generator(device="cuda").manual_seed(batch)
+            xs = [torch.randn(batch, shape.h, generator=gen, device="cuda", dtype=torch.bfloat16)
+                  for _ in range(copies)]
+            with torch.no_grad():
+                ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
+                       for x, w in zip(xs, weights)]
+            nbytes = sum(step_bytes(shape, i) for i in ids) / copies
+
+            def run():
+                for x, w in zip(xs, weights):
+                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
+            res = {False: [], True: []}
+            for value in (False, True, False, True):
+                setattr(mod, flag, value)
+                res[value].append(time_fn(run, 50, copies).median_us)
+            rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                         "off_us": min(res[False]), "on_us": min(res[True]),
+                         "off_runs": res[False], "on_runs": res[True]})
+            r = rows[-1]
+            print(f"{model:16s} {shape.kind:6s} {batch:4d} off {r['off_us']:8.1f} on "
+                  f"{r['on_us']:8.1f} us ({r['on_us'] / r['off_us']:.3f}x)", flush=True)
+            pd.DataFrame(rows).to_csv(out / "ab_flag.csv", index=False)
+        del weights
+        torch.cuda.empty_cache()
+setattr(mod, flag, True)
+df = pd.DataFrame(rows)
+w = df.pivot_table(index=["model", "batch"], columns="kind", values=["off_us", "on_us"])
+w["sp_off"] = w[("off_us", "moe")] / w[("off_us", "deamoe")]
+w["sp_on"] = w[("on_us", "moe")] / w[("on_us", "deamoe")]
+print(w.round(3).to_string())
