@@ -36,8 +36,6 @@ ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-# v12 A/B switch (NOTES.md): load the block's group and pairs before the block-count exit test
-EARLY_LOADS = True
 
 
 @triton.jit
@@ -72,29 +70,17 @@ def grouped_gemm_kernel(
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, EARLY_LOADS: tl.constexpr,
+    B_DESC: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
     pid_m = pid % max_blocks
     pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
+    g = tl.load(block_group_ptr + pid_m).to(tl.int64)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if EARLY_LOADS:
-        # the block's group and pairs are loaded together with the block count, not after it:
-        # one memory latency less before the first weight load (block_group / sorted_pairs
-        # are in bounds for every pid_m; unused blocks hold garbage and exit here)
-        nb = tl.load(nblocks_ptr)
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-        p = tl.load(sorted_ptr + offs_m)
-        # g and p in the test keep their loads above the branch (ptxas sinks them otherwise);
-        # both are >= 0 in every used block
-        if (pid_m >= nb) | (g < 0) | (tl.min(p, axis=0) < 0):
-            return
-    else:
-        if pid_m >= tl.load(nblocks_ptr):
-            return
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-        p = tl.load(sorted_ptr + offs_m)
+    p = tl.load(sorted_ptr + offs_m)
     row_ok = p < P
     a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
 
@@ -253,6 +239,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, EARLY_LOADS=EARLY_LOADS, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
