@@ -1,9 +1,10 @@
-"""A/B of one kernel switch on the committed tiles (NOTES.md v12) on the H200.
+"""A/B of one kernel switch on the committed tiles (NOTES.md v12, v13) on the H200.
 
-usage: python scripts/h200_ab_flag.py OUT_DIR MODULE.FLAG [MODEL:BATCH ...]   (CUDA)
+usage: python scripts/h200_ab_flag.py OUT_DIR (MODULE.FLAG | KNOB=VALUE) [MODEL:BATCH ...]
 For each point, both layers, the committed tiles (reports/measured/h200/microbench.csv), the
-same routing and rotated weight copies: the layer step timed with MODULE.FLAG = False and True,
-interleaved twice (CUDA graph, median of 50 replays each) -> ab_flag.csv; prints the ratio.
+same routing and rotated weight copies: the layer step timed with MODULE.FLAG = False and True
+(or the committed knobs without and with KNOB=VALUE added), interleaved twice (CUDA graph,
+median of 50 replays each) -> ab_flag.csv; prints the ratio.  CUDA only.
 """
 
 import importlib
@@ -21,8 +22,14 @@ from deamoe.routing import route
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
-mod_name, flag = sys.argv[2].rsplit(".", 1)
-mod = importlib.import_module(mod_name)
+switch = sys.argv[2]
+if "=" in switch:  # a tile knob, e.g. split_launches=2
+    knob, knob_value = switch.split("=", 1)
+    knob_value = int(knob_value) if knob_value.isdigit() else knob_value
+    mod = flag = None
+else:
+    mod_name, flag = switch.rsplit(".", 1)
+    mod = importlib.import_module(mod_name)
 points = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in sys.argv[3:]]
 table = pd.read_csv("reports/measured/h200/microbench.csv")
 s = MicrobenchSettings()
@@ -34,7 +41,10 @@ for model in dict.fromkeys(m for m, _ in points):
         weights = [random_weights(shape, "cuda", seed=100 * c) for c in range(copies)]
         for batch in [b for m, b in points if m == model]:
             sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
-            tiles = make_tiles(shape, parse_knobs(sel[col]))
+            knobs = parse_knobs(sel[col])
+            variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
+            if mod is None:
+                variants[True] = make_tiles(shape, {**knobs, knob: knob_value})
             gen = torch.Generator(device="cuda").manual_seed(batch)
             xs = [torch.randn(batch, shape.h, generator=gen, device="cuda", dtype=torch.bfloat16)
                   for _ in range(copies)]
@@ -43,13 +53,16 @@ for model in dict.fromkeys(m for m, _ in points):
                        for x, w in zip(xs, weights)]
             nbytes = sum(step_bytes(shape, i) for i in ids) / copies
 
-            def run():
-                for x, w in zip(xs, weights):
-                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
+            def runner(tiles):
+                def run():
+                    for x, w in zip(xs, weights):
+                        ffn_step(shape, w, x, tiles=tiles, compiled=True)
+                return run
             res = {False: [], True: []}
             for value in (False, True, False, True):
-                setattr(mod, flag, value)
-                res[value].append(time_fn(run, 50, copies).median_us)
+                if mod is not None:
+                    setattr(mod, flag, value)
+                res[value].append(time_fn(runner(variants[value]), 50, copies).median_us)
             rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                          "off_us": min(res[False]), "on_us": min(res[True]),
                          "off_runs": res[False], "on_runs": res[True]})
@@ -59,7 +72,8 @@ for model in dict.fromkeys(m for m, _ in points):
             pd.DataFrame(rows).to_csv(out / "ab_flag.csv", index=False)
         del weights
         torch.cuda.empty_cache()
-setattr(mod, flag, True)
+if mod is not None:
+    setattr(mod, flag, True)
 df = pd.DataFrame(rows)
 w = df.pivot_table(index=["model", "batch"], columns="kind", values=["off_us", "on_us"])
 w["sp_off"] = w[("off_us", "moe")] / w[("off_us", "deamoe")]

@@ -230,6 +230,9 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
 
 
 def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
+    import dataclasses
+
+    tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     from deamoe.bench.layer_step import routing_fn
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages

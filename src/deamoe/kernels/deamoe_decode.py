@@ -34,6 +34,7 @@ from deamoe.kernels.grouped_gemm import (
     grouped_gemm,
 )
 from deamoe.kernels.routing_topk import route_layer
+from deamoe.kernels.streams import run_parallel
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
 
@@ -46,6 +47,9 @@ class DeaMoETiles:
     expert_up: TileConfig = TileConfig()
     expert_down: TileConfig = TileConfig()
     dept_down: TileConfig = TileConfig()
+    # 2: the departments in two halves, each half's four GEMMs on its own CUDA stream
+    # (streams.py; fused operators only)
+    split_launches: int = 1
 
 
 def _torch_operator(name: str):
@@ -107,6 +111,33 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         rows = torch.arange(P, device=dev) // ids.shape[1] * n_dept + ids.reshape(P) // per
         s.index_add_(0, rows, z)
 
+    if fused and tiles.split_launches > 1:
+        halves = _halves(n_dept, tiles.split_launches)
+
+        def gemms_of(lo, hi):  # the four GEMMs for departments lo..hi-1 (their experts too)
+            return [
+                lambda: grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
+                                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f,
+                                     tile=tiles.dept_up, groups=(lo, hi), **common),
+                lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
+                                     a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
+                                     a_up_off=f, tile=tiles.expert_up,
+                                     groups=(lo * per, hi * per), **common),
+                lambda: grouped_gemm(y, expert_down, s, al[1], ids, weights=weights,
+                                     a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig,
+                                     atomic=True, tile=tiles.expert_down,
+                                     groups=(lo * per, hi * per), **common),
+                lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
+                                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                     tile=tiles.dept_down, groups=(lo, hi), **common),
+            ]
+
+        def split():
+            run_parallel([gemms_of(lo, hi) for lo, hi in halves], x.device)
+        return out, [("align", do_align, ()),
+                     ("gemms", split, (dept_gate, dept_up, expert_gate, expert_up, expert_down,
+                                       dept_down))]
+
     stages = [
         ("align", do_align, ()),
         ("dept_up", dept_up_stage, (dept_gate, dept_up)),
@@ -120,6 +151,12 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                                            tile=tiles.dept_down, **common), (dept_down,)),
     ]
     return out, stages
+
+
+def _halves(n: int, parts: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges splitting n groups into `parts` near-equal contiguous parts."""
+    cuts = [round(i * n / parts) for i in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
 def deamoe_forward(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,

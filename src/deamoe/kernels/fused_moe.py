@@ -22,6 +22,7 @@ from deamoe.kernels.grouped_gemm import (
     grouped_gemm,
 )
 from deamoe.kernels.routing_topk import route_layer
+from deamoe.kernels.streams import run_parallel
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class MoETiles:
     block_m: int = 16
     w13: TileConfig = TileConfig()
     w2: TileConfig = TileConfig()
+    # 2: the experts in two halves, each half's two GEMMs on its own CUDA stream (streams.py)
+    split_launches: int = 1
 
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
@@ -50,6 +53,24 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
 
     def do_align():  # also zeroes `out`, the atomic accumulator of w2
         al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
+
+    if tiles.split_launches > 1:
+        from deamoe.kernels.deamoe_decode import _halves
+
+        def gemms_of(lo, hi):  # the two GEMMs for experts lo..hi-1
+            return [
+                lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
+                                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13,
+                                     groups=(lo, hi)),
+                lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
+                                     a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
+                                     tile=tiles.w2, groups=(lo, hi)),
+            ]
+
+        def split():
+            run_parallel([gemms_of(lo, hi) for lo, hi in _halves(E, tiles.split_launches)],
+                         x.device)
+        return out, [("align", do_align, ()), ("gemms", split, (gate, up, down))]
 
     stages = [
         ("align", do_align, ()),

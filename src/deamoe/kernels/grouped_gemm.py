@@ -61,11 +61,11 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
 
 # ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
 # every batch size, which keeps the tile search's compile time on the device small
-@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks"])
+@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
     sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
-    N, K, P, k_top, n_dept, per_group, max_blocks,
+    N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
@@ -79,6 +79,8 @@ def grouped_gemm_kernel(
     if pid_m >= tl.load(nblocks_ptr):
         return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
+    if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups only (split_launches)
+        return
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     p = tl.load(sorted_ptr + offs_m)
     row_ok = p < P
@@ -212,8 +214,10 @@ def grouped_gemm(
     a_up_off: int = 0,
     c_up_off: int = 0,
     tile: TileConfig = TileConfig(),
+    groups: tuple[int, int] | None = None,
 ) -> torch.Tensor:
-    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output."""
+    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output.
+    groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit at once)."""
     G, N, K = bg.shape
     if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
@@ -234,6 +238,7 @@ def grouped_gemm(
         a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
         N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
+        *(groups if groups is not None else (0, G)),
         a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
         A_MODE=a_mode, C_MODE=c_mode, EPI=epi, ACT=ACTS[act],
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,

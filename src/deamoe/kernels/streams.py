@@ -1,0 +1,40 @@
+"""Run independent launch sequences side by side on CUDA streams (fork / join).
+
+Used by the decode layers' `split_launches` option: the groups (departments, or experts for the
+baseline) are split in halves whose GEMM chains share nothing but the atomically summed output,
+so each half runs on its own stream and one half's launch ramp and tail overlap the other's
+work.  Captures into a CUDA graph as a fork/join; on the CPU (interpreter) it runs the
+sequences one after another, which computes the same result.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+
+_SIDE: dict = {}
+
+
+def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device) -> None:
+    device = torch.device(device)
+    if device.type != "cuda" or len(sequences) == 1:
+        for seq in sequences:
+            for launch in seq:
+                launch()
+        return
+    main = torch.cuda.current_stream(device)
+    sides = []
+    for i in range(len(sequences) - 1):
+        key = (device.index, i)
+        if key not in _SIDE:
+            _SIDE[key] = torch.cuda.Stream(device)
+        sides.append(_SIDE[key])
+    for side in sides:
+        side.wait_stream(main)  # fork: after everything queued so far (align)
+    for seq, stream in zip(sequences, [main, *sides]):
+        with torch.cuda.stream(stream):
+            for launch in seq:
+                launch()
+    for side in sides:
+        main.wait_stream(side)  # join: the cast reads the summed output
