@@ -113,9 +113,16 @@ def test_search_tiles_coordinate_pass():
     # a fake cost: the best is w13=A, w2=B, block_m=32 -- only reachable by the coordinate pass
     s = MicrobenchSettings(tiles=["n64-k64-w4-s1", "n32-k64-w4-s1"], block_m=16)
     cost = {"w13": {"n64-k64-w4-s1": 0, "n32-k64-w4-s1": 5},
-            "w2": {"n64-k64-w4-s1": 3, "n32-k64-w4-s1": 0}, "block_m": {16: 2, 32: 0, 64: 1}}
+            "w2": {"n64-k64-w4-s1": 3, "n32-k64-w4-s1": 0}, "block_m": {16: 2, 32: 0, 64: 1},
+            "split_launches": {2: 1, 4: 1}}
     best = search_tiles(MOE, lambda k: sum(cost[n][v] for n, v in k.items()), s)
     assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32}
+    assert parse_knobs(knobs_name(best)) == best
+    # a split that pays is kept, on the tiles found
+    cost["split_launches"] = {2: -1, 4: 0}
+    best = search_tiles(MOE, lambda k: sum(cost[n][v] for n, v in k.items()), s)
+    assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32,
+                    "split_launches": 2}
     assert parse_knobs(knobs_name(best)) == best
 
 
@@ -126,7 +133,8 @@ def test_block_m_search_is_capped_by_batch():
     assert block_m_values((16, 32, 64, 128), 40) == (16, 32, 64)
     assert block_m_values((16, 32, 64, 128), 128) == (16, 32, 64, 128)
     s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16)
-    cost = {"w13": {"n64-k64-w4-s1": 0}, "w2": {"n64-k64-w4-s1": 0}, "block_m": {16: 2, 32: 1, 64: 0}}
+    cost = {"w13": {"n64-k64-w4-s1": 0}, "w2": {"n64-k64-w4-s1": 0}, "block_m": {16: 2, 32: 1, 64: 0},
+            "split_launches": {2: 1, 4: 1}}
     tried = []
 
     def measure(k):

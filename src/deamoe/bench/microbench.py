@@ -57,6 +57,7 @@ class MicrobenchSettings:
     decode_replays: int = 20
     compile_routing: bool = True
     coordinate_search: bool = True
+    split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -76,6 +77,9 @@ class MicrobenchSettings:
             raise ConfigError("microbench.tiles must name at least one tile config")
         if any(b < 1 for b in self.batches + self.battery_tokens):
             raise ConfigError("microbench.batches and battery_tokens must be >= 1")
+        if any(not isinstance(v, int) or v < 1 for v in self.split_launches):
+            raise ConfigError(f"microbench.split_launches: {self.split_launches!r}: "
+                              "each value must be an integer >= 1")
 
 
 GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
@@ -136,7 +140,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
     block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
-    coordinate pass over each GEMM's tile.  measure(knobs) -> median us or None."""
+    coordinate pass over each GEMM's tile; then the split_launches values (v13).  measure(knobs)
+    -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
         knobs = joint_knobs(shape, tile, s.block_m)
@@ -165,6 +170,16 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
             t = measure(trial)
             if t is not None and t < best_t:
                 best, best_t = trial, t
+    # the groups in parts on parallel streams (v13): one half's launch ramp and tail overlap
+    # the other's work; tried last, on the tiles found
+    start = dict(best)
+    for parts in s.split_launches:
+        if parts == 1:
+            continue
+        trial = {**start, "split_launches": parts}
+        t = measure(trial)
+        if t is not None and t < best_t:
+            best, best_t = trial, t
     return best
 
 
