@@ -9,7 +9,9 @@ once, however many of its experts the token picked) and (token, expert) pairs by
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
 Launches: align (1, its spare programs zero S and out), four GEMMs (4), cast (1) -- two more
 GEMMs than the baseline, the only structural difference.  Department weights are loaded once
-per step for all tokens that use them, which is where the byte saving comes from.
+per step for all tokens that use them, which is where the byte saving comes from.  With
+split_launches=n the departments (and their experts) are cut into n contiguous parts, each
+part's four GEMMs on its own CUDA stream (streams.py; the baseline's option too, NOTES.md v13).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
