@@ -1,6 +1,7 @@
 """Streaming-read bandwidth by read size (NOTES.md v11): what one launch of N bytes can reach.
 
-usage: python scripts/h200_read_sizes.py OUT_DIR   (CUDA).  For read sizes from 12.5 MB to 4 GB:
+usage: python scripts/h200_read_sizes.py OUT_DIR   (CUDA).  For read sizes (column mb, in MiB)
+from 12.5 MiB to 4 GiB:
 the streaming-read kernel (stream_read.py, each launch shape of the roofline benchmark) over
 enough distinct buffers (>= 2 GB per replay, so nothing is served from L2), one launch per
 buffer, in one CUDA graph; per-launch time = replay median / buffers.  The roofline is the large-
@@ -17,6 +18,7 @@ import torch
 
 from deamoe.bench.layer_step import time_fn
 from deamoe.kernels.stream_read import stream_read
+from deamoe.provenance import provenance
 from deamoe.kernels.stream_read_benchmark import VARIANTS
 
 out = Path(sys.argv[1])
@@ -37,4 +39,9 @@ for mb in (12.5, 25, 50, 100, 200, 400, 800, 1600, 4096):
     print(f"{mb:7.1f} MB x{copies:3d}: best {best['us']:9.1f} us  {best['tbps']:.3f} TB/s", flush=True)
     del bufs
     torch.cuda.empty_cache()
-pd.DataFrame(rows).to_csv(out / "read_sizes.csv", index=False)
+import triton  # noqa: E402
+
+prov = provenance("cuda")
+pd.DataFrame(rows).assign(gpu=prov["device"], torch=prov["torch"], triton=triton.__version__,
+                          date=prov["date"], git_sha=prov["git_sha"]).to_csv(
+    out / "read_sizes.csv", index=False)

@@ -274,11 +274,12 @@ def _read_sizes_note(path: Path) -> str | None:
     try:
         df = pd.read_csv(path)
         best = df.groupby("mb")["tbps"].max()
+        where = f"{df['gpu'].iloc[0]}, {str(df['date'].iloc[0])[:10]}" if "gpu" in df else "GPU"
     except (KeyError, ValueError, pd.errors.ParserError):
         return None
-    parts = ", ".join(f"{mb:g} MB {tbps:.2f} TB/s" for mb, tbps in best.items())
-    return (f"streaming read, one launch per read, on the same GPU ({path}): {parts}; a layer "
-            "of several launches (DeaMoE 4 GEMMs, baseline 2) cannot beat the sum of its "
+    parts = ", ".join(f"{mb:g} MiB {tbps:.2f} TB/s" for mb, tbps in best.items())
+    return (f"streaming read, one launch per read ({where}; {path}): {parts}; a layer of "
+            "several launches (DeaMoE 4 GEMMs, baseline 2) cannot beat the sum of its "
             "launches' reads at these sizes")
 
 
