@@ -47,6 +47,33 @@ def test_tma_weight_loads_match_reference(name):
         assert row["ok"], row
 
 
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("parts", [2, 3])
+def test_split_launches_match_reference(name, parts):
+    # groups cut into parts, each part's GEMMs computing only its groups (on the GPU: one CUDA
+    # stream per part; here one after another): together they must give the whole layer
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+
+    tiles = (DeaMoETiles(split_launches=parts) if SHAPES[name].kind == "deamoe"
+             else MoETiles(split_launches=parts))
+    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"))):
+        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
+        assert row["ok"], row
+
+
+def test_split_ranges_cover_all_groups_once():
+    from deamoe.kernels.streams import split_ranges
+
+    for n, parts in [(8, 2), (8, 4), (7, 3), (2, 4), (256, 4)]:
+        ranges = split_ranges(n, parts)
+        assert ranges[0][0] == 0 and ranges[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+        assert all(hi > lo for lo, hi in ranges) and len(ranges) == min(n, parts)
+    with pytest.raises(ValueError, match="split_launches"):
+        split_ranges(8, 0)
+
+
 def test_tile_config_names_round_trip_and_bad_ones_fail():
     from deamoe.kernels.grouped_gemm import TileConfig
 

@@ -36,7 +36,7 @@ from deamoe.kernels.grouped_gemm import (
     grouped_gemm,
 )
 from deamoe.kernels.routing_topk import route_layer
-from deamoe.kernels.streams import run_parallel
+from deamoe.kernels.streams import run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
 
@@ -114,7 +114,6 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         s.index_add_(0, rows, z)
 
     if fused and tiles.split_launches > 1:
-        halves = _halves(n_dept, tiles.split_launches)
 
         def gemms_of(lo, hi):  # the four GEMMs for departments lo..hi-1 (their experts too)
             return [
@@ -135,7 +134,8 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
             ]
 
         def split():
-            run_parallel([gemms_of(lo, hi) for lo, hi in halves], x.device)
+            parts = split_ranges(n_dept, tiles.split_launches)
+            run_parallel([gemms_of(lo, hi) for lo, hi in parts], x.device)
         return out, [("align", do_align, ()),
                      ("gemms", split, (dept_gate, dept_up, expert_gate, expert_up, expert_down,
                                        dept_down))]
@@ -153,12 +153,6 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                                            tile=tiles.dept_down, **common), (dept_down,)),
     ]
     return out, stages
-
-
-def _halves(n: int, parts: int) -> list[tuple[int, int]]:
-    """[lo, hi) ranges splitting n groups into `parts` near-equal contiguous parts."""
-    cuts = [round(i * n / parts) for i in range(parts + 1)]
-    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
 def deamoe_forward(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,

@@ -25,7 +25,7 @@ from deamoe.kernels.grouped_gemm import (
     grouped_gemm,
 )
 from deamoe.kernels.routing_topk import route_layer
-from deamoe.kernels.streams import run_parallel
+from deamoe.kernels.streams import run_parallel, split_ranges
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,6 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
         al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
 
     if tiles.split_launches > 1:
-        from deamoe.kernels.deamoe_decode import _halves
-
         def gemms_of(lo, hi):  # the two GEMMs for experts lo..hi-1
             return [
                 lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
@@ -71,7 +69,7 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
             ]
 
         def split():
-            run_parallel([gemms_of(lo, hi) for lo, hi in _halves(E, tiles.split_launches)],
+            run_parallel([gemms_of(lo, hi) for lo, hi in split_ranges(E, tiles.split_launches)],
                          x.device)
         return out, [("align", do_align, ()), ("gemms", split, (gate, up, down))]
 

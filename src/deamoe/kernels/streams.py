@@ -16,6 +16,14 @@ import torch
 _SIDE: dict = {}
 
 
+def split_ranges(n: int, parts: int) -> list[tuple[int, int]]:
+    """[lo, hi) ranges cutting n groups into `parts` near-equal contiguous parts (no empty one)."""
+    if parts < 1:
+        raise ValueError(f"split_launches must be >= 1, got {parts}")
+    cuts = [round(i * n / parts) for i in range(parts + 1)]
+    return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
+
+
 def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device) -> None:
     device = torch.device(device)
     if device.type != "cuda" or len(sequences) == 1:
