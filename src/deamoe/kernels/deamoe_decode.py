@@ -91,20 +91,48 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
             zero=acc,
         )
 
-    def dept_up_stage():
-        nonlocal a1
+    # each GEMM once; `groups` restricts it to some departments (or their experts)
+    def dept_up_gemm(groups=None):
         grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
                      c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
-                     **common)
+                     groups=groups, **common)
+
+    def expert_up_gemm(groups=None):
+        grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up, a_mode=ROW_TOKDEPT,
+                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f, tile=tiles.expert_up,
+                     groups=groups, **common)
+
+    def expert_down_gemm(groups=None):
+        grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
+                     c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
+                     tile=tiles.expert_down, groups=groups, **common)
+
+    def dept_down_gemm(groups=None):
+        grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN,
+                     epi=EPI_ACT, atomic=True, tile=tiles.dept_down, groups=groups, **common)
+
+    if fused and tiles.split_launches > 1:
+        def part(lo, hi):  # the four GEMMs of departments lo..hi-1 and their experts
+            return [lambda: dept_up_gemm((lo, hi)), lambda: expert_up_gemm((lo * per, hi * per)),
+                    lambda: expert_down_gemm((lo * per, hi * per)),
+                    lambda: dept_down_gemm((lo, hi))]
+
+        def split():
+            run_parallel([part(lo, hi) for lo, hi in split_ranges(n_dept, tiles.split_launches)],
+                         x.device)
+        return out, [("align", do_align, ()),
+                     ("gemms", split, (dept_gate, dept_up, expert_gate, expert_up, expert_down,
+                                       dept_down))]
+
+    def dept_up_stage():
+        dept_up_gemm()
         if not fused:
             op = _torch_operator(operator)
             a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
 
     def expert_down_stage():
         if fused:
-            grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
-                         c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
-                         tile=tiles.expert_down, **common)
+            expert_down_gemm()
             return
         z = torch.empty(P, f, dtype=torch.float32, device=dev)
         grouped_gemm(y, expert_down, z, al[1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
@@ -113,44 +141,12 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         rows = torch.arange(P, device=dev) // ids.shape[1] * n_dept + ids.reshape(P) // per
         s.index_add_(0, rows, z)
 
-    if fused and tiles.split_launches > 1:
-
-        def gemms_of(lo, hi):  # the four GEMMs for departments lo..hi-1 (their experts too)
-            return [
-                lambda: grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
-                                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f,
-                                     tile=tiles.dept_up, groups=(lo, hi), **common),
-                lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
-                                     a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
-                                     a_up_off=f, tile=tiles.expert_up,
-                                     groups=(lo * per, hi * per), **common),
-                lambda: grouped_gemm(y, expert_down, s, al[1], ids, weights=weights,
-                                     a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig,
-                                     atomic=True, tile=tiles.expert_down,
-                                     groups=(lo * per, hi * per), **common),
-                lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
-                                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                     tile=tiles.dept_down, groups=(lo, hi), **common),
-            ]
-
-        def split():
-            parts = split_ranges(n_dept, tiles.split_launches)
-            run_parallel([gemms_of(lo, hi) for lo, hi in parts], x.device)
-        return out, [("align", do_align, ()),
-                     ("gemms", split, (dept_gate, dept_up, expert_gate, expert_up, expert_down,
-                                       dept_down))]
-
     stages = [
         ("align", do_align, ()),
         ("dept_up", dept_up_stage, (dept_gate, dept_up)),
-        ("expert_up", lambda: grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up,
-                                           a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
-                                           a_up_off=f, tile=tiles.expert_up, **common),
-         (expert_gate, expert_up)),
+        ("expert_up", expert_up_gemm, (expert_gate, expert_up)),
         ("expert_down", expert_down_stage, (expert_down,)),
-        ("dept_down", lambda: grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT,
-                                           c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                           tile=tiles.dept_down, **common), (dept_down,)),
+        ("dept_down", dept_down_gemm, (dept_down,)),
     ]
     return out, stages
 

@@ -57,30 +57,22 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
     def do_align():  # also zeroes `out`, the atomic accumulator of w2
         al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
 
-    if tiles.split_launches > 1:
-        def gemms_of(lo, hi):  # the two GEMMs for experts lo..hi-1
-            return [
-                lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
-                                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13,
-                                     groups=(lo, hi)),
-                lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
-                                     a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                     tile=tiles.w2, groups=(lo, hi)),
-            ]
+    # each GEMM once; `groups` restricts it to some experts
+    def w13(groups=None):
+        grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN, c_mode=ROW_PAIR,
+                     epi=EPI_SWIGLU, tile=tiles.w13, groups=groups)
 
-        def split():
-            run_parallel([gemms_of(lo, hi) for lo, hi in split_ranges(E, tiles.split_launches)],
-                         x.device)
+    def w2(groups=None):
+        grouped_gemm(hidden, down, out, al[0], ids, weights=weights, a_mode=ROW_PAIR,
+                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.w2, groups=groups)
+
+    if tiles.split_launches > 1:
+        def split():  # the two GEMMs of each part of the experts on its own stream
+            run_parallel([[lambda lo=lo, hi=hi: w13((lo, hi)), lambda lo=lo, hi=hi: w2((lo, hi))]
+                          for lo, hi in split_ranges(E, tiles.split_launches)], x.device)
         return out, [("align", do_align, ()), ("gemms", split, (gate, up, down))]
 
-    stages = [
-        ("align", do_align, ()),
-        ("w13", lambda: grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN,
-                                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13), (gate, up)),
-        ("w2", lambda: grouped_gemm(hidden, down, out, al[0], ids, weights=weights,
-                                    a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True,
-                                    tile=tiles.w2), (down,)),
-    ]
+    stages = [("align", do_align, ()), ("w13", w13, (gate, up)), ("w2", w2, (down,))]
     return out, stages
 
 
