@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The device call behind the committed H200 kernel tables (NOTES.md v8, v9): the full
+# The device call behind the committed H200 kernel tables (NOTES.md v8, v9, v11, v13): the full
 # microbenchmark (scripts/h200_v7_final.yaml: battery, roofline, ten batch sizes, stage breakdown,
 # decode TPOT) on one GPU; with ROUTING_CHECK=1 first the routing kernel's check and timing
 # (v8), with READ_SIZES=1 first the streaming read by read size (v11), with TRACE=1 afterwards
