@@ -8,17 +8,16 @@ median of 50 replays each) -> ab_flag.csv; prints the ratio.  CUDA only.
 """
 
 import importlib
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, make_tiles, parse_knobs
+from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.microbench import (MicrobenchSettings, layer_copies, make_tiles, parse_knobs,
+                                     point_inputs)
 from deamoe.config import table1_row
-from deamoe.routing import route
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -37,21 +36,15 @@ rows = []
 for model in dict.fromkeys(m for m, _ in points):
     row = table1_row(model)
     for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
-        copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
-        weights = [random_weights(shape, "cuda", seed=100 * c) for c in range(copies)]
+        weights = layer_copies(shape, s)
+        copies = len(weights)
         for batch in [b for m, b in points if m == model]:
             sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
             knobs = parse_knobs(sel[col])
             variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
             if mod is None:
                 variants[True] = make_tiles(shape, {**knobs, knob: knob_value})
-            gen = torch.Generator(device="cuda").manual_seed(batch)
-            xs = [torch.randn(batch, shape.h, generator=gen, device="cuda", dtype=torch.bfloat16)
-                  for _ in range(copies)]
-            with torch.no_grad():
-                ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
-                       for x, w in zip(xs, weights)]
-            nbytes = sum(step_bytes(shape, i) for i in ids) / copies
+            xs, nbytes, _ = point_inputs(shape, weights, batch, s)
 
             def runner(tiles):
                 def run():

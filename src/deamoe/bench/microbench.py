@@ -183,21 +183,34 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     return best
 
 
+def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
+    """Random weights of enough layer copies that one replay reads >= rotate_bytes (beyond L2)."""
+    copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
+    return [random_weights(shape, device, seed=s.seed + 100 * c) for c in range(copies)]
+
+
+def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, device="cuda"):
+    """(xs, bytes, experts) of one batch size: an input per layer copy, and the weight bytes /
+    distinct experts the routing of those inputs makes a step load (mean over the copies)."""
+    gen = torch.Generator(device=device).manual_seed(s.seed + batch)
+    xs = [torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
+          for _ in weights]
+    with torch.no_grad():  # the routing the timed step will compute: count its bytes
+        ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
+               for x, w in zip(xs, weights)]
+    nbytes = sum(step_bytes(shape, i) for i in ids) / len(weights)
+    experts = sum(int(torch.unique(i).numel()) for i in ids) / len(weights)
+    return xs, nbytes, experts
+
+
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
                stage_rows=None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
-    copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
-    weights = [random_weights(shape, device, seed=s.seed + 100 * c) for c in range(copies)]
+    weights = layer_copies(shape, s, device)
+    copies = len(weights)
     rows = []
     for batch in batches:
-        gen = torch.Generator(device=device).manual_seed(s.seed + batch)
-        xs = [torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
-              for _ in range(copies)]
-        with torch.no_grad():  # the routing the timed step will compute: count its bytes
-            ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
-                   for x, w in zip(xs, weights)]
-        nbytes = sum(step_bytes(shape, i) for i in ids) / copies
-        experts = sum(int(torch.unique(i).numel()) for i in ids) / copies
+        xs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
         def runner(tiles):
             def run():
