@@ -10,6 +10,7 @@ TB/s is compared with the streaming-read roofline measured in the same run.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -258,8 +259,6 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
 
 
 def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
-    import dataclasses
-
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     from deamoe.bench.layer_step import routing_fn
     from deamoe.kernels.deamoe_decode import deamoe_stages

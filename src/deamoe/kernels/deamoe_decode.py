@@ -49,8 +49,8 @@ class DeaMoETiles:
     expert_up: TileConfig = TileConfig()
     expert_down: TileConfig = TileConfig()
     dept_down: TileConfig = TileConfig()
-    # 2: the departments in two halves, each half's four GEMMs on its own CUDA stream
-    # (streams.py; fused operators only)
+    # n > 1: the departments in n contiguous parts, each part's four GEMMs on its own CUDA
+    # stream (streams.py; fused operators only)
     split_launches: int = 1
 
 

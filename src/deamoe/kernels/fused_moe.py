@@ -35,7 +35,7 @@ class MoETiles:
     block_m: int = 16
     w13: TileConfig = TileConfig()
     w2: TileConfig = TileConfig()
-    # 2: the experts in two halves, each half's two GEMMs on its own CUDA stream (streams.py)
+    # n > 1: the experts in n contiguous parts, each part's two GEMMs on its own CUDA stream
     split_launches: int = 1
 
 

@@ -1,8 +1,8 @@
 """Run independent launch sequences side by side on CUDA streams (fork / join).
 
 Used by the decode layers' `split_launches` option: the groups (departments, or experts for the
-baseline) are split in halves whose GEMM chains share nothing but the atomically summed output,
-so each half runs on its own stream and one half's launch ramp and tail overlap the other's
+baseline) are split in contiguous parts whose GEMM chains share nothing but the atomically summed output,
+so each part runs on its own stream and one part's launch ramp and tail overlap another's
 work.  Captures into a CUDA graph as a fork/join; on the CPU (interpreter) it runs the
 sequences one after another, which computes the same result.
 """
