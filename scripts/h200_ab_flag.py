@@ -1,9 +1,10 @@
-"""A/B of one kernel switch on the committed tiles (NOTES.md v12, v13) on the H200.
+"""A/B of one kernel switch on the committed tiles (NOTES.md v12, v13, v14) on the H200.
 
 usage: python scripts/h200_ab_flag.py OUT_DIR (MODULE.FLAG | KNOB=VALUE) [MODEL:BATCH ...]
 For each point, both layers, the committed tiles (reports/measured/h200/microbench.csv), the
 same routing and rotated weight copies: the layer step timed with MODULE.FLAG = False and True
-(or the committed knobs without and with KNOB=VALUE added), interleaved twice (CUDA graph,
+(or the committed knobs without and with KNOB=VALUE added; a layer whose tiles have no
+such knob runs the same tiles twice, which shows the noise), interleaved twice (CUDA graph,
 median of 50 replays each) -> ab_flag.csv; prints the ratio.  CUDA only.
 """
 
@@ -42,8 +43,8 @@ for model in dict.fromkeys(m for m, _ in points):
             sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
             knobs = parse_knobs(sel[col])
             variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
-            if mod is None:
-                variants[True] = make_tiles(shape, {**knobs, knob: knob_value})
+            if mod is None and hasattr(variants[False], knob):  # a DeaMoE-only knob (v14):
+                variants[True] = make_tiles(shape, {**knobs, knob: knob_value})  # baseline: noise
             xs, nbytes, _ = point_inputs(shape, weights, batch, s)
 
             def runner(tiles):

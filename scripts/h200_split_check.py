@@ -1,5 +1,7 @@
-"""GPU correctness of split_launches (NOTES.md v13): the battery's cases with the groups in 2
-and 4 parts on parallel CUDA streams, bf16 against the float32 reference.
+"""GPU correctness of the stream options (NOTES.md v13, v14): the battery's cases with the
+groups in 2 and 4 parts on parallel CUDA streams (split_launches, both layers) and, for DeaMoE,
+the dense department up-projection on a side stream beside the routing (dense_dept_up, alone
+and with 2 parts), bf16 against the float32 reference.
 
 usage: python scripts/h200_split_check.py OUT_DIR   (CUDA) -> split_battery.csv
 """
@@ -19,30 +21,66 @@ out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 
 
-def tiles(shape, parts):
-    return (DeaMoETiles(split_launches=parts) if shape.kind == "deamoe"
-            else MoETiles(split_launches=parts))
+VARIANTS = {"moe": [{"split_launches": 2}, {"split_launches": 4}],
+            "deamoe": [{"split_launches": 2}, {"split_launches": 4}, {"dense_dept_up": True},
+                       {"dense_dept_up": True, "split_launches": 2}]}
+
+
+def tiles(shape, variant):
+    return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**variant)
+
+
+def label(variant):
+    return ";".join(f"{k}={int(v)}" for k, v in variant.items())
 
 
 rows = []
-for parts in (2, 4):
-    for name, shape in small_shapes().items():
+for name, shape in small_shapes().items():
+    for variant in VARIANTS[shape.kind]:
         for seed, tokens in enumerate((1, 37, 256)):
             for pattern in PATTERNS:
                 r = check_case(Case(name, shape, tokens, pattern, seed), "cuda", torch.bfloat16,
-                               tiles=tiles(shape, parts))
-                rows.append({**r, "split_launches": parts})
+                               tiles=tiles(shape, variant))
+                rows.append({**r, "variant": label(variant)})
 for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
     row = table1_row(model)
     for shape in (row.baseline, row.deamoe):
         layer = build_layer(shape, "cuda", seed=11, dtype=torch.bfloat16)
-        for parts in (2, 4):
+        for variant in VARIANTS[shape.kind]:
             for case in (Case(model, shape, 13, "random", 33), Case(model, shape, 64, "empty", 2)):
-                r = check_case(case, "cuda", torch.bfloat16, layer=layer, tiles=tiles(shape, parts))
-                rows.append({**r, "split_launches": parts})
+                r = check_case(case, "cuda", torch.bfloat16, layer=layer,
+                               tiles=tiles(shape, variant))
+                rows.append({**r, "variant": label(variant)})
         del layer
         torch.cuda.empty_cache()
+# the timed path: router + routing on the main stream beside the dense department
+# up-projection, captured in a CUDA graph and replayed, against the same step without it (eager)
+from deamoe.bench.layer_step import ffn_step, random_weights  # noqa: E402
+
+for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
+    shape = table1_row(model).deamoe
+    w = random_weights(shape, "cuda", seed=5)
+    for tokens in (4, 64):
+        x = torch.randn(tokens, shape.h, device="cuda", dtype=torch.bfloat16)
+        ref = ffn_step(shape, w, x, tiles=DeaMoETiles()).float()
+        for variant in ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2}):
+            t = DeaMoETiles(**variant)
+            ffn_step(shape, w, x, tiles=t)  # compile + fill the dense alignment cache
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                got = ffn_step(shape, w, x, tiles=t)
+            got.fill_(float("nan"))
+            g.replay()
+            torch.cuda.synchronize()
+            rel = ((got.float() - ref).norm() / ref.norm()).item()
+            ok = bool(torch.isfinite(got).all()) and rel < 1e-2
+            rows.append({"case": f"{model} graph", "kind": "deamoe", "tokens": tokens,
+                         "pattern": "router", "dtype": "bfloat16", "rel_err": rel,
+                         "finite": bool(torch.isfinite(got).all()), "tol": 1e-2, "ok": ok,
+                         "variant": label(variant) + ";graph"})
+    del w
+    torch.cuda.empty_cache()
 df = pd.DataFrame(rows)
 df.to_csv(out / "split_battery.csv", index=False)
-print(f"split battery: {int(df.ok.sum())}/{len(df)} ok, max rel err {df.rel_err.max():.2e}")
+print(f"stream options battery: {int(df.ok.sum())}/{len(df)} ok, max rel err {df.rel_err.max():.2e}")
 print(df[~df.ok].to_string(index=False))

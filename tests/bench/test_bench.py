@@ -71,6 +71,10 @@ def test_settings_reject_bad_values():
         MicrobenchSettings(tiles=["n64-k128"])
     with pytest.raises(ConfigError, match="unknown model"):
         MicrobenchSettings(models=["GPT-9"])
+    with pytest.raises(ConfigError, match="split_launches"):
+        MicrobenchSettings(split_launches=[0])
+    with pytest.raises(ConfigError, match="dense_dept_up"):
+        MicrobenchSettings(dense_dept_up=["yes"])
 
 
 def test_cli_without_cuda_writes_status(tmp_path):
@@ -124,6 +128,33 @@ def test_search_tiles_coordinate_pass():
     assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32,
                     "split_launches": 2}
     assert parse_knobs(knobs_name(best)) == best
+
+
+def test_search_tries_dense_dept_up_for_deamoe_only():
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16)
+    tried = []
+
+    def cost(k):
+        tried.append(dict(k))
+        # dense pays only together with 2 parts, and more with its own dept_up tile
+        if k.get("dense_dept_up") and k.get("split_launches") == 2:
+            return -3 if k["dept_up"] == "n32-k64-w4-s1" else -2
+        return 0
+    s.tiles.append("n32-k64-w4-s1")
+    best = search_tiles(DEA, cost, s)
+    assert best["dense_dept_up"] == 1 and best["split_launches"] == 2
+    assert best["dept_up"] == "n32-k64-w4-s1" and best["dept_down"] == "n64-k64-w4-s1"
+    assert parse_knobs(knobs_name(best)) == best
+    from deamoe.bench.microbench import make_tiles
+
+    assert make_tiles(DEA, best).dense_dept_up is True
+    tried.clear()
+    search_tiles(MOE, cost, s)
+    assert tried and not any("dense_dept_up" in k for k in tried)
+    tried.clear()
+    search_tiles(DEA, cost, MicrobenchSettings(tiles=["n64-k64-w4-s1"],
+                                               dense_dept_up=[False]))
+    assert not any("dense_dept_up" in k for k in tried)
 
 
 def test_block_m_search_is_capped_by_batch():

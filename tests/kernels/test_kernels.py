@@ -62,6 +62,75 @@ def test_split_launches_match_reference(name, parts):
         assert row["ok"], row
 
 
+DEAMOE_SHAPES = [n for n in sorted(SHAPES) if SHAPES[n].kind == "deamoe"]
+
+
+@pytest.mark.parametrize("name", DEAMOE_SHAPES)
+@pytest.mark.parametrize("parts", [1, 2])
+def test_dense_dept_up_matches_reference(name, parts):
+    # the department up-projection for every (token, department), used or not: the unused rows
+    # of a1 are never read, so the layer must equal the reference, also with departments empty
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16)
+    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "same"))):
+        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
+        assert row["ok"], row
+
+
+@pytest.mark.parametrize("operator", ["rmsnorm", "gelu"])
+def test_dense_dept_up_with_operators(operator):
+    import dataclasses
+
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    shape = dataclasses.replace(SHAPES["deamoe-small"], operator=operator)
+    row = check_case(Case("op", shape, 9, "random", seed=4), tiles=DeaMoETiles(dense_dept_up=True))
+    assert row["ok"], row
+
+
+def test_dense_alignment_covers_every_token_department_pair_once():
+    from deamoe.kernels.align import dense_alignment
+
+    T, G, per, bm = 21, 4, 5, 16
+    al, ids = dense_alignment(T, G, per, bm, "cpu")
+    P = T * G
+    assert ids.shape == (T, G) and bool((ids // per == torch.arange(G)).all())
+    nb = int(al.num_blocks.item())
+    assert nb == al.max_blocks == G * 2
+    slots = al.sorted_pairs[: nb * bm].view(nb, bm)
+    seen = []
+    for b in range(nb):
+        g = int(al.block_group[b])
+        real = slots[b][slots[b] < P]
+        assert bool((real % G == g).all())  # ROW_TOKDEPT of pair p: (p // G) * G + g
+        seen += real.tolist()
+    assert sorted(seen) == list(range(P))
+    assert int((al.sorted_pairs == P).sum()) == nb * bm - P
+
+
+def test_route_callable_equals_given_routing_and_both_is_an_error():
+    from deamoe.kernels.battery import _kernel_weights, build_layer
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+    from deamoe.routing import route
+
+    shape = SHAPES["deamoe-small"]
+    layer = build_layer(shape, "cpu", 2)
+    w = _kernel_weights(layer, torch.float32)
+    x = torch.randn(7, shape.h, generator=torch.Generator().manual_seed(0))
+    ids, weights = route(shape, torch.randn(7, shape.n_expert, generator=torch.Generator().manual_seed(1)))
+    args = [x] + [w[n] for n in ("dept_gate", "dept_up", "dept_down", "expert_gate", "expert_up",
+                                 "expert_down")]
+    given = deamoe_forward(*args, ids, weights, shape.operator)
+    for dense in (False, True):
+        tiles = DeaMoETiles(dense_dept_up=dense)
+        routed = deamoe_forward(*args, None, None, shape.operator, tiles,
+                                route=lambda: (ids, weights))
+        torch.testing.assert_close(routed, given, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="either ids/weights or route"):
+        deamoe_forward(*args, ids, weights, shape.operator, route=lambda: (ids, weights))
+
+
 def test_split_ranges_cover_all_groups_once():
     from deamoe.kernels.streams import split_ranges
 

@@ -113,13 +113,19 @@ def _reference_fn(compiled: bool):
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
              compiled: bool = False) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch)."""
-    ids, weights = routing_fn(compiled)(shape, F.linear(x, w["router"]))
+    def routing():
+        return routing_fn(compiled)(shape, F.linear(x, w["router"]))
+
     if isinstance(shape, DeaMoEShape):
         from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
 
+        # the kernel runs the routing itself: beside its department up-projection when
+        # tiles.dense_dept_up (NOTES.md v14), else first, as here for the baseline
         return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                              w["expert_up"], w["expert_down"], ids, weights,
-                              operator=shape.operator, tiles=tiles or DeaMoETiles())
+                              w["expert_up"], w["expert_down"], None, None,
+                              operator=shape.operator, tiles=tiles or DeaMoETiles(),
+                              route=routing)
+    ids, weights = routing()
     if impl == "torch":
         return torch_grouped_moe(x, w, ids, weights)
     from deamoe.kernels.fused_moe import MoETiles, fused_moe

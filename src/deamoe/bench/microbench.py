@@ -59,6 +59,7 @@ class MicrobenchSettings:
     compile_routing: bool = True
     coordinate_search: bool = True
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
+    dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -81,6 +82,9 @@ class MicrobenchSettings:
         if any(not isinstance(v, int) or v < 1 for v in self.split_launches):
             raise ConfigError(f"microbench.split_launches: {self.split_launches!r}: "
                               "each value must be an integer >= 1")
+        if any(not isinstance(v, bool) for v in self.dense_dept_up):
+            raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
+                              "each value must be true or false")
 
 
 GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
@@ -105,6 +109,8 @@ def make_tiles(shape, knobs: dict):
     from deamoe.kernels.grouped_gemm import TileConfig
 
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
+    if "dense_dept_up" in parsed:  # written as 0 / 1 in the knob names
+        parsed["dense_dept_up"] = bool(parsed["dense_dept_up"])
     return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**parsed)
 
 
@@ -141,7 +147,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
     block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
-    coordinate pass over each GEMM's tile; then the split_launches values (v13).  measure(knobs)
+    coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
+    DeaMoE, dense_dept_up with each split value and, if it wins, each dept_up tile (v14).  measure(knobs)
     -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
@@ -181,6 +188,25 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         t = measure(trial)
         if t is not None and t < best_t:
             best, best_t = trial, t
+    # DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
+    # every token, beside the routing (v14), with each split value
+    if shape.kind == "deamoe" and True in s.dense_dept_up:
+        for parts in dict.fromkeys([1, *s.split_launches]):
+            trial = {**start, "dense_dept_up": 1}
+            if parts > 1:
+                trial["split_launches"] = parts
+            t = measure(trial)
+            if t is not None and t < best_t:
+                best, best_t = trial, t
+        # the dense GEMM runs beside the routing, so its best tile may differ: one that leaves
+        # SMs free for the router (v14 A/B: Qwen3 @8 gained nothing with a 192-program tile)
+        if best.get("dense_dept_up"):
+            for tile in s.tiles:
+                if tile != best["dept_up"]:
+                    trial = {**best, "dept_up": tile}
+                    t = measure(trial)
+                    if t is not None and t < best_t:
+                        best, best_t = trial, t
     return best
 
 
@@ -260,6 +286,8 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
 
 def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
+    if shape.kind == "deamoe":
+        tiles = dataclasses.replace(tiles, dense_dept_up=False)
     from deamoe.bench.layer_step import routing_fn
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages

@@ -189,3 +189,46 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k, num_warps=8, **consts)
     return tuple(al for al, _ in made)
+
+
+_DENSE: dict = {}
+
+
+def dense_alignment(n_tokens: int, n_groups: int, per_group: int, block_m: int,
+                    device) -> tuple[Alignment, torch.Tensor]:
+    """(alignment, ids) for "every token in every group", independent of the routing.
+
+    Pairs p = t * n_groups + g with ids[t, g] = g * per_group, so the GEMM row modes read
+    ROW_TOKEN -> t and ROW_TOKDEPT -> t * n_groups + g (the (token, department) rows of a
+    routed department GEMM).  Used by DeaMoE's dense department up-projection, which needs no
+    routing and so can run while the router does (deamoe_decode.py, NOTES.md v14).  Cached per
+    shape, except while a CUDA graph is being captured: tensors made then hold their values only
+    once the graph replays.
+    """
+    key = (n_tokens, n_groups, per_group, block_m, str(device))
+    if key in _DENSE:
+        return _DENSE[key]
+    blocks_per_group = triton.cdiv(n_tokens, block_m)
+    i32 = dict(dtype=torch.int32, device=device)
+    slot = torch.arange(blocks_per_group * block_m, **i32)  # token index inside a group's blocks
+    group = torch.arange(n_groups, **i32)
+    P = n_tokens * n_groups
+    pairs = torch.where(slot[None, :] < n_tokens, slot[None, :] * n_groups + group[:, None], P)
+    n_blocks = n_groups * blocks_per_group
+    al = Alignment(
+        sorted_pairs=pairs.reshape(-1).contiguous(),
+        block_group=group.repeat_interleave(blocks_per_group),
+        num_blocks=torch.full((1,), n_blocks, **i32),
+        max_blocks=n_blocks,
+        block_m=block_m,
+        num_pairs=P,
+        n_groups=n_groups,
+        per_group=per_group,
+        dedup=True,
+    )
+    ids = (group * per_group).expand(n_tokens, n_groups).contiguous()
+    made = (al, ids)
+    capturing = torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing()
+    if not capturing:
+        _DENSE[key] = made
+    return made

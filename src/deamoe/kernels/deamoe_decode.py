@@ -12,6 +12,10 @@ GEMMs than the baseline, the only structural difference.  Department weights are
 per step for all tokens that use them, which is where the byte saving comes from.  With
 split_launches=n the departments (and their experts) are cut into n contiguous parts, each
 part's four GEMMs on its own CUDA stream (streams.py; the baseline's option too, NOTES.md v13).
+With dense_dept_up, GEMM 1 runs for every (token, department) -- no routing needed, since at
+>= 4 tokens nearly every department is used anyway -- on a side stream while the main stream
+runs the router, routing and align (given as `route`), so the layer's head hides behind
+weight streaming (NOTES.md v14; the baseline's w13 needs its routing: it has no such option).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_BOTH,
@@ -52,6 +56,9 @@ class DeaMoETiles:
     # n > 1: the departments in n contiguous parts, each part's four GEMMs on its own CUDA
     # stream (streams.py; fused operators only)
     split_launches: int = 1
+    # True: the department up-projection for every (token, department), on a side stream
+    # started before the routing (needs no routing; same bytes when every department is used)
+    dense_dept_up: bool = False
 
 
 def _torch_operator(name: str):
@@ -61,31 +68,45 @@ def _torch_operator(name: str):
 
 
 def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
-                  weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles()):
-    """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order."""
+                  weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles(), route=None):
+    """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order.
+
+    route: optional callable -> (ids, weights), run as the first stage (pass ids=weights=None);
+    with tiles.dense_dept_up it runs beside the department up-projection."""
     T, h = x.shape
     n_dept, f, _ = dept_gate.shape
     n_expert = expert_gate.shape[0]
     if n_expert % n_dept:
         raise ValueError(f"deamoe_forward: n_expert={n_expert} not divisible by n_dept={n_dept}")
-    if ids.shape != weights.shape or ids.shape[0] != T:
-        raise ValueError(f"deamoe_forward: ids {tuple(ids.shape)} / weights {tuple(weights.shape)} vs x {tuple(x.shape)}")
+    if (route is None) == (ids is None):
+        raise ValueError("deamoe_forward: pass either ids/weights or route, not both")
     per = n_expert // n_dept
     fused = operator in FUSED_OPERATORS
     sig = operator if fused else "none"
     x = x.contiguous()
-    weights = weights.contiguous()
-    dev, P = x.device, ids.numel()
+    dev = x.device
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
-    y = torch.empty(P, f, dtype=x.dtype, device=dev)
     acc = torch.empty(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
     s, out = acc[: T * n_dept * f].view(T * n_dept, f), acc[T * n_dept * f :].view(T, h)
-    al = []
+    st = {}  # the routing and what depends on its size, set by take_routing
+
+    def take_routing(r_ids, r_weights):
+        if r_ids.shape != r_weights.shape or r_ids.shape[0] != T:
+            raise ValueError(f"deamoe_forward: ids {tuple(r_ids.shape)} / weights "
+                             f"{tuple(r_weights.shape)} vs x {tuple(x.shape)}")
+        st.update(ids=r_ids, weights=r_weights.contiguous(),
+                  y=torch.empty(r_ids.numel(), f, dtype=x.dtype, device=dev))
+
+    if route is None:
+        take_routing(ids, weights)
+
+    def do_route():
+        take_routing(*route())
 
     def do_align():  # both groupings in one launch, which also zeroes S and out
-        al[:] = align(
-            ids,
+        st["al"] = align(
+            st["ids"],
             AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
             AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
             zero=acc,
@@ -93,57 +114,78 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
     # each GEMM once; `groups` restricts it to some departments (or their experts)
     def dept_up_gemm(groups=None):
-        grouped_gemm(x, dept_gate, a1, al[0], ids, bu=dept_up, a_mode=ROW_TOKEN,
+        grouped_gemm(x, dept_gate, a1, st["al"][0], st["ids"], bu=dept_up, a_mode=ROW_TOKEN,
                      c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
                      groups=groups, **common)
 
+    def dense_dept_up_gemm():  # every (token, department) row of a1: needs no routing
+        al, every = dense_alignment(T, n_dept, per, tiles.dept_block_m, dev)
+        grouped_gemm(x, dept_gate, a1, al, every, bu=dept_up, a_mode=ROW_TOKEN,
+                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
+                     **common)
+
     def expert_up_gemm(groups=None):
-        grouped_gemm(a1, expert_gate, y, al[1], ids, bu=expert_up, a_mode=ROW_TOKDEPT,
-                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f, tile=tiles.expert_up,
-                     groups=groups, **common)
+        grouped_gemm(a1, expert_gate, st["y"], st["al"][1], st["ids"], bu=expert_up,
+                     a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU, a_up_off=f,
+                     tile=tiles.expert_up, groups=groups, **common)
 
     def expert_down_gemm(groups=None):
-        grouped_gemm(y, expert_down, s, al[1], ids, weights=weights, a_mode=ROW_PAIR,
-                     c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
+        grouped_gemm(st["y"], expert_down, s, st["al"][1], st["ids"], weights=st["weights"],
+                     a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
                      tile=tiles.expert_down, groups=groups, **common)
 
     def dept_down_gemm(groups=None):
-        grouped_gemm(s, dept_down, out, al[0], ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN,
-                     epi=EPI_ACT, atomic=True, tile=tiles.dept_down, groups=groups, **common)
+        grouped_gemm(s, dept_down, out, st["al"][0], st["ids"], a_mode=ROW_TOKDEPT,
+                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.dept_down,
+                     groups=groups, **common)
+
+    def apply_operator():  # sigma outside the kernel (rmsnorm needs the whole row)
+        op = _torch_operator(operator)
+        a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
+
+    head = [] if route is None else [("route", do_route, ())]
+    head.append(("align", do_align, ()))
+    if tiles.dense_dept_up:
+        dense = [dense_dept_up_gemm] + ([] if fused else [apply_operator])
+        routed = [launch for _, launch, _ in head]
+
+        def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
+            run_parallel([routed, dense], dev)
+        head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
 
     if fused and tiles.split_launches > 1:
-        def part(lo, hi):  # the four GEMMs of departments lo..hi-1 and their experts
-            return [lambda: dept_up_gemm((lo, hi)), lambda: expert_up_gemm((lo * per, hi * per)),
-                    lambda: expert_down_gemm((lo * per, hi * per)),
-                    lambda: dept_down_gemm((lo, hi))]
+        def part(lo, hi):  # the GEMMs of departments lo..hi-1 and their experts
+            up = [] if tiles.dense_dept_up else [lambda: dept_up_gemm((lo, hi))]
+            return up + [lambda: expert_up_gemm((lo * per, hi * per)),
+                         lambda: expert_down_gemm((lo * per, hi * per)),
+                         lambda: dept_down_gemm((lo, hi))]
 
         def split():
             run_parallel([part(lo, hi) for lo, hi in split_ranges(n_dept, tiles.split_launches)],
-                         x.device)
-        return out, [("align", do_align, ()),
-                     ("gemms", split, (dept_gate, dept_up, expert_gate, expert_up, expert_down,
-                                       dept_down))]
+                         dev)
+        return out, head + [("gemms", split, (dept_gate, dept_up, expert_gate, expert_up,
+                                              expert_down, dept_down))]
 
     def dept_up_stage():
         dept_up_gemm()
         if not fused:
-            op = _torch_operator(operator)
-            a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
+            apply_operator()
 
     def expert_down_stage():
         if fused:
             expert_down_gemm()
             return
+        ids, y = st["ids"], st["y"]
+        P = ids.numel()
         z = torch.empty(P, f, dtype=torch.float32, device=dev)
-        grouped_gemm(y, expert_down, z, al[1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
+        grouped_gemm(y, expert_down, z, st["al"][1], ids, a_mode=ROW_PAIR, c_mode=ROW_PAIR,
                      epi=EPI_ACT, tile=tiles.expert_down, **common)
-        z = _torch_operator(operator)(z) * weights.reshape(P, 1).float()
+        z = _torch_operator(operator)(z) * st["weights"].reshape(P, 1).float()
         rows = torch.arange(P, device=dev) // ids.shape[1] * n_dept + ids.reshape(P) // per
         s.index_add_(0, rows, z)
 
-    stages = [
-        ("align", do_align, ()),
-        ("dept_up", dept_up_stage, (dept_gate, dept_up)),
+    up = [] if tiles.dense_dept_up else [("dept_up", dept_up_stage, (dept_gate, dept_up))]
+    stages = head + up + [
         ("expert_up", expert_up_gemm, (expert_gate, expert_up)),
         ("expert_down", expert_down_stage, (expert_down,)),
         ("dept_down", dept_down_gemm, (dept_down,)),
@@ -152,10 +194,14 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
 
 def deamoe_forward(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
-                   weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles()) -> torch.Tensor:
-    """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major)."""
+                   weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles(),
+                   route=None) -> torch.Tensor:
+    """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major).
+
+    Or route: a callable returning (ids, weights), with ids=weights=None: the layer runs it
+    itself, beside the department up-projection when tiles.dense_dept_up."""
     out, stages = deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up,
-                                expert_down, ids, weights, operator, tiles)
+                                expert_down, ids, weights, operator, tiles, route=route)
     for _, launch, _ in stages:
         launch()
     return out.to(x.dtype)
@@ -165,10 +211,9 @@ def deamoe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: DeaMoETi
     """Run a `deamoe.model.layers.DeaMoE` with the kernel (routing by the layer's router unless given)."""
     lead, h = x.shape[:-1], x.shape[-1]
     x = x.reshape(-1, h)
-    if ids is None:
-        ids, weights = route_layer(layer, x)
+    route = None if ids is not None else (lambda: route_layer(layer, x))
     out = deamoe_forward(
         x, layer.dept_gate, layer.dept_up, layer.dept_down, layer.expert_gate, layer.expert_up,
-        layer.expert_down, ids, weights, operator=layer.shape.operator, tiles=tiles,
+        layer.expert_down, ids, weights, operator=layer.shape.operator, tiles=tiles, route=route,
     )
     return out.reshape(*lead, h)
