@@ -157,6 +157,23 @@ def test_search_tries_dense_dept_up_for_deamoe_only():
     assert not any("dense_dept_up" in k for k in tried)
 
 
+def test_pick_finalist_retimes_the_best_distinct_candidates():
+    from deamoe.bench.microbench import pick_finalist
+
+    a, b, c, d = ({"t": i} for i in range(4))
+    tried = [(1.0, a), (1.1, b), (1.0, a), (1.2, c), (5.0, d)]
+    retimed = []
+
+    def measure(k):
+        retimed.append(k["t"])
+        return {0: 3.0, 1: 2.0, 2: 2.5}[k["t"]]  # the search's best was noise
+    assert pick_finalist(tried, 3, measure) == b
+    assert retimed == [0, 1, 2]  # d (5.0) is not a finalist; a is timed once
+    assert pick_finalist(tried, 1, measure) == a and pick_finalist([], 3, measure) is None
+    with pytest.raises(ConfigError, match="finalists"):
+        MicrobenchSettings(finalists=0)
+
+
 def test_block_m_search_is_capped_by_batch():
     from deamoe.bench.microbench import block_m_values
 

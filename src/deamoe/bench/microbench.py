@@ -44,6 +44,7 @@ class MicrobenchSettings:
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
     select_replays: int = 10
+    finalists: int = 3
     replays: int = 50
     torch_reference: bool = True
     roofline_gib: float = 4.0
@@ -82,6 +83,8 @@ class MicrobenchSettings:
         if any(not isinstance(v, int) or v < 1 for v in self.split_launches):
             raise ConfigError(f"microbench.split_launches: {self.split_launches!r}: "
                               "each value must be an integer >= 1")
+        if not isinstance(self.finalists, int) or self.finalists < 1:
+            raise ConfigError(f"microbench.finalists: {self.finalists!r}: must be an integer >= 1")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
@@ -210,6 +213,25 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     return best
 
 
+def pick_finalist(tried: list[tuple[float, dict]], n: int, measure):
+    """The fastest of the search's n best distinct candidates, each re-timed with the full
+    replay count: a candidate timed with few replays can win the search by noise (v14: the
+    DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The reported time is a fresh
+    run of the pick afterwards, so choosing by these timings does not bias it."""
+    seen, best = [], []
+    for t, knobs in sorted(tried, key=lambda r: r[0]):
+        if knobs not in seen:
+            seen.append(knobs)
+            best.append(knobs)
+        if len(best) == n:
+            break
+    if len(best) < 2:
+        return best[0] if best else None
+    timed = [(measure(k), i) for i, k in enumerate(best)]
+    timed = [(t, i) for t, i in timed if t is not None]
+    return best[min(timed)[1]] if timed else best[0]
+
+
 def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
     """Random weights of enough layer copies that one replay reads >= rotate_bytes (beyond L2)."""
     copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
@@ -254,7 +276,16 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 return None
 
         if impl == "triton":
-            knobs = search_tiles(shape, measure, s, batch)
+            tried = []
+
+            def logged(knobs):
+                t = measure(knobs)
+                if t is not None:
+                    tried.append((t, knobs))
+                return t
+
+            knobs = search_tiles(shape, logged, s, batch)
+            knobs = pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or knobs
             run = runner(make_tiles(shape, knobs)) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:
