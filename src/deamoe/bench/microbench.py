@@ -39,7 +39,10 @@ class MicrobenchSettings:
         "n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n128-k64-w4-s5",
         "n128-k64-w8-s4", "n64-k64-w4-s3", "n32-k128-w4-s3",
         # TMA weight loads (v11): 0-1.5% faster on the large GEMMs, up to 9% on the small ones
-        "n128-k128-w4-s3-tma", "n64-k256-w4-s3-tma", "n64-k64-w4-s3-tma"])
+        "n128-k128-w4-s3-tma", "n64-k256-w4-s3-tma", "n64-k64-w4-s3-tma",
+        # 256 columns: half the re-reads of the fp32 S rows by DeaMoE's dept_down at >= 64
+        # tokens, where a 128-row A tile is twice the bytes of a 128-wide weight tile (v14)
+        "n256-k64-w8-s3-tma"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
