@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# The device call behind the committed H200 kernel tables (NOTES.md v8, v9, v11, v13): the full
+# The device call behind the committed H200 kernel tables (NOTES.md v8, v9, v11, v13, v14): the full
 # microbenchmark (scripts/h200_v7_final.yaml: battery, roofline, ten batch sizes, stage breakdown,
 # decode TPOT) on one GPU; with ROUTING_CHECK=1 first the routing kernel's check and timing
 # (v8), with READ_SIZES=1 first the streaming read by read size (v11), with TRACE=1 afterwards
 # the kernel timeline of each layer (v8).  <= 8 files come back.
 # Usage: DEAMOE_GIT_SHA=sha OUT=dir [ROUTING_CHECK=1] [TRACE=1] [READ_SIZES=1] bash scripts/h200_microbench.sh
 set -uo pipefail
+# the device's copy of the repository does not carry the current .git (v14 found its HEAD at the
+# session's first commit): write the local `git rev-parse HEAD` into the device command literally
+: "${DEAMOE_GIT_SHA:?set DEAMOE_GIT_SHA to the local commit the working tree matches}"
 OUT=${OUT:-results/h200_microbench}
 mkdir -p "$OUT"
 export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TQDM_DISABLE=1
