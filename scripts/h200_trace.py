@@ -3,7 +3,7 @@
 usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA).  For each model and batch
 (4, 16, 64, 128), the layer (router GEMM + routing + kernels + cast) with the tiles the
 microbenchmark chose, 4 layer copies in one graph, replayed under torch.profiler: every
-kernel's duration and the idle gap before it.  Tells how much of a layer's time is spent
+kernel's stream, start, duration and the idle gap before it (time when no kernel runs).  Tells how much of a layer's time is spent
 between launches (the fixed cost that separates DeaMoE from its ideal at small batch) and
 whether a GEMM runs slower in the chain than alone.  Writes trace.csv.
 """
@@ -64,17 +64,20 @@ for model in ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"):
                 continue
             per_replay = len(ev) // 5
             ev = ev[-per_replay:]  # the last replay
-            t_prev = None
+            t_prev = None  # end of the kernels so far (streams overlap: v13 split, v14 dense)
             for i, e in enumerate(ev):
-                gap = 0.0 if t_prev is None else e["ts"] - t_prev
-                t_prev = e["ts"] + e["dur"]
+                gap = 0.0 if t_prev is None else max(0.0, e["ts"] - t_prev)
+                t_prev = e["ts"] + e["dur"] if t_prev is None else max(t_prev, e["ts"] + e["dur"])
                 rows.append({"model": model, "kind": kind, "batch": T, "i": i,
-                             "kernel": e["name"][:60], "dur_us": e["dur"], "gap_before_us": gap})
-            span = ev[-1]["ts"] + ev[-1]["dur"] - ev[0]["ts"]
+                             "kernel": e["name"][:60], "stream": e.get("tid"),
+                             "start_us": e["ts"] - ev[0]["ts"], "dur_us": e["dur"],
+                             "gap_before_us": gap})
+            span = max(e["ts"] + e["dur"] for e in ev) - ev[0]["ts"]
             busy = sum(e["dur"] for e in ev)
-            print(f"{model} {kind} T={T}: {len(ev)} kernels over {copies} copies, span "
-                  f"{span / copies:.1f} us/layer, busy {busy / copies:.1f}, gaps "
-                  f"{(span - busy) / copies:.1f}", flush=True)
+            idle = sum(r["gap_before_us"] for r in rows[-len(ev):])
+            print(f"{model} {kind} T={T}: {len(ev)} kernels on {len({e.get('tid') for e in ev})} "
+                  f"streams over {copies} copies, span {span / copies:.1f} us/layer, kernel time "
+                  f"{busy / copies:.1f}, idle {idle / copies:.1f}", flush=True)
             path.unlink()
         pd.DataFrame(rows).to_csv(out / "trace.csv", index=False)
         del ws
