@@ -1,7 +1,7 @@
 """GPU correctness of the stream options (NOTES.md v13, v14): the battery's cases with the
 groups in 2 and 4 parts on parallel CUDA streams (split_launches, both layers) and, for DeaMoE,
-the dense department up-projection on a side stream beside the routing (dense_dept_up, alone
-and with 2 parts), bf16 against the float32 reference.
+the dense department up-projection on a side stream beside the routing (dense_dept_up, alone,
+with 2 parts, with 64-row blocks), bf16 against the float32 reference.
 
 usage: python scripts/h200_split_check.py OUT_DIR   (CUDA) -> split_battery.csv
 """
@@ -23,7 +23,8 @@ out.mkdir(parents=True, exist_ok=True)
 
 VARIANTS = {"moe": [{"split_launches": 2}, {"split_launches": 4}],
             "deamoe": [{"split_launches": 2}, {"split_launches": 4}, {"dense_dept_up": True},
-                       {"dense_dept_up": True, "split_launches": 2}]}
+                       {"dense_dept_up": True, "split_launches": 2},
+                       {"dense_dept_up": True, "dense_block_m": 64}]}
 
 
 def tiles(shape, variant):

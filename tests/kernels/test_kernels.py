@@ -66,13 +66,15 @@ DEAMOE_SHAPES = [n for n in sorted(SHAPES) if SHAPES[n].kind == "deamoe"]
 
 
 @pytest.mark.parametrize("name", DEAMOE_SHAPES)
-@pytest.mark.parametrize("parts", [1, 2])
-def test_dense_dept_up_matches_reference(name, parts):
+@pytest.mark.parametrize("parts,dense_block_m", [(1, 0), (2, 0), (1, 32), (2, 64)])
+def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
     # the department up-projection for every (token, department), used or not: the unused rows
-    # of a1 are never read, so the layer must equal the reference, also with departments empty
+    # of a1 are never read, so the layer must equal the reference, also with departments empty;
+    # with its own BLOCK_M (blocks of up to 64 rows over 1-37 tokens: padding and several blocks)
     from deamoe.kernels.deamoe_decode import DeaMoETiles
 
-    tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16)
+    tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16,
+                        dense_block_m=dense_block_m)
     for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "same"))):
         row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
         assert row["ok"], row

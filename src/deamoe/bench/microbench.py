@@ -154,7 +154,7 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
     coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
-    DeaMoE, dense_dept_up with each split value and, if it wins, each dept_up tile (v14).  measure(knobs)
+    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c).  measure(knobs)
     -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
@@ -195,24 +195,29 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         if t is not None and t < best_t:
             best, best_t = trial, t
     # DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
-    # every token, beside the routing (v14), with each split value
+    # every token, beside the routing (v14), with each split value; then its own BLOCK_M with
+    # each dept_up tile (v14c: a taller block needs a smaller tile, and the dense GEMM runs
+    # beside the routing, so its best shape differs from the routed one's)
     if shape.kind == "deamoe" and True in s.dense_dept_up:
+        dense, dense_t = None, None
         for parts in dict.fromkeys([1, *s.split_launches]):
             trial = {**start, "dense_dept_up": 1}
             if parts > 1:
                 trial["split_launches"] = parts
             t = measure(trial)
-            if t is not None and t < best_t:
-                best, best_t = trial, t
-        # the dense GEMM runs beside the routing, so its best tile may differ: one that leaves
-        # SMs free for the router (v14 A/B: Qwen3 @8 gained nothing with a 192-program tile)
-        if best.get("dense_dept_up"):
+            if t is not None and (dense_t is None or t < dense_t):
+                dense, dense_t = trial, t
+        base = dict(dense or {**start, "dense_dept_up": 1})
+        for bm in block_m_values(BLOCK_M_KNOBS["deamoe"]["dept_block_m"], batch):
             for tile in s.tiles:
-                if tile != best["dept_up"]:
-                    trial = {**best, "dept_up": tile}
-                    t = measure(trial)
-                    if t is not None and t < best_t:
-                        best, best_t = trial, t
+                trial = {**base, "dense_block_m": bm, "dept_up": tile}
+                if bm == base["dept_block_m"] and tile == base["dept_up"]:
+                    continue  # the trial above
+                t = measure(trial)
+                if t is not None and (dense_t is None or t < dense_t):
+                    dense, dense_t = trial, t
+        if dense is not None and dense_t < best_t:
+            best, best_t = dense, dense_t
     return best
 
 

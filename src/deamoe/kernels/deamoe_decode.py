@@ -59,6 +59,9 @@ class DeaMoETiles:
     # True: the department up-projection for every (token, department), on a side stream
     # started before the routing (needs no routing; same bytes when every department is used)
     dense_dept_up: bool = False
+    # rows per block of the dense GEMM (0: dept_block_m); with all of a department's tokens in
+    # one block its weights stream once, and fewer programs leave SMs to the routing (v14c)
+    dense_block_m: int = 0
 
 
 def _torch_operator(name: str):
@@ -119,7 +122,8 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                      groups=groups, **common)
 
     def dense_dept_up_gemm():  # every (token, department) row of a1: needs no routing
-        al, every = dense_alignment(T, n_dept, per, tiles.dept_block_m, dev)
+        al, every = dense_alignment(T, n_dept, per, tiles.dense_block_m or tiles.dept_block_m,
+                                    dev)
         grouped_gemm(x, dept_gate, a1, al, every, bu=dept_up, a_mode=ROW_TOKEN,
                      c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
                      **common)
