@@ -82,7 +82,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     if n_expert % n_dept:
         raise ValueError(f"deamoe_forward: n_expert={n_expert} not divisible by n_dept={n_dept}")
     if (route is None) == (ids is None):
-        raise ValueError("deamoe_forward: pass either ids/weights or route, not both")
+        raise ValueError("deamoe_forward: pass either ids/weights or route (exactly one)")
     per = n_expert // n_dept
     fused = operator in FUSED_OPERATORS
     sig = operator if fused else "none"
