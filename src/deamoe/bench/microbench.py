@@ -154,8 +154,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
     coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
-    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c).  measure(knobs)
-    -> median us or None."""
+    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c).
+    measure(knobs) -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
         knobs = joint_knobs(shape, tile, s.block_m)
@@ -226,10 +226,9 @@ def pick_finalist(tried: list[tuple[float, dict]], n: int, measure):
     replay count: a candidate timed with few replays can win the search by noise (v14: the
     DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The reported time is a fresh
     run of the pick afterwards, so choosing by these timings does not bias it."""
-    seen, best = [], []
-    for t, knobs in sorted(tried, key=lambda r: r[0]):
-        if knobs not in seen:
-            seen.append(knobs)
+    best = []
+    for _, knobs in sorted(tried, key=lambda r: r[0]):
+        if knobs not in best:
             best.append(knobs)
         if len(best) == n:
             break
