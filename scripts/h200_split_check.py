@@ -1,7 +1,8 @@
 """GPU correctness of the stream options (NOTES.md v13, v14): the battery's cases with the
 groups in 2 and 4 parts on parallel CUDA streams (split_launches, both layers) and, for DeaMoE,
 the dense department up-projection on a side stream beside the routing (dense_dept_up, alone,
-with 2 parts, with 64-row blocks), bf16 against the float32 reference.
+with 2 parts, with 64-row blocks), bf16 against the float32 reference; then the timed layer step
+with dense_dept_up, captured in a CUDA graph, against the same step run eagerly without it.
 
 usage: python scripts/h200_split_check.py OUT_DIR   (CUDA) -> split_battery.csv
 """
@@ -12,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from deamoe.bench.layer_step import ffn_step, random_weights
 from deamoe.config import table1_row
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
 from deamoe.kernels.deamoe_decode import DeaMoETiles
@@ -56,8 +58,6 @@ for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
         torch.cuda.empty_cache()
 # the timed path: router + routing on the main stream beside the dense department
 # up-projection, captured in a CUDA graph and replayed, against the same step without it (eager)
-from deamoe.bench.layer_step import ffn_step, random_weights  # noqa: E402
-
 for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
     shape = table1_row(model).deamoe
     w = random_weights(shape, "cuda", seed=5)

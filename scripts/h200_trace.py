@@ -3,9 +3,10 @@
 usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA).  For each model and batch
 (4, 16, 64, 128), the layer (router GEMM + routing + kernels + cast) with the tiles the
 microbenchmark chose, 4 layer copies in one graph, replayed under torch.profiler: every
-kernel's stream, start, duration and the idle gap before it (time when no kernel runs).  Tells how much of a layer's time is spent
-between launches (the fixed cost that separates DeaMoE from its ideal at small batch) and
-whether a GEMM runs slower in the chain than alone.  Writes trace.csv.
+kernel's stream, start, duration and the idle gap before it (time when no kernel of any stream
+runs).  Tells how much of a layer's time is spent between launches (the fixed cost that
+separates DeaMoE from its ideal at small batch), whether a GEMM runs slower in the chain than
+alone, and which launches overlap on parallel streams.  Writes trace.csv.
 """
 
 import json
