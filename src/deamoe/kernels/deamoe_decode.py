@@ -43,6 +43,10 @@ from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
+# dense dept_up on the layer's own stream, the routing on the side one (True), or the reverse:
+# the expert GEMM after them waits for whichever ends last, and a wait on another stream's
+# kernel cost 2.5-3 us in the v14 timelines against ~0.3 us on the same stream (NOTES.md v15)
+DENSE_ON_MAIN = False
 
 
 @dataclass(frozen=True)
@@ -153,8 +157,8 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         dense = [dense_dept_up_gemm] + ([] if fused else [apply_operator])
         routed = [launch for _, launch, _ in head]
 
-        def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
-            run_parallel([routed, dense], dev)
+        def route_beside_dept_up():  # routing + align beside dept_up, on two streams
+            run_parallel([dense, routed] if DENSE_ON_MAIN else [routed, dense], dev)
         head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
 
     if fused and tiles.split_launches > 1:
