@@ -66,17 +66,15 @@ DEAMOE_SHAPES = [n for n in sorted(SHAPES) if SHAPES[n].kind == "deamoe"]
 
 
 @pytest.mark.parametrize("name", DEAMOE_SHAPES)
-@pytest.mark.parametrize("parts,dense_block_m,stagger", [
-    (1, 0, False), (2, 0, False), (1, 32, False), (2, 64, False), (2, 0, True), (3, 32, True)])
-def test_dense_dept_up_matches_reference(name, parts, dense_block_m, stagger):
+@pytest.mark.parametrize("parts,dense_block_m", [(1, 0), (2, 0), (1, 32), (2, 64)])
+def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
     # the department up-projection for every (token, department), used or not: the unused rows
     # of a1 are never read, so the layer must equal the reference, also with departments empty;
-    # with its own BLOCK_M (blocks of up to 64 rows over 1-37 tokens: padding and several blocks);
-    # staggered: one launch per part, each computing only its departments' rows
+    # with its own BLOCK_M (blocks of up to 64 rows over 1-37 tokens: padding and several blocks)
     from deamoe.kernels.deamoe_decode import DeaMoETiles
 
     tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16,
-                        dense_block_m=dense_block_m, stagger_dept_up=stagger)
+                        dense_block_m=dense_block_m)
     for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "same"))):
         row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
         assert row["ok"], row
@@ -145,20 +143,6 @@ def test_split_ranges_cover_all_groups_once():
         assert all(hi > lo for lo, hi in ranges) and len(ranges) == min(n, parts)
     with pytest.raises(ValueError, match="split_launches"):
         split_ranges(8, 0)
-
-
-def test_run_staggered_on_cpu_runs_producers_head_consumers_in_order():
-    # the CPU order is one the GPU's events also allow: each consumer after its producer and
-    # the head; a producer/consumer count mismatch is refused
-    from deamoe.kernels.streams import run_staggered
-
-    log = []
-    say = lambda name: (lambda: log.append(name))  # noqa: E731
-    run_staggered([say("p0"), say("p1")], [say("route")], [[say("c0")], [say("c1a"), say("c1b")]],
-                  "cpu")
-    assert log == ["p0", "p1", "route", "c0", "c1a", "c1b"]
-    with pytest.raises(ValueError, match="2 producers vs 1 consumers"):
-        run_staggered([say("p0"), say("p1")], [], [[say("c0")]], "cpu")
 
 
 def test_tile_config_names_round_trip_and_bad_ones_fail():

@@ -115,9 +115,8 @@ def make_tiles(shape, knobs: dict):
     from deamoe.kernels.grouped_gemm import TileConfig
 
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
-    for flag in ("dense_dept_up", "stagger_dept_up"):  # written as 0 / 1 in the knob names
-        if flag in parsed:
-            parsed[flag] = bool(parsed[flag])
+    if "dense_dept_up" in parsed:  # written as 0 / 1 in the knob names
+        parsed["dense_dept_up"] = bool(parsed["dense_dept_up"])
     return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**parsed)
 
 

@@ -1,0 +1,71 @@
+"""How much of a measured layer time is the CUDA graph's own launch (NOTES.md v15) on the H200.
+
+usage: python scripts/h200_graph_layers.py OUT_DIR [MODEL:BATCH ...]   (CUDA)
+For each point, both layers on their committed knobs (reports/measured/h200/microbench.csv):
+the layer step timed with one graph per replay holding the rotated copies once (as the
+microbenchmark does: a single layer for Qwen3's 4.8 GB layers) and holding them repeated so
+that the graph has >= 8 layer steps (as a model's decode graph has its 60-94 layers); per
+layer step, median of 50 replays, both timed twice, interleaved -> graph_layers.csv.
+"""
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.microbench import (MicrobenchSettings, layer_copies, make_tiles, parse_knobs,
+                                     point_inputs)
+from deamoe.config import table1_row
+
+POINTS = ["Qwen3-235B-A22B:4", "Qwen3-235B-A22B:8", "Qwen3-235B-A22B:16", "Qwen3-235B-A22B:64",
+          "Qwen3-235B-A22B:128", "DeepSeek-V3:4", "DeepSeek-V3:16", "DeepSeek-V3:64",
+          "Baseline-7B:8", "Baseline-7B:128"]
+MIN_LAYERS = 8
+
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+points = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in (sys.argv[2:] or POINTS)]
+table = pd.read_csv("reports/measured/h200/microbench.csv")
+s = MicrobenchSettings()
+rows = []
+for model in dict.fromkeys(m for m, _ in points):
+    row = table1_row(model)
+    for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
+        weights = layer_copies(shape, s)
+        for batch in [b for m, b in points if m == model]:
+            sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
+            tiles = make_tiles(shape, parse_knobs(sel[col]))
+            xs, nbytes, _ = point_inputs(shape, weights, batch, s)
+            repeats = {"copies_once": 1, f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
+
+            def runner(r):
+                def run():
+                    for _ in range(r):
+                        for x, w in zip(xs, weights):
+                            ffn_step(shape, w, x, tiles=tiles, compiled=True)
+                return run
+            runs = {name: [] for name in repeats}
+            for _ in range(2):
+                for name, r in repeats.items():
+                    runs[name].append(time_fn(runner(r), 50, r * len(weights)).median_us)
+            for name, r in repeats.items():
+                rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                             "graph": name, "layers_per_graph": r * len(weights),
+                             "us": min(runs[name]), "runs": runs[name]})
+                print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:12s} "
+                      f"{r * len(weights):3d} layers {min(runs[name]):8.1f} us", flush=True)
+            pd.DataFrame(rows).to_csv(out / "graph_layers.csv", index=False)
+        del weights
+        torch.cuda.empty_cache()
+df = pd.DataFrame(rows)
+base = df[df.kind == "moe"].set_index(["model", "batch", "graph"])
+dea = df[df.kind == "deamoe"].copy()
+dea["speedup"] = [base.loc[(m, b, g), "us"] / u for m, b, g, u in zip(dea.model, dea.batch, dea.graph, dea.us)]
+dea["sp_over_ideal"] = [sp / (base.loc[(m, b, g), "bytes"] / by) for m, b, g, sp, by in
+                        zip(dea.model, dea.batch, dea.graph, dea.speedup, dea.bytes)]
+print(df.pivot_table(index=["model", "batch"], columns=["kind", "graph"], values="us").round(1).to_string())
+print(dea.pivot_table(index=["model", "batch"], columns="graph", values="sp_over_ideal").round(4).to_string())
+dea.to_csv(out / "graph_layers_deamoe.csv", index=False)
