@@ -56,6 +56,8 @@ def test_bench_impl_rows(shape):
     assert set(knobs) == set(GEMM_STAGES[shape.kind]) | set(BLOCK_M_KNOBS[shape.kind])
     assert all(knobs[st] in TINY.tiles for st in GEMM_STAGES[shape.kind])
     assert row["copies"] == 2 and row["bytes"] > 2 * shape.n_expert * shape.h
+    # the reported time comes from a graph of >= min_layers_per_graph (8) layer steps
+    assert row["layers"] == 8
 
 
 def test_decode_step_and_table():
@@ -75,6 +77,8 @@ def test_settings_reject_bad_values():
         MicrobenchSettings(split_launches=[0])
     with pytest.raises(ConfigError, match="dense_dept_up"):
         MicrobenchSettings(dense_dept_up=["yes"])
+    with pytest.raises(ConfigError, match="min_layers_per_graph"):
+        MicrobenchSettings(min_layers_per_graph=0)
 
 
 def test_cli_without_cuda_writes_status(tmp_path):

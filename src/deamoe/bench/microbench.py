@@ -46,6 +46,7 @@ class MicrobenchSettings:
     block_m: int = 16
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
+    min_layers_per_graph: int = 8
     select_replays: int = 10
     finalists: int = 3
     replays: int = 50
@@ -86,6 +87,9 @@ class MicrobenchSettings:
         if any(not isinstance(v, int) or v < 1 for v in self.split_launches):
             raise ConfigError(f"microbench.split_launches: {self.split_launches!r}: "
                               "each value must be an integer >= 1")
+        if not isinstance(self.min_layers_per_graph, int) or self.min_layers_per_graph < 1:
+            raise ConfigError(f"microbench.min_layers_per_graph: {self.min_layers_per_graph!r}: "
+                              "must be an integer >= 1")
         if not isinstance(self.finalists, int) or self.finalists < 1:
             raise ConfigError(f"microbench.finalists: {self.finalists!r}: must be an integer >= 1")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
@@ -264,14 +268,19 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
     weights = layer_copies(shape, s, device)
     copies = len(weights)
+    # the reported time: a graph of >= min_layers_per_graph layer steps, as a model's decode graph
+    # shares one launch among its layers (v15c: 2.4-6.5 us per graph on the H200, which a
+    # one-layer graph -- Qwen3's 4.8 GB layer -- charged to that one layer)
+    repeats = max(1, math.ceil(s.min_layers_per_graph / copies))
     rows = []
     for batch in batches:
         xs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
-        def runner(tiles):
+        def runner(tiles, repeat=1):
             def run():
-                for x, w in zip(xs, weights):
-                    ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=s.compile_routing)
+                for _ in range(repeat):
+                    for x, w in zip(xs, weights):
+                        ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=s.compile_routing)
             return run
 
         def measure(knobs, replays=s.select_replays):
@@ -293,23 +302,23 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
 
             knobs = search_tiles(shape, logged, s, batch)
             knobs = pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or knobs
-            run = runner(make_tiles(shape, knobs)) if knobs else None
+            run = runner(make_tiles(shape, knobs), repeats) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:
-            run, tile = runner(None), "library"
+            run, tile = runner(None, repeats), "library"
         final = None
         if run is not None:
             try:
-                final = time_fn(run, s.replays, copies)
+                final = time_fn(run, s.replays, copies * repeats)
             except Exception as exc:  # noqa: BLE001
                 print(f"  {shape.kind} {impl} batch {batch}: {type(exc).__name__}: {exc}")
         if final is None:
             rows.append({"batch": batch, "us": float("nan"), "bytes": nbytes, "tile": "failed",
-                         "experts": experts, "copies": copies})
+                         "experts": experts, "copies": copies, "layers": copies * repeats})
             continue
         rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
                      "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
-                     "experts": experts, "copies": copies})
+                     "experts": experts, "copies": copies, "layers": copies * repeats})
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
             stage_rows += [{"kind": shape.kind, "batch": batch, **r}
                            for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs),
@@ -406,6 +415,7 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "baseline_p10_us": b.get("p10_us"), "baseline_p90_us": b.get("p90_us"),
                     "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
                     "copies": b["copies"],
+                    "baseline_layers_per_graph": b["layers"], "deamoe_layers_per_graph": d["layers"],
                     "routing": _routing_label(s),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
