@@ -39,7 +39,8 @@ for model in dict.fromkeys(m for m, _ in points):
             sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
             tiles = make_tiles(shape, parse_knobs(sel[col]))
             xs, nbytes, _ = point_inputs(shape, weights, batch, s)
-            repeats = {"copies_once": 1, f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
+            repeats = {"copies_once": 1,
+                       f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
 
             def runner(r):
                 def run():
@@ -63,9 +64,11 @@ for model in dict.fromkeys(m for m, _ in points):
 df = pd.DataFrame(rows)
 base = df[df.kind == "moe"].set_index(["model", "batch", "graph"])
 dea = df[df.kind == "deamoe"].copy()
-dea["speedup"] = [base.loc[(m, b, g), "us"] / u for m, b, g, u in zip(dea.model, dea.batch, dea.graph, dea.us)]
+dea["speedup"] = [base.loc[(m, b, g), "us"] / u
+                  for m, b, g, u in zip(dea.model, dea.batch, dea.graph, dea.us)]
 dea["sp_over_ideal"] = [sp / (base.loc[(m, b, g), "bytes"] / by) for m, b, g, sp, by in
                         zip(dea.model, dea.batch, dea.graph, dea.speedup, dea.bytes)]
-print(df.pivot_table(index=["model", "batch"], columns=["kind", "graph"], values="us").round(1).to_string())
-print(dea.pivot_table(index=["model", "batch"], columns="graph", values="sp_over_ideal").round(4).to_string())
+by_point = ["model", "batch"]
+print(df.pivot_table(index=by_point, columns=["kind", "graph"], values="us").round(1).to_string())
+print(dea.pivot_table(index=by_point, columns="graph", values="sp_over_ideal").round(4).to_string())
 dea.to_csv(out / "graph_layers_deamoe.csv", index=False)

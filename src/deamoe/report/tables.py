@@ -320,9 +320,11 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
         notes.insert(0, src.reason)
     if src.ok and "baseline_layers_per_graph" in src.frame.columns:
         layers = src.frame[["baseline_layers_per_graph", "deamoe_layers_per_graph"]]
-        notes.append(f"per-layer times: median over CUDA-graph replays of {int(layers.min().min())}"
-                     f"-{int(layers.max().max())} layer steps each (rotated weight copies, beyond "
-                     "L2), so a graph launch is shared as in a model's decode step")
+        lo, hi = int(layers.min().min()), int(layers.max().max())
+        span = str(lo) if lo == hi else f"{lo}-{hi}"
+        notes.append(f"per-layer times: median over CUDA-graph replays of {span} layer steps each"
+                     " (rotated weight copies, beyond L2), so a graph launch is "
+                     "shared as in a model's decode step")
     sizes = _read_sizes_note(measured / "read_sizes.csv")
     if src.ok and sizes:
         notes.append(sizes)
