@@ -59,10 +59,6 @@ _COMPILED_ROUTE = None
 # fused: on CUDA, route with the single-launch Triton implementation of deamoe.routing.route
 # (deamoe.kernels.routing_topk, tested equal to it) for both layers alike; False = the torch code
 ROUTING_STATE = {"compiled_failed": None, "fused": True}
-# on CUDA with the fused routing: the router GEMM as split-K partials in one Triton launch that
-# the routing kernel sums (deamoe.kernels.router_gemm, NOTES.md v16), both layers alike;
-# False = cuBLAS (F.linear)
-TRITON_ROUTER = True
 
 
 def _compiled_or_eager(shape, logits):
@@ -76,34 +72,27 @@ def _compiled_or_eager(shape, logits):
 
 
 def _fused_or(reference):
-    def run(shape, x, router_weight):
-        if ROUTING_STATE["fused"] and x.is_cuda:
+    def run(shape, logits):
+        if ROUTING_STATE["fused"] and logits.is_cuda:
             from deamoe.kernels.routing_topk import route_kernel
 
-            if TRITON_ROUTER:
-                from deamoe.kernels.router_gemm import router_partials
-
-                return route_kernel(shape, router_partials(x, router_weight))
-            return route_kernel(shape, F.linear(x, router_weight))
-        return reference(shape, F.linear(x, router_weight))
+            return route_kernel(shape, logits)
+        return reference(shape, logits)
     return run
 
 
 def routing_label(compiled: bool) -> str:
     if ROUTING_STATE["fused"] and torch.cuda.is_available():
-        return ("triton router GEMM + route kernel" if TRITON_ROUTER
-                else "triton route kernel")
+        return "triton route kernel"
     if not compiled or ROUTING_STATE["compiled_failed"]:
         return "eager route"
     return "torch.compile(route)"
 
 
 def routing_fn(compiled: bool):
-    """(shape, x, router_weight) -> (ids, weights): the router GEMM and deamoe.routing.route
-    for a decode step, used for both layers alike: on CUDA the Triton router GEMM
-    (TRITON_ROUTER) and the single-launch Triton routing (ROUTING_STATE["fused"]), else
-    F.linear and the torch code, optionally through torch.compile (elementwise ops fused into
-    fewer launches; eager if compiling fails)."""
+    """deamoe.routing.route for a decode step, used for both layers alike: on CUDA its
+    single-launch Triton implementation (ROUTING_STATE["fused"]), else the torch code, optionally
+    through torch.compile (elementwise ops fused into fewer launches; eager if compiling fails)."""
     return _fused_or(_reference_fn(compiled))
 
 
@@ -125,7 +114,7 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
              compiled: bool = False) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch)."""
     def routing():
-        return routing_fn(compiled)(shape, x, w["router"])
+        return routing_fn(compiled)(shape, F.linear(x, w["router"]))
 
     if isinstance(shape, DeaMoEShape):
         from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward

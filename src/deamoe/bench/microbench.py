@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from deamoe.bench.layer_step import (ffn_step, layer_bytes, random_weights, routing_fn,
-                                     step_bytes, time_fn)
+from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes, time_fn
 from deamoe.config import table1_row
+from deamoe.routing import route
 
 # vLLM's Triton fused MoE on this H200 (issue 5: bf16, default config, CUDA graphs, rotated
 # weights), microseconds per layer: the peer our baseline must match.
@@ -255,8 +255,8 @@ def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, 
     gen = torch.Generator(device=device).manual_seed(s.seed + batch)
     xs = [torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
           for _ in weights]
-    with torch.no_grad():  # the routing the timed step computes (same code path): its bytes
-        ids = [routing_fn(s.compile_routing)(shape, x, w["router"])[0]
+    with torch.no_grad():  # the routing the timed step will compute: count its bytes
+        ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
                for x, w in zip(xs, weights)]
     nbytes = sum(step_bytes(shape, i) for i in ids) / len(weights)
     experts = sum(int(torch.unique(i).numel()) for i in ids) / len(weights)
@@ -335,13 +335,14 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False)
+    from deamoe.bench.layer_step import routing_fn
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.stage_benchmark import stage_times
 
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
     fixed = []
-    for name, fn in (("router+route", lambda: routing_fn(compiled)(shape, x, w["router"])),
+    for name, fn in (("router+route", lambda: routing_fn(compiled)(shape, torch.nn.functional.linear(x, w["router"]))),
                      ("cast", lambda: torch.empty(x.shape, dtype=torch.float32, device=x.device).to(x.dtype))):
         try:
             t = time_fn(fn, 30)
@@ -350,7 +351,7 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
             print(f"  {name} timing failed: {type(exc).__name__}: {exc}")
 
     with torch.no_grad():
-        ids, weights = routing_fn(compiled)(shape, x, w["router"])
+        ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
         if shape.kind == "deamoe":
             _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
                                       w["expert_gate"], w["expert_up"], w["expert_down"], ids,

@@ -56,27 +56,17 @@ def _key_value(key):
 
 
 @triton.jit
-def _logits(row, idx, mask, stride_s, SPLIT: tl.constexpr):
-    """The logits at idx (-inf where masked): the sum of SPLIT partials (router_gemm.py)."""
-    x = tl.load(row + idx, mask=mask, other=0.0).to(tl.float32)
-    for s in tl.static_range(1, SPLIT):
-        x += tl.load(row + s * stride_s + idx, mask=mask, other=0.0).to(tl.float32)
-    return tl.where(mask, x, float("-inf"))
-
-
-@triton.jit
-def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, stride_s, n_dept, per, scaling,
+def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, n_dept, per, scaling,
                   K: tl.constexpr, K_DEPT: tl.constexpr, GROUPED: tl.constexpr,
                   STRICT: tl.constexpr, TOP2: tl.constexpr, HAS_BIAS: tl.constexpr,
-                  BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-                  SPLIT: tl.constexpr):
+                  BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     d = tl.arange(0, BLOCK_D)
     j = tl.arange(0, BLOCK_P)
     valid = (d[:, None] < n_dept) & (j[None, :] < per)
     e = d[:, None] * per + j[None, :]  # expert index, department-major
     row = logits_ptr + t * stride_t
-    x = _logits(row, e, valid, stride_s, SPLIT)
+    x = tl.load(row + e, mask=valid, other=float("-inf")).to(tl.float32)
     xf = tl.reshape(x, [BLOCK_D * BLOCK_P], can_reorder=True)  # order-free max / sum
     mx = tl.max(xf, axis=0)
     tot = tl.sum(tl.exp(xf - mx), axis=0)
@@ -117,7 +107,7 @@ def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, stride_s, n_de
         ids = tl.where(kk == i, _key_index(best), ids)
         flat = tl.where(flat == best, NEG_KEY, flat)
     kmask = kk < K
-    xs = _logits(row, ids, kmask, stride_s, SPLIT)
+    xs = tl.load(row + ids, mask=kmask, other=float("-inf")).to(tl.float32)
     w = tl.where(kmask, tl.exp(xs - mx) / tot, 0.0)
     w = w / tl.maximum(tl.sum(w, axis=0), 1e-20) * scaling
     tl.store(ids_ptr + t * K + kk, ids.to(tl.int64), mask=kmask)
@@ -125,12 +115,10 @@ def _route_kernel(logits_ptr, bias_ptr, ids_ptr, w_ptr, stride_t, stride_s, n_de
 
 
 def _launch(logits, n_dept, per, k, k_dept, grouped, strict, scaling, bias):
-    # logits [T, E], or [S, T, E] split-K partials whose sum is the logits (router_gemm.py)
-    if logits.dim() not in (2, 3) or logits.shape[-1] != n_dept * per:
+    if logits.dim() != 2 or logits.shape[1] != n_dept * per:
         raise ValueError(f"routing kernel: logits {tuple(logits.shape)} vs {n_dept} x {per} experts")
-    partials = logits.dim() == 3
-    T, n = logits.shape[-2:]
-    if logits.stride(-1) != 1 or (partials and logits.stride(1) != n):
+    T, n = logits.shape
+    if logits.stride(1) != 1:
         logits = logits.contiguous()
     if bias is not None and (bias.shape != (n,) or bias.device != logits.device):
         raise ValueError(f"routing kernel: bias {tuple(bias.shape)} on {bias.device}, want ({n},) on {logits.device}")
@@ -142,19 +130,16 @@ def _launch(logits, n_dept, per, k, k_dept, grouped, strict, scaling, bias):
     block = triton.next_power_of_2(n_dept) * triton.next_power_of_2(per)
     warps = NUM_WARPS or (1 if block <= 256 else min(8, max(4, block // 256)))
     _route_kernel[(T,)](
-        logits, bias_arg, ids, weights, logits.stride(-2), logits.stride(0) if partials else 0,
-        n_dept, per, float(scaling),
+        logits, bias_arg, ids, weights, logits.stride(0), n_dept, per, float(scaling),
         K=k, K_DEPT=k_dept, GROUPED=grouped, STRICT=strict, TOP2=per >= 2,
         HAS_BIAS=bias is not None, BLOCK_D=triton.next_power_of_2(n_dept),
-        BLOCK_P=triton.next_power_of_2(per), BLOCK_K=triton.next_power_of_2(k),
-        SPLIT=logits.shape[0] if partials else 1, num_warps=warps,
+        BLOCK_P=triton.next_power_of_2(per), BLOCK_K=triton.next_power_of_2(k), num_warps=warps,
     )
     return ids, weights
 
 
 def topk_softmax(logits, k: int, scaling: float = 1.0, bias=None):
-    """= deamoe.routing.route_topk, one launch.  logits: [T, E], or [S, T, E] split-K partials
-    (summed on load)."""
+    """= deamoe.routing.route_topk, one launch."""
     n = logits.shape[-1]
     if not 1 <= k <= n:
         raise ValueError(f"routing kernel: k={k} outside 1..{n} experts")
@@ -163,7 +148,7 @@ def topk_softmax(logits, k: int, scaling: float = 1.0, bias=None):
 
 def group_limited_topk(logits, n_dept: int, k_dept: int, k_expert: int, strict: bool = False,
                        scaling: float = 1.0, bias=None):
-    """= deamoe.routing.route_group_limited, one launch (logits as in topk_softmax)."""
+    """= deamoe.routing.route_group_limited, one launch."""
     n = logits.shape[-1]
     if n % n_dept:
         raise ValueError(f"routing kernel: n_expert={n} not divisible by n_dept={n_dept}")
@@ -177,8 +162,7 @@ def group_limited_topk(logits, n_dept: int, k_dept: int, k_expert: int, strict: 
 
 
 def route_kernel(shape: MoEShape | DeaMoEShape, logits: torch.Tensor, bias=None):
-    """Same contract as deamoe.routing.route (ids [T, k] int64 best first, weights [T, k] fp32);
-    logits may be [S, T, E] split-K partials (`router_gemm.router_partials`)."""
+    """Same contract as deamoe.routing.route (ids [T, k] int64 best first, weights [T, k] fp32)."""
     if isinstance(shape, DeaMoEShape):
         return group_limited_topk(logits, shape.n_dept, shape.k_dept, shape.k_expert,
                                   strict=shape.dept_topk == "strict",
