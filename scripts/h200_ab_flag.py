@@ -13,12 +13,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from deamoe.bench.layer_step import ffn_step, time_fn
-from deamoe.bench.microbench import (MicrobenchSettings, layer_copies, make_tiles, parse_knobs,
-                                     point_inputs)
-from deamoe.config import table1_row
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -30,42 +27,30 @@ if "=" in switch:  # a tile knob, e.g. split_launches=2
 else:
     mod_name, flag = switch.rsplit(".", 1)
     mod = importlib.import_module(mod_name)
-points = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in sys.argv[3:]]
-table = pd.read_csv("reports/measured/h200/microbench.csv")
 s = MicrobenchSettings()
 rows = []
-for model in dict.fromkeys(m for m, _ in points):
-    row = table1_row(model)
-    for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
-        weights = layer_copies(shape, s)
-        copies = len(weights)
-        for batch in [b for m, b in points if m == model]:
-            sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
-            knobs = parse_knobs(sel[col])
-            variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
-            if mod is None and hasattr(variants[False], knob):  # a DeaMoE-only knob (v14):
-                variants[True] = make_tiles(shape, {**knobs, knob: knob_value})  # baseline: noise
-            xs, nbytes, _ = point_inputs(shape, weights, batch, s)
+for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv[3:], s):
+    variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
+    if mod is None and hasattr(variants[False], knob):  # a DeaMoE-only knob (v14):
+        variants[True] = make_tiles(shape, {**knobs, knob: knob_value})  # baseline: noise
 
-            def runner(tiles):
-                def run():
-                    for x, w in zip(xs, weights):
-                        ffn_step(shape, w, x, tiles=tiles, compiled=True)
-                return run
-            res = {False: [], True: []}
-            for value in (False, True, False, True):
-                if mod is not None:
-                    setattr(mod, flag, value)
-                res[value].append(time_fn(runner(variants[value]), 50, copies).median_us)
-            rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
-                         "off_us": min(res[False]), "on_us": min(res[True]),
-                         "off_runs": res[False], "on_runs": res[True]})
-            r = rows[-1]
-            print(f"{model:16s} {shape.kind:6s} {batch:4d} off {r['off_us']:8.1f} on "
-                  f"{r['on_us']:8.1f} us ({r['on_us'] / r['off_us']:.3f}x)", flush=True)
-            pd.DataFrame(rows).to_csv(out / "ab_flag.csv", index=False)
-        del weights
-        torch.cuda.empty_cache()
+    def runner(tiles):
+        def run():
+            for x, w in zip(xs, weights):
+                ffn_step(shape, w, x, tiles=tiles, compiled=True)
+        return run
+    res = {False: [], True: []}
+    for value in (False, True, False, True):
+        if mod is not None:
+            setattr(mod, flag, value)
+        res[value].append(time_fn(runner(variants[value]), 50, len(weights)).median_us)
+    rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                 "off_us": min(res[False]), "on_us": min(res[True]),
+                 "off_runs": res[False], "on_runs": res[True]})
+    r = rows[-1]
+    print(f"{model:16s} {shape.kind:6s} {batch:4d} off {r['off_us']:8.1f} on "
+          f"{r['on_us']:8.1f} us ({r['on_us'] / r['off_us']:.3f}x)", flush=True)
+    pd.DataFrame(rows).to_csv(out / "ab_flag.csv", index=False)
 if mod is not None:
     setattr(mod, flag, True)
 df = pd.DataFrame(rows)

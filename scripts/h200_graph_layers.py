@@ -13,12 +13,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-import torch
 
 from deamoe.bench.layer_step import ffn_step, time_fn
-from deamoe.bench.microbench import (MicrobenchSettings, layer_copies, make_tiles, parse_knobs,
-                                     point_inputs)
-from deamoe.config import table1_row
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 
 POINTS = ["Qwen3-235B-A22B:4", "Qwen3-235B-A22B:8", "Qwen3-235B-A22B:16", "Qwen3-235B-A22B:64",
           "Qwen3-235B-A22B:128", "DeepSeek-V3:4", "DeepSeek-V3:16", "DeepSeek-V3:64",
@@ -27,40 +24,29 @@ MIN_LAYERS = 8
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
-points = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in (sys.argv[2:] or POINTS)]
-table = pd.read_csv("reports/measured/h200/microbench.csv")
 s = MicrobenchSettings()
 rows = []
-for model in dict.fromkeys(m for m, _ in points):
-    row = table1_row(model)
-    for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
-        weights = layer_copies(shape, s)
-        for batch in [b for m, b in points if m == model]:
-            sel = table[(table.model == model) & (table.batch == batch)].iloc[0]
-            tiles = make_tiles(shape, parse_knobs(sel[col]))
-            xs, nbytes, _ = point_inputs(shape, weights, batch, s)
-            repeats = {"copies_once": 1,
-                       f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
+for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv[2:] or POINTS, s):
+    tiles = make_tiles(shape, knobs)
+    repeats = {"copies_once": 1, f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
 
-            def runner(r):
-                def run():
-                    for _ in range(r):
-                        for x, w in zip(xs, weights):
-                            ffn_step(shape, w, x, tiles=tiles, compiled=True)
-                return run
-            runs = {name: [] for name in repeats}
-            for _ in range(2):
-                for name, r in repeats.items():
-                    runs[name].append(time_fn(runner(r), 50, r * len(weights)).median_us)
-            for name, r in repeats.items():
-                rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
-                             "graph": name, "layers_per_graph": r * len(weights),
-                             "us": min(runs[name]), "runs": runs[name]})
-                print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:12s} "
-                      f"{r * len(weights):3d} layers {min(runs[name]):8.1f} us", flush=True)
-            pd.DataFrame(rows).to_csv(out / "graph_layers.csv", index=False)
-        del weights
-        torch.cuda.empty_cache()
+    def runner(r):
+        def run():
+            for _ in range(r):
+                for x, w in zip(xs, weights):
+                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
+        return run
+    runs = {name: [] for name in repeats}
+    for _ in range(2):
+        for name, r in repeats.items():
+            runs[name].append(time_fn(runner(r), 50, r * len(weights)).median_us)
+    for name, r in repeats.items():
+        rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                     "graph": name, "layers_per_graph": r * len(weights),
+                     "us": min(runs[name]), "runs": runs[name]})
+        print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:12s} "
+              f"{r * len(weights):3d} layers {min(runs[name]):8.1f} us", flush=True)
+    pd.DataFrame(rows).to_csv(out / "graph_layers.csv", index=False)
 df = pd.DataFrame(rows)
 base = df[df.kind == "moe"].set_index(["model", "batch", "graph"])
 dea = df[df.kind == "deamoe"].copy()

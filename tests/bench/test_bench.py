@@ -60,6 +60,30 @@ def test_bench_impl_rows(shape):
     assert row["layers"] == 8
 
 
+def test_committed_points_yield_the_picked_knobs(tmp_path):
+    # what the A/B scripts re-time: each point's committed knobs, baseline layer first, inputs
+    # and bytes from the same routing; the point list order is kept within a model
+    import types
+
+    from deamoe.bench.microbench import committed_points
+
+    table = tmp_path / "microbench.csv"
+    table.write_text("model,batch,baseline_tile,deamoe_tile\n"
+                     "tiny,2,w13=n32-k32-w4-s1;w2=n16-k32-w4-s1;block_m=16,"
+                     "dept_up=n16-k32-w4-s1;expert_up=n16-k32-w4-s1;expert_down=n16-k32-w4-s1;"
+                     "dept_down=n16-k32-w4-s1;dept_block_m=16;expert_block_m=16;dense_dept_up=1\n"
+                     "tiny,5,w13=n16-k32-w4-s1;w2=n16-k32-w4-s1;block_m=32,"
+                     "dept_up=n32-k32-w4-s1;expert_up=n32-k32-w4-s1;expert_down=n32-k32-w4-s1;"
+                     "dept_down=n32-k32-w4-s1;dept_block_m=16;expert_block_m=16\n")
+    got = list(committed_points(["tiny:5", "tiny:2"], TINY, str(table), "cpu",
+                                shapes=lambda m: types.SimpleNamespace(baseline=MOE, deamoe=DEA)))
+    order = [(g[1].kind, g[3]) for g in got]
+    assert order == [("moe", 5), ("moe", 2), ("deamoe", 5), ("deamoe", 2)]
+    assert got[0][4]["block_m"] == 32 and got[3][4]["dense_dept_up"] == 1
+    assert all(len(g[2]) == 2 and len(g[5]) == 2 and g[5][0].shape[0] == g[3] for g in got)
+    assert all(g[6] > 0 for g in got)
+
+
 def test_decode_step_and_table():
     dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
     rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})

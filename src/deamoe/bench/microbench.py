@@ -263,6 +263,30 @@ def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, 
     return xs, nbytes, experts
 
 
+def committed_points(points: list[str], s: MicrobenchSettings,
+                     table: str = "reports/measured/h200/microbench.csv", device="cuda",
+                     shapes=table1_row):
+    """For the scripts that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
+    point, the baseline layer then the DeaMoE one, yield (model, shape, weights, batch, knobs,
+    xs, nbytes) -- the layer copies made once per model and kind, the knobs that table picked.
+    shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default)."""
+    import pandas as pd
+
+    picks = pd.read_csv(table)
+    parsed = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
+    for model in dict.fromkeys(m for m, _ in parsed):
+        row = shapes(model)
+        for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
+            weights = layer_copies(shape, s, device)
+            for batch in [b for m, b in parsed if m == model]:
+                sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
+                xs, nbytes, _ = point_inputs(shape, weights, batch, s, device)
+                yield model, shape, weights, batch, parse_knobs(sel[col]), xs, nbytes
+            del weights
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
                stage_rows=None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
