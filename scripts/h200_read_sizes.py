@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import triton
 
 from deamoe.bench.layer_step import time_fn
 from deamoe.kernels.stream_read import stream_read
-from deamoe.provenance import provenance
 from deamoe.kernels.stream_read_benchmark import VARIANTS
+from deamoe.provenance import provenance
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -39,8 +40,6 @@ for mb in (12.5, 25, 50, 100, 200, 400, 800, 1600, 4096):
     print(f"{mb:7.1f} MB x{copies:3d}: best {best['us']:9.1f} us  {best['tbps']:.3f} TB/s", flush=True)
     del bufs
     torch.cuda.empty_cache()
-import triton  # noqa: E402
-
 prov = provenance("cuda")
 pd.DataFrame(rows).assign(gpu=prov["device"], torch=prov["torch"], triton=triton.__version__,
                           date=prov["date"], git_sha=prov["git_sha"]).to_csv(

@@ -116,17 +116,15 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         )
 
     # each GEMM once; `groups` restricts it to some departments (or their experts)
-    def dept_up_gemm(groups=None):
-        grouped_gemm(x, dept_gate, a1, st["al"][0], st["ids"], bu=dept_up, a_mode=ROW_TOKEN,
+    def dept_up_gemm(groups=None, dense=False):
+        if dense:  # every (token, department) row of a1: needs no routing
+            al, rows = dense_alignment(T, n_dept, per, tiles.dense_block_m or tiles.dept_block_m,
+                                       dev)
+        else:
+            al, rows = st["al"][0], st["ids"]
+        grouped_gemm(x, dept_gate, a1, al, rows, bu=dept_up, a_mode=ROW_TOKEN,
                      c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
                      groups=groups, **common)
-
-    def dense_dept_up_gemm():  # every (token, department) row of a1: needs no routing
-        al, every = dense_alignment(T, n_dept, per, tiles.dense_block_m or tiles.dept_block_m,
-                                    dev)
-        grouped_gemm(x, dept_gate, a1, al, every, bu=dept_up, a_mode=ROW_TOKEN,
-                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
-                     **common)
 
     def expert_up_gemm(groups=None):
         grouped_gemm(a1, expert_gate, st["y"], st["al"][1], st["ids"], bu=expert_up,
@@ -150,7 +148,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     head = [] if route is None else [("route", do_route, ())]
     head.append(("align", do_align, ()))
     if tiles.dense_dept_up:
-        dense = [dense_dept_up_gemm] + ([] if fused else [apply_operator])
+        dense = [lambda: dept_up_gemm(dense=True)] + ([] if fused else [apply_operator])
         routed = [launch for _, launch, _ in head]
 
         def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
