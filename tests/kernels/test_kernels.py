@@ -48,6 +48,26 @@ def test_tma_weight_loads_match_reference(name):
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("tile", ["n32-k32-w4-s2-swap", "n32-k32-w4-s2-tma-swap"])
+def test_swapped_orientation_matches_reference(name, tile):
+    # -swap tiles compute C^T = B @ A^T (weights on the MMA's M side) and transpose back before
+    # the epilogue: every epilogue (SwiGLU, both halves, weighted atomic sums) and row mode must
+    # give the same layer, with a partial last block, empty departments and a dense dept_up
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+    from deamoe.kernels.grouped_gemm import TileConfig
+
+    t = TileConfig.parse(tile)
+    deamoe = SHAPES[name].kind == "deamoe"
+    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "random"))):
+        tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t,
+                             dense_dept_up=seed == 2)
+                 if deamoe else MoETiles(w13=t, w2=t))
+        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
+        assert row["ok"], row
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_launches_match_reference(name, parts):
     # groups cut into parts, each part's GEMMs computing only its groups (on the GPU: one CUDA
@@ -148,9 +168,12 @@ def test_split_ranges_cover_all_groups_once():
 def test_tile_config_names_round_trip_and_bad_ones_fail():
     from deamoe.kernels.grouped_gemm import TileConfig
 
-    for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma"):
+    for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma", "n64-k64-w4-s3-swap",
+                 "n128-k64-w4-s3-tma-swap"):
         assert TileConfig.parse(text).name == text
-    for bad in ("n64-k128-w4", "n64-k128-w4-s4-x2", "n64-k128-w4-s4-tma-tma", "tma"):
+    assert TileConfig.parse("n64-k64-w4-s3-tma-swap").swap
+    for bad in ("n64-k128-w4", "n64-k128-w4-s4-x2", "n64-k128-w4-s4-tma-tma", "tma",
+                "n64-k64-w4-s3-swap-tma", "n64-k64-w4-s3-swap-swap"):
         with pytest.raises(ValueError, match="tile config"):
             TileConfig.parse(bad)
 

@@ -70,7 +70,7 @@ def grouped_gemm_kernel(
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr,
+    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -96,8 +96,12 @@ def grouped_gemm_kernel(
         b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
         bg_ptrs = bg_ptr + b_off
         bu_ptrs = bu_ptr + b_off
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if SWAP_AB:  # C^T = B @ A^T: the weight tile is the MMA's M side (see TileConfig.swap)
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
@@ -114,7 +118,10 @@ def grouped_gemm_kernel(
         if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
             bg = bg.to(tl.float32)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
-        acc = tl.dot(a, bg, acc)
+        if SWAP_AB:
+            acc = tl.dot(tl.trans(bg), tl.trans(a), acc)
+        else:
+            acc = tl.dot(a, bg, acc)
         if GATED:
             if B_DESC:
                 bu = tl.trans(bu_ptr.load([b_row, k0]))
@@ -124,15 +131,21 @@ def grouped_gemm_kernel(
                 bu = bu.to(tl.float32)
             if EPI == 1:
                 au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
-                acc_u = tl.dot(au, bu, acc_u)
             else:
-                acc_u = tl.dot(a, bu, acc_u)
+                au = a
+            if SWAP_AB:
+                acc_u = tl.dot(tl.trans(bu), tl.trans(au), acc_u)
+            else:
+                acc_u = tl.dot(au, bu, acc_u)
             if not B_DESC:
                 bu_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
         if not B_DESC:
             bg_ptrs += BLOCK_K
 
+    if SWAP_AB:  # back to [BLOCK_M, BLOCK_N] for the shared epilogue (a small register shuffle)
+        acc = tl.trans(acc)
+        acc_u = tl.trans(acc_u)
     if EPI == 1:
         acc = _act(acc, 1) * acc_u
     else:
@@ -165,25 +178,34 @@ class TileConfig:
     num_warps: int = 4
     num_stages: int = 4
     tma: bool = False
+    # swap: compute C^T = B @ A^T, so the weight tile's BLOCK_N rows are the MMA's M side and the
+    # BLOCK_M token rows its N side.  Hopper's wgmma needs M >= 64 per warp group: with 16-64
+    # token rows the plain orientation gets the older mma.sync at a fraction of the tensor
+    # throughput, which is what limits the department GEMMs from ~24 rows (NOTES.md v15, v17)
+    swap: bool = False
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
-        return text + ("-tma" if self.tma else "")
+        return text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
-        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads."""
+        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
+        '-swap' appended (after -tma if both): the swapped orientation."""
         try:
             words = text.split("-")
-            tma = "tma" in words
-            parts = {p[0]: int(p[1:]) for p in words if p != "tma"}
-            if set(parts) != set("nkws") or len(words) != 4 + tma:
+            flags = [w for w in words[4:]]
+            if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
-            return cls(parts["n"], parts["k"], parts["w"], parts["s"], tma)
+            parts = {p[0]: int(p[1:]) for p in words[:4]}
+            if set(parts) != set("nkws"):
+                raise KeyError
+            return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
+                       "swap" in flags)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma)") from None
+                             "(optionally with -tma, -swap or -tma-swap)") from None
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -244,6 +266,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
