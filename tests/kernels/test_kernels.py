@@ -202,33 +202,6 @@ def test_align_groups_and_pads(T, k, E, bm):
         seen += real.tolist()
     assert sorted(seen) == list(range(T * k))  # every pair exactly once
     assert (slots[slots >= T * k] == T * k).all()  # padding holds the sentinel
-    # group_start: group g owns exactly blocks group_start[g] / bm .. group_start[g + 1] / bm
-    # (what the compact grid of a launch over a range of groups relies on)
-    start = al.group_start.tolist()
-    assert len(start) == E + 1 and start[0] == 0 and start[E] == nb * bm
-    for g in range(E):
-        blocks = al.block_group[start[g] // bm: start[g + 1] // bm]
-        assert start[g] % bm == 0 and (blocks == g).all()
-        assert blocks.numel() == (int(counts[g]) + bm - 1) // bm
-
-
-@pytest.mark.parametrize("compact", [False, True])
-def test_grid_mappings_match_reference(compact, monkeypatch):
-    # both program -> (block, N tile) mappings (grouped_gemm.COMPACT_GRID), also for launches
-    # that serve a range of groups only (split_launches) and for the dense department GEMM
-    from deamoe.kernels import grouped_gemm
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fused_moe import MoETiles
-
-    monkeypatch.setattr(grouped_gemm, "COMPACT_GRID", compact)
-    for name in sorted(SHAPES):
-        deamoe = SHAPES[name].kind == "deamoe"
-        for seed, (tokens, pattern, parts) in enumerate(((1, "random", 2), (23, "empty", 3),
-                                                         (40, "same", 1))):
-            tiles = (DeaMoETiles(split_launches=parts, dense_dept_up=seed == 1) if deamoe
-                     else MoETiles(split_launches=parts))
-            row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
-            assert row["ok"], row
 
 
 def test_align_departments_dedup():

@@ -8,8 +8,6 @@ router's top-k ids [T, k] into
   block_group  [max_blocks] int32 the group (expert or department) that owns each BLOCK_M block
   num_blocks   [1] int32          how many blocks are in use (the GEMM grid is sized by the
                                   host-side bound `max_blocks`; programs past num_blocks exit)
-  group_start  [G + 1] int32      first slot of each group, and the end of the last one: the
-                                  blocks of groups lo..hi-1 are group_start[lo..hi] / BLOCK_M
 Everything stays on the device (no host sync), so the whole layer can be captured in a CUDA graph.
 
 Group of pair p: ids[p] // per_group (per_group = 1 for experts, experts-per-department for
@@ -68,7 +66,6 @@ def _align_one(
     padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, 0) - padded
     tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
-    tl.store(offs_ptr + G, tl.sum(padded, 0))  # group_start[G]: the end of the last group
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
     pad = tl.arange(0, BLOCK_M)
     tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
@@ -124,7 +121,6 @@ class Alignment:
     n_groups: int
     per_group: int
     dedup: bool
-    group_start: torch.Tensor  # [n_groups + 1] int32: first slot of each group, then the end
 
 
 @dataclass(frozen=True)
@@ -154,10 +150,9 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
         n_groups=spec.n_groups,
         per_group=spec.per_group,
         dedup=spec.dedup,
-        group_start=torch.empty(spec.n_groups + 1, **i32),
     )
-    # counts, ranks, and the group starts (kept: the GEMMs read them)
-    scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32), al.group_start]
+    scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32),
+               torch.empty(spec.n_groups, **i32)]
     return al, scratch
 
 
@@ -230,7 +225,6 @@ def dense_alignment(n_tokens: int, n_groups: int, per_group: int, block_m: int,
         n_groups=n_groups,
         per_group=per_group,
         dedup=True,
-        group_start=torch.arange(n_groups + 1, **i32) * (blocks_per_group * block_m),
     )
     ids = (group * per_group).expand(n_tokens, n_groups).contiguous()
     made = (al, ids)

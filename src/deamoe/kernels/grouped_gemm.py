@@ -16,11 +16,8 @@ WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C 
 of storing, which is how the sum over a token's experts (or departments) happens.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
-that share a weight tile run together and the second read comes from L2.  The grid never
-depends on the routing (no host sync), so some programs have no block and exit at once.  With
-COMPACT_GRID (v18) program i takes the i-th (block, N tile) of the blocks in use -- the
-device-side count, and only the launch's groups -- so all the exiting programs come last,
-after the work, instead of between the weight tiles of every N column.
+that share a weight tile run together and the second read comes from L2.  Programs past the
+device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
 """
 
@@ -39,8 +36,6 @@ ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-# the program -> (block, N tile) mapping of the grid (module docstring; NOTES.md v18)
-COMPACT_GRID = True
 
 
 @triton.jit
@@ -69,32 +64,23 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, group_start_ptr, ids_ptr, w_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, COMPACT: tl.constexpr,
+    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
-    if COMPACT:  # the blocks of groups g_lo..g_hi-1 are contiguous: b_lo..b_hi-1
-        b_lo = tl.load(group_start_ptr + g_lo) // BLOCK_M
-        nb = tl.load(group_start_ptr + g_hi) // BLOCK_M - b_lo
-        if pid >= nb * tl.cdiv(N, BLOCK_N):
-            return
-        pid_m = b_lo + pid % nb
-        pid_n = pid // nb
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-    else:
-        pid_m = pid % max_blocks
-        pid_n = pid // max_blocks
-        if pid_m >= tl.load(nblocks_ptr):
-            return
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-        if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups (split_launches)
-            return
+    pid_m = pid % max_blocks
+    pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
+    g = tl.load(block_group_ptr + pid_m).to(tl.int64)
+    if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups only (split_launches)
+        return
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     p = tl.load(sorted_ptr + offs_m)
     row_ok = p < P
@@ -272,8 +258,7 @@ def grouped_gemm(
         b_up = b_gate if bu is None else _weight_desc(bu, tile)
     grouped_gemm_kernel[grid](
         a, b_gate, b_up, c,
-        al.sorted_pairs, al.block_group, al.num_blocks, al.group_start, ids,
-        c if weights is None else weights,
+        al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
         N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
         a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
@@ -281,6 +266,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, COMPACT=COMPACT_GRID, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
