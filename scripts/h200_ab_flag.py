@@ -1,11 +1,13 @@
 """A/B of one kernel switch on the committed tiles (NOTES.md v12, v13, v14) on the H200.
 
-usage: python scripts/h200_ab_flag.py OUT_DIR (MODULE.FLAG | KNOB=VALUE) [MODEL:BATCH ...]
+usage: python scripts/h200_ab_flag.py OUT_DIR (MODULE.FLAG | KNOB=VALUE[,KNOB=VALUE...])
+                                      [MODEL:BATCH ...]
 For each point, both layers, the committed tiles (reports/measured/h200/microbench.csv), the
 same routing and rotated weight copies: the layer step timed with MODULE.FLAG = False and True
-(or the committed knobs without and with KNOB=VALUE added; a layer whose tiles have no
-such knob runs the same tiles twice, which shows the noise), interleaved twice (CUDA graph,
-median of 50 replays each) -> ab_flag.csv; prints the ratio.  CUDA only.
+(or the committed knobs without and with the KNOB=VALUE settings that the layer's tiles have,
+e.g. expert_up=...,w13=... sets one in each layer; a layer whose tiles have none of them runs
+the same tiles twice, which shows the noise), interleaved twice (CUDA graph, median of 50
+replays each) -> ab_flag.csv; prints the ratio.  CUDA only.
 """
 
 import importlib
@@ -20,9 +22,11 @@ from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_t
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 switch = sys.argv[2]
-if "=" in switch:  # a tile knob, e.g. split_launches=2
-    knob, knob_value = switch.split("=", 1)
-    knob_value = int(knob_value) if knob_value.isdigit() else knob_value
+if "=" in switch:  # tile knobs, e.g. split_launches=2 or expert_up=n128-k64-w4-s3-tma,w13=...
+    settings = {}
+    for part in switch.split(","):
+        knob, value = part.split("=", 1)
+        settings[knob] = int(value) if value.isdigit() else value
     mod = flag = None
 else:
     mod_name, flag = switch.rsplit(".", 1)
@@ -31,8 +35,9 @@ s = MicrobenchSettings()
 rows = []
 for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv[3:], s):
     variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
-    if mod is None and hasattr(variants[False], knob):  # a DeaMoE-only knob (v14):
-        variants[True] = make_tiles(shape, {**knobs, knob: knob_value})  # baseline: noise
+    if mod is None:  # only the knobs this layer's tiles have (none: the noise)
+        own = {k: v for k, v in settings.items() if hasattr(variants[False], k)}
+        variants[True] = make_tiles(shape, {**knobs, **own})
 
     def runner(tiles):
         def run():
