@@ -13,7 +13,8 @@ Epilogues (act = silu | gelu | none, applied before the routing weight):
   EPI_SWIGLU    silu(Ag @ Bg^T) * (Au @ Bu^T)         (GATED; Au = A shifted by a_up_off cols)
   EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
 WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32) instead
-of storing, which is how the sum over a token's experts (or departments) happens.
+of storing, which is how the sum over a token's experts (or departments) happens.  SWAP_AB (a
+tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
 that share a weight tile run together and the second read comes from L2.  Programs past the
@@ -179,9 +180,9 @@ class TileConfig:
     num_stages: int = 4
     tma: bool = False
     # swap: compute C^T = B @ A^T, so the weight tile's BLOCK_N rows are the MMA's M side and the
-    # BLOCK_M token rows its N side.  Hopper's wgmma needs M >= 64 per warp group: with 16-64
-    # token rows the plain orientation gets the older mma.sync at a fraction of the tensor
-    # throughput, which is what limits the department GEMMs from ~24 rows (NOTES.md v15, v17)
+    # BLOCK_M token rows its N side (Hopper's wgmma needs M >= 64 per warp group; 16-row token
+    # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
+    # department GEMMs (v17), 1.5-4.7% faster for Baseline-7B's small experts (v20)
     swap: bool = False
 
     @property
