@@ -5,7 +5,8 @@ The microbenchmark's search (`microbench.search_tiles`) tunes each GEMM's tile o
 adds split_launches and DeaMoE's dense department up-projection; v20b found older picks
 1-4% faster than the search's.  Here, per point and for both layers alike: the search and its
 finalist as the microbenchmark runs them (pick 1), then one more coordinate pass over every
-GEMM's tile starting from pick 1 (pick 2); both picks re-timed with the full replay count,
+GEMM's tile starting from pick 1 (`microbench.tile_pass`, what `final_tile_pass` adds to the
+search: pick 2); both picks re-timed with the full replay count,
 interleaved twice -> final_pass.csv (min of the two medians each).
 """
 
@@ -17,7 +18,8 @@ import pandas as pd
 
 from deamoe.bench.layer_step import ffn_step, time_fn
 from deamoe.bench.microbench import (GEMM_STAGES, MicrobenchSettings, knobs_name, layer_copies,
-                                     make_tiles, pick_finalist, point_inputs, search_tiles)
+                                     make_tiles, pick_finalist, point_inputs, search_tiles,
+                                     tile_pass)
 from deamoe.config import table1_row
 
 POINTS = ["Baseline-7B:96", "Baseline-7B:128", "Qwen3-235B-A22B:32", "Qwen3-235B-A22B:64"]
@@ -57,28 +59,21 @@ for model in dict.fromkeys(m for m, _ in points):
 
             first = search_tiles(shape, logged, s, batch)
             pick1 = pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or first
-            best, best_t, moves = pick1, measure(pick1), 0
-            for stage in GEMM_STAGES[shape.kind]:
-                for tile in s.tiles:
-                    if tile == best[stage]:
-                        continue
-                    trial = {**best, stage: tile}
-                    t = measure(trial)
-                    if t is not None and t < best_t:
-                        best, best_t, moves = trial, t, moves + 1
-            pick2 = best
+            pick2, _ = tile_pass(shape, measure, s, pick1, measure(pick1))
+            changed = sum(pick2[g] != pick1[g] for g in GEMM_STAGES[shape.kind])
             runs = {1: [], 2: []}
             for _ in range(2):
                 for key, knobs in ((1, pick1), (2, pick2)):
                     runs[key].append(measure(knobs, s.replays))
             rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
-                         "pick1_us": min(runs[1]), "pick2_us": min(runs[2]), "moves": moves,
+                         "pick1_us": min(runs[1]), "pick2_us": min(runs[2]),
+                         "tiles_changed": changed,
                          "pick1": knobs_name(pick1), "pick2": knobs_name(pick2),
                          "pick1_runs": runs[1], "pick2_runs": runs[2]})
             r = rows[-1]
             print(f"{model:16s} {shape.kind:6s} {batch:4d} pick1 {r['pick1_us']:8.1f} pick2 "
-                  f"{r['pick2_us']:8.1f} us ({r['pick2_us'] / r['pick1_us']:.3f}x, {moves} moves) "
-                  f"[{time.time() - t0:.0f} s]", flush=True)
+                  f"{r['pick2_us']:8.1f} us ({r['pick2_us'] / r['pick1_us']:.3f}x, {changed} tiles "
+                  f"changed) [{time.time() - t0:.0f} s]", flush=True)
             pd.DataFrame(rows).to_csv(out / "final_pass.csv", index=False)
         del weights
 df = pd.DataFrame(rows)

@@ -103,6 +103,8 @@ def test_settings_reject_bad_values():
         MicrobenchSettings(dense_dept_up=["yes"])
     with pytest.raises(ConfigError, match="min_layers_per_graph"):
         MicrobenchSettings(min_layers_per_graph=0)
+    with pytest.raises(ConfigError, match="final_tile_pass"):
+        MicrobenchSettings(final_tile_pass="yes")
 
 
 def test_cli_without_cuda_writes_status(tmp_path):
@@ -183,6 +185,23 @@ def test_search_tries_dense_dept_up_for_deamoe_only():
     search_tiles(DEA, cost, MicrobenchSettings(tiles=["n64-k64-w4-s1"],
                                                dense_dept_up=[False]))
     assert not any("dense_dept_up" in k for k in tried)
+
+
+def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
+    # expert_down's best tile changes once dense_dept_up is on (as v21 measured for DeaMoE-7B):
+    # only the pass after the dense step finds it
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+
+    def cost(k):
+        t = 0 if k.get("dense_dept_up") else 1
+        if k["expert_down"] == b:
+            t += -2 if k.get("dense_dept_up") else 5
+        return t
+    off = search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b]))
+    on = search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b], final_tile_pass=True))
+    assert off["dense_dept_up"] == 1 and off["expert_down"] == a
+    assert on["dense_dept_up"] == 1 and on["expert_down"] == b
+    assert cost(on) < cost(off)
 
 
 def test_pick_finalist_retimes_the_best_distinct_candidates():
