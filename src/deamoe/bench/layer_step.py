@@ -19,10 +19,6 @@ from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
 BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
-# DeaMoE with dense_dept_up: True runs the router GEMM before the fork, so only the routing and
-# align run beside the dense department GEMM (NOTES.md v22: the v20 timelines show cuBLAS's
-# router GEMM waiting for the dense GEMM's CTAs at 64-128 tokens).  An A/B switch, off.
-ROUTER_BEFORE_FORK = False
 
 
 def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, seed=0) -> dict:
@@ -125,16 +121,10 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 
         # the kernel runs the routing itself: beside its department up-projection when
         # tiles.dense_dept_up (NOTES.md v14), else first, as here for the baseline
-        route_fn = routing
-        if ROUTER_BEFORE_FORK:
-            logits = F.linear(x, w["router"])
-
-            def route_fn():
-                return routing_fn(compiled)(shape, logits)
         return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
                               w["expert_up"], w["expert_down"], None, None,
                               operator=shape.operator, tiles=tiles or DeaMoETiles(),
-                              route=route_fn)
+                              route=routing)
     ids, weights = routing()
     if impl == "torch":
         return torch_grouped_moe(x, w, ids, weights)
