@@ -18,8 +18,7 @@ import pandas as pd
 
 from deamoe.bench.layer_step import ffn_step, time_fn
 from deamoe.bench.microbench import (GEMM_STAGES, MicrobenchSettings, knobs_name, layer_copies,
-                                     make_tiles, pick_finalist, point_inputs, search_tiles,
-                                     tile_pass)
+                                     make_tiles, point_inputs, search_point, tile_pass)
 from deamoe.config import table1_row
 
 POINTS = ["Baseline-7B:96", "Baseline-7B:128", "Qwen3-235B-A22B:32", "Qwen3-235B-A22B:64"]
@@ -49,16 +48,7 @@ for model in dict.fromkeys(m for m, _ in points):
                     print(f"  {knobs_name(knobs)}: {type(exc).__name__}")
                     return None
 
-            tried = []
-
-            def logged(knobs):
-                t = measure(knobs)
-                if t is not None:
-                    tried.append((t, knobs))
-                return t
-
-            first = search_tiles(shape, logged, s, batch)
-            pick1 = pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or first
+            pick1 = search_point(shape, measure, s, batch)
             pick2, _ = tile_pass(shape, measure, s, pick1, measure(pick1))
             changed = sum(pick2[g] != pick1[g] for g in GEMM_STAGES[shape.kind])
             runs = {1: [], 2: []}

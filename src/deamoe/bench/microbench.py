@@ -243,6 +243,21 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
     return best, best_t
 
 
+def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
+    """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
+    s.replays (measure(knobs, replays=s.select_replays) -> median us or None)."""
+    tried = []
+
+    def logged(knobs):
+        t = measure(knobs)
+        if t is not None:
+            tried.append((t, knobs))
+        return t
+
+    knobs = search_tiles(shape, logged, s, batch)
+    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or knobs
+
+
 def pick_finalist(tried: list[tuple[float, dict]], n: int, measure):
     """The fastest of the search's n best distinct candidates, each re-timed with the full
     replay count: a candidate timed with few replays can win the search by noise (v14: the
@@ -334,16 +349,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 return None
 
         if impl == "triton":
-            tried = []
-
-            def logged(knobs):
-                t = measure(knobs)
-                if t is not None:
-                    tried.append((t, knobs))
-                return t
-
-            knobs = search_tiles(shape, logged, s, batch)
-            knobs = pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or knobs
+            knobs = search_point(shape, measure, s, batch)
             run = runner(make_tiles(shape, knobs), repeats) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:
