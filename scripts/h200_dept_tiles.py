@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import triton.testing
 
 from deamoe.bench.layer_step import random_weights
 from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
-from deamoe.kernels.grouped_gemm import (EPI_ACT, EPI_BOTH, ROW_TOKDEPT, ROW_TOKEN, TileConfig,
-                                         grouped_gemm)
+from deamoe.kernels.deamoe_decode import dept_down_gemm, dept_up_gemm
+from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.kernels.stage_benchmark import rotated_us
 from deamoe.routing import route
 
 UP_TILES = ["n128-k128-w4-s3-tma", "n64-k128-w4-s4", "n64-k64-w4-s3", "n64-k64-w4-s3-tma",
@@ -40,10 +40,7 @@ rows = []
 
 
 def bench(launch) -> float:
-    def run():
-        for i in range(COPIES):
-            launch(i)
-    return triton.testing.do_bench_cudagraph(run, rep=30, return_mode="median") * 1e3 / COPIES
+    return rotated_us(launch, COPIES)
 
 
 for T in BLOCK_M:
@@ -61,10 +58,8 @@ for T in BLOCK_M:
         for name in UP_TILES:
             tile = TileConfig.parse(name)
             try:
-                us = bench(lambda i: grouped_gemm(
-                    x, ws[i]["dept_gate"], a1, al_dense, every, bu=ws[i]["dept_up"],
-                    a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act="silu", c_up_off=f,
-                    tile=tile, n_dept=n_dept, per_group=per))
+                us = bench(lambda i: dept_up_gemm(
+                    x, ws[i]["dept_gate"], ws[i]["dept_up"], a1, al_dense, every, per, tile))
             except Exception as exc:  # noqa: BLE001 - a tile that does not fit is skipped
                 print("dept_up", T, bm, name, type(exc).__name__, str(exc).splitlines()[0][:100])
                 continue
@@ -75,10 +70,8 @@ for T in BLOCK_M:
             tile = TileConfig.parse(name)
             for s_dtype, s in (("float32", s32), ("bfloat16", s16)):
                 try:
-                    us = bench(lambda i: grouped_gemm(
-                        s, ws[i]["dept_down"], out_acc, al_dept, ids, a_mode=ROW_TOKDEPT,
-                        c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tile, n_dept=n_dept,
-                        per_group=per))
+                    us = bench(lambda i: dept_down_gemm(
+                        s, ws[i]["dept_down"], out_acc, al_dept, ids, per, tile))
                 except Exception as exc:  # noqa: BLE001
                     print("dept_down", T, bm, name, type(exc).__name__,
                           str(exc).splitlines()[0][:100])

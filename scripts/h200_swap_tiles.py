@@ -21,17 +21,16 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import triton.testing
 
 from deamoe.bench.layer_step import ffn_step, random_weights, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
-from deamoe.kernels.deamoe_decode import DeaMoETiles
+from deamoe.kernels.deamoe_decode import DeaMoETiles, dept_down_gemm, dept_up_gemm
 from deamoe.kernels.fused_moe import MoETiles
-from deamoe.kernels.grouped_gemm import (EPI_ACT, EPI_BOTH, ROW_TOKDEPT, ROW_TOKEN, TileConfig,
-                                         grouped_gemm)
+from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.kernels.stage_benchmark import rotated_us
 from deamoe.routing import route
 
 out = Path(sys.argv[1])
@@ -89,10 +88,7 @@ rows = []
 
 
 def bench(launch) -> float:
-    def run():
-        for i in range(COPIES):
-            launch(i)
-    return triton.testing.do_bench_cudagraph(run, rep=30, return_mode="median") * 1e3 / COPIES
+    return rotated_us(launch, COPIES)
 
 
 def record(stage, T, depts, bm, name, us, nbytes):
@@ -114,10 +110,8 @@ for T in SWAP_BM:
         al_dense, every = dense_alignment(T, n_dept, per, bm, "cuda")
         tile = TileConfig.parse(name)
         try:
-            us = bench(lambda i: grouped_gemm(
-                x, ws[i]["dept_gate"], a1, al_dense, every, bu=ws[i]["dept_up"],
-                a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act="silu", c_up_off=f,
-                tile=tile, n_dept=n_dept, per_group=per))
+            us = bench(lambda i: dept_up_gemm(
+                x, ws[i]["dept_gate"], ws[i]["dept_up"], a1, al_dense, every, per, tile))
         except Exception as exc:  # noqa: BLE001 - a tile that does not fit is skipped
             print("dept_up", T, bm, name, type(exc).__name__, str(exc).splitlines()[0][:100])
             continue
@@ -127,10 +121,8 @@ for T in SWAP_BM:
         (al_dept,) = align(ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm))
         tile = TileConfig.parse(name)
         try:
-            us = bench(lambda i: grouped_gemm(
-                s32, ws[i]["dept_down"], out_acc, al_dept, ids, a_mode=ROW_TOKDEPT,
-                c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tile, n_dept=n_dept,
-                per_group=per))
+            us = bench(lambda i: dept_down_gemm(
+                s32, ws[i]["dept_down"], out_acc, al_dept, ids, per, tile))
         except Exception as exc:  # noqa: BLE001
             print("dept_down", T, bm, name, type(exc).__name__, str(exc).splitlines()[0][:100])
             continue

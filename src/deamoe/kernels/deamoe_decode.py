@@ -64,6 +64,24 @@ class DeaMoETiles:
     dense_block_m: int = 0
 
 
+def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
+                 act: str = "silu", groups=None) -> None:
+    """GEMM 1 for the (token, department) rows of `al` (routed, or `dense_alignment`):
+    a1[(t, j)] = act(Wg[j] x_t) | act(Wu[j] x_t).  Also what the department benchmarks time."""
+    n_dept, f, _ = dept_gate.shape
+    grouped_gemm(x, dept_gate, a1, al, rows, bu=dept_up, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
+                 epi=EPI_BOTH, act=act, c_up_off=f, tile=tile, groups=groups, n_dept=n_dept,
+                 per_group=per_group)
+
+
+def dept_down_gemm(s, dept_down, out, al, ids, per_group: int, tile: TileConfig,
+                   groups=None) -> None:
+    """GEMM 4: out[t] += Wd[j] S[(t, j)] over the routed (token, department) rows of `al`."""
+    grouped_gemm(s, dept_down, out, al, ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN, epi=EPI_ACT,
+                 atomic=True, tile=tile, groups=groups, n_dept=dept_down.shape[0],
+                 per_group=per_group)
+
+
 def _torch_operator(name: str):
     from deamoe.model.layers import operator
 
@@ -116,15 +134,13 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         )
 
     # each GEMM once; `groups` restricts it to some departments (or their experts)
-    def dept_up_gemm(groups=None, dense=False):
+    def dept_up_stage_gemm(groups=None, dense=False):
         if dense:  # every (token, department) row of a1: needs no routing
             al, rows = dense_alignment(T, n_dept, per, tiles.dense_block_m or tiles.dept_block_m,
                                        dev)
         else:
             al, rows = st["al"][0], st["ids"]
-        grouped_gemm(x, dept_gate, a1, al, rows, bu=dept_up, a_mode=ROW_TOKEN,
-                     c_mode=ROW_TOKDEPT, epi=EPI_BOTH, act=sig, c_up_off=f, tile=tiles.dept_up,
-                     groups=groups, **common)
+        dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per, tiles.dept_up, sig, groups)
 
     def expert_up_gemm(groups=None):
         grouped_gemm(a1, expert_gate, st["y"], st["al"][1], st["ids"], bu=expert_up,
@@ -136,10 +152,8 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                      a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, act=sig, atomic=True,
                      tile=tiles.expert_down, groups=groups, **common)
 
-    def dept_down_gemm(groups=None):
-        grouped_gemm(s, dept_down, out, st["al"][0], st["ids"], a_mode=ROW_TOKDEPT,
-                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.dept_down,
-                     groups=groups, **common)
+    def dept_down_stage_gemm(groups=None):
+        dept_down_gemm(s, dept_down, out, st["al"][0], st["ids"], per, tiles.dept_down, groups)
 
     def apply_operator():  # sigma outside the kernel (rmsnorm needs the whole row)
         op = _torch_operator(operator)
@@ -148,7 +162,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     head = [] if route is None else [("route", do_route, ())]
     head.append(("align", do_align, ()))
     if tiles.dense_dept_up:
-        dense = [lambda: dept_up_gemm(dense=True)] + ([] if fused else [apply_operator])
+        dense = [lambda: dept_up_stage_gemm(dense=True)] + ([] if fused else [apply_operator])
         routed = [launch for _, launch, _ in head]
 
         def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
@@ -157,10 +171,10 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
     if fused and tiles.split_launches > 1:
         def part(lo, hi):  # the GEMMs of departments lo..hi-1 and their experts
-            up = [] if tiles.dense_dept_up else [lambda: dept_up_gemm((lo, hi))]
+            up = [] if tiles.dense_dept_up else [lambda: dept_up_stage_gemm((lo, hi))]
             return up + [lambda: expert_up_gemm((lo * per, hi * per)),
                          lambda: expert_down_gemm((lo * per, hi * per)),
-                         lambda: dept_down_gemm((lo, hi))]
+                         lambda: dept_down_stage_gemm((lo, hi))]
 
         def split():
             run_parallel([part(lo, hi) for lo, hi in split_ranges(n_dept, tiles.split_launches)],
@@ -169,7 +183,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                                               expert_down, dept_down))]
 
     def dept_up_stage():
-        dept_up_gemm()
+        dept_up_stage_gemm()
         if not fused:
             apply_operator()
 
@@ -190,7 +204,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     stages = head + up + [
         ("expert_up", expert_up_gemm, (expert_gate, expert_up)),
         ("expert_down", expert_down_stage, (expert_down,)),
-        ("dept_down", dept_down_gemm, (dept_down,)),
+        ("dept_down", dept_down_stage_gemm, (dept_down,)),
     ]
     return out, stages
 

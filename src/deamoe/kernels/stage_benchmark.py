@@ -35,3 +35,14 @@ def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int 
         rows.append({"stage": name, "us": ms * 1e3, "bytes": nbytes,
                      "tbps": nbytes / (ms * 1e-3) / 1e12 if nbytes else float("nan")})
     return rows
+
+
+def rotated_us(launch, copies: int, rep_ms: int = 30) -> float:
+    """Microseconds per launch of `launch(i)`, i = 0..copies-1 (one launch per weight copy, so
+    the copies rotate beyond L2), all in one CUDA graph; median of the replays."""
+    import triton.testing
+
+    def run():
+        for i in range(copies):
+            launch(i)
+    return triton.testing.do_bench_cudagraph(run, rep=rep_ms, return_mode="median") * 1e3 / copies
