@@ -126,10 +126,12 @@ def make_tiles(shape, knobs: dict):
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.kernels.grouped_gemm import TileConfig
 
+    cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
+    switches = {f.name for f in dataclasses.fields(cls) if f.type in (bool, "bool")}
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
-    if "dense_dept_up" in parsed:  # written as 0 / 1 in the knob names
-        parsed["dense_dept_up"] = bool(parsed["dense_dept_up"])
-    return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**parsed)
+    for k in switches & set(parsed):  # written as 0 / 1 in the knob names
+        parsed[k] = bool(parsed[k])
+    return cls(**parsed)
 
 
 def joint_knobs(shape, tile: str, block_m: int) -> dict:

@@ -1,0 +1,71 @@
+"""A/B/C... of DeaMoE knob sets on the committed picks (NOTES.md v23) on the H200.
+
+usage: python scripts/h200_variants.py OUT_DIR NAME:KNOB=VALUE[,KNOB=VALUE...] [...] MODEL:BATCH [...]
+For each point: the baseline layer on its committed knobs (reports/measured/h200/microbench.csv)
+timed twice (its spread is the noise), and the DeaMoE layer on its committed knobs and on each
+named variant (the committed knobs updated with that variant's), same routing and rotated
+weight copies, every variant timed twice, interleaved; a graph of >= min_layers_per_graph layer
+steps as in the microbenchmark, median of 50 replays -> variants.csv (us = the better of the
+two runs); prints DeaMoE's time and speedup / ideal per variant.  CUDA only.
+"""
+
+import math
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+
+out = Path(sys.argv[1])
+out.mkdir(parents=True, exist_ok=True)
+variants, points = {}, []
+for arg in sys.argv[2:]:
+    if "=" in arg:
+        name, spec = arg.split(":", 1)
+        variants[name] = {k: int(v) if v.isdigit() else v
+                          for k, v in (part.split("=", 1) for part in spec.split(","))}
+    else:
+        points.append(arg)
+s = MicrobenchSettings()
+rows = []
+for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, s):
+    repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+    sets = {"committed": knobs}
+    if shape.kind == "deamoe":
+        sets.update({name: {**knobs, **v} for name, v in variants.items()})
+    else:
+        sets["committed again"] = knobs
+
+    def runner(tiles):
+        def run():
+            for _ in range(repeats):
+                for x, w in zip(xs, weights):
+                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
+        return run
+    runs = {name: [] for name in sets}
+    for _ in range(2):
+        for name, k in sets.items():
+            try:
+                runs[name].append(time_fn(runner(make_tiles(shape, k)), 50,
+                                          repeats * len(weights)).median_us)
+            except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, not fatal
+                print(f"{model} {shape.kind} {batch} {name}: {type(exc).__name__}: {exc}"[:300])
+                runs[name].append(float("nan"))
+    for name, r in runs.items():
+        rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                     "variant": name, "us": min(r), "runs": r})
+        print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:18s} {min(r):8.1f} us", flush=True)
+    pd.DataFrame(rows).to_csv(out / "variants.csv", index=False)
+df = pd.DataFrame(rows)
+base = df[(df.kind == "moe") & (df.variant == "committed")].set_index(["model", "batch"])
+dea = df[df.kind == "deamoe"].copy()
+dea["speedup"] = [base.loc[(m, b), "us"] / u for m, b, u in zip(dea.model, dea.batch, dea.us)]
+dea["sp_over_ideal"] = [sp / (base.loc[(m, b), "bytes"] / by)
+                        for m, b, sp, by in zip(dea.model, dea.batch, dea.speedup, dea.bytes)]
+print(dea.pivot_table(index=["model", "batch"], columns="variant", values="us").round(1).to_string())
+print(dea.pivot_table(index=["model", "batch"], columns="variant",
+                      values="sp_over_ideal").round(4).to_string())
+print(dea.pivot_table(index=["model", "batch"], columns="variant",
+                      values="speedup").round(4).to_string())
