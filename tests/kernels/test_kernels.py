@@ -240,6 +240,53 @@ def test_align_departments_dedup():
     assert kept == [0, 2, 3]  # first slot of each (token, department)
 
 
+def _expected_pairs(ids, per, dedup):
+    groups = (ids // per).tolist()
+    kept = {}
+    for t, row in enumerate(groups):
+        for slot, g in enumerate(row):
+            if not dedup or g not in row[:slot]:
+                kept[t * len(row) + slot] = g
+    return kept
+
+
+@pytest.mark.parametrize("memory_phases", [False, True])
+@pytest.mark.parametrize("T,k,n_dept,per,bm", [(5, 4, 4, 6, 16), (37, 10, 8, 84, 16),
+                                               (131, 10, 8, 40, 32), (230, 10, 8, 84, 16)])
+def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, bm, monkeypatch):
+    # DeaMoE's launch: departments (dedup, constexpr experts per department) and experts, in
+    # registers when all pairs fit one pass and through memory otherwise (230 x 10 = 2300 pairs
+    # > 2048) or with MEMORY_PHASES: each kept pair exactly once in a block of its group, every
+    # padding slot the sentinel, the block counts exact
+    from deamoe.kernels import align as align_mod
+
+    monkeypatch.setattr(align_mod, "MEMORY_PHASES", memory_phases)
+    gen = torch.Generator().manual_seed(T)
+    E = n_dept * per
+    # tokens crowd a few departments so that dedup has work: ids from 3 random departments
+    depts = torch.stack([torch.randperm(n_dept, generator=gen)[:3] for _ in range(T)])
+    ids = torch.stack([torch.randperm(3 * per, generator=gen)[:k] for _ in range(T)])
+    ids = depts.gather(1, ids // per) * per + ids % per
+    assert ids.max() < E
+    dept_al, exp_al = align_mod.align(
+        ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
+        AlignSpec(n_groups=E, block_m=bm))
+    P = T * k
+    for al, g_per, dedup in ((dept_al, per, True), (exp_al, 1, False)):
+        want = _expected_pairs(ids, g_per, dedup)
+        counts = torch.bincount(torch.tensor(list(want.values())), minlength=al.n_groups)
+        nb = int(al.num_blocks)
+        assert nb == int(((counts + bm - 1) // bm).sum())
+        slots = al.sorted_pairs[: nb * bm].view(nb, bm)
+        seen = {}
+        for b in range(nb):
+            real = slots[b][slots[b] < P].tolist()
+            assert real, f"block {b} has no pair"
+            seen.update({p: int(al.block_group[b]) for p in real})
+        assert seen == want
+        assert int((slots == P).sum()) == nb * bm - len(want)
+
+
 def test_bad_input_is_rejected():
     from deamoe.kernels.fused_moe import fused_moe
 

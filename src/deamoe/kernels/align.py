@@ -30,76 +30,114 @@ import triton.language as tl
 
 
 @triton.jit
-def _align_one(
-    ids_ptr, P, k_top, per_group, G,
-    counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
-    DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_G: tl.constexpr,
-    K_MAX: tl.constexpr,
-):
+def _group_and_keep(ids_ptr, p, ok, k_top, PER: tl.constexpr, DEDUP: tl.constexpr,
+                    K_MAX: tl.constexpr):
+    """(group of each pair, keep flag).  PER (experts per group) is a constexpr, so the one
+    division per pair is a multiply-shift (v24).  DEDUP keeps the first slot of each (token,
+    group): an earlier slot j of the same token is in the same group iff its id is in
+    [g * PER, (g + 1) * PER) -- two compares, no division (v24: a division per earlier slot
+    cost 2-4 us at 128 tokens).  Unrolled, so the k loads are in flight together."""
+    # int32 before dividing: an int64 division is a ~70-instruction software routine (v7)
+    g = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32) // PER
+    if DEDUP:
+        slot = p % k_top
+        first = p - slot
+        lo = g * PER
+        for j in tl.static_range(K_MAX):
+            ej = tl.load(ids_ptr + first + j, mask=ok & (j < slot), other=-1).to(tl.int32)
+            ok = ok & ~((j < slot) & (ej >= lo) & (ej < lo + PER))
+    return g, ok
+
+
+@triton.jit
+def _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M: tl.constexpr,
+                  BLOCK_G: tl.constexpr):
+    """Exclusive scan of the padded group sizes -> each group's first slot; each group's padding
+    slots get the sentinel P (only those: slots past the used blocks are never read, so no
+    fill of the whole buffer)."""
     offs_g = tl.arange(0, BLOCK_G)
-    tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
-    tl.debug_barrier()
-    # 1. rank of each pair inside its group and the group sizes (BLOCK_P covers all pairs of a
-    #    decode step, so this is usually one pass): an atomic histogram whose returned old value
-    #    is the rank.  v3-v6 blamed these atomics (8 hot counters for departments) for DeaMoE's
-    #    17-37 us align and tried prefix sums instead; v7 measured the cause: an int64 division
-    #    of the ids by the experts per department (now int32).  Atomics are the fastest of the
-    #    three once that is gone (NOTES.md v7).
-    for p0 in range(0, P, BLOCK_P):
-        p = p0 + tl.arange(0, BLOCK_P)
-        ok = p < P
-        # int32 before dividing: an int64 division is a ~70-instruction software routine
-        g = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32) // per_group
-        if DEDUP:
-            # unrolled, so the k loads are in flight together
-            slot = p % k_top
-            first = p - slot
-            for j in tl.static_range(K_MAX):
-                gj = tl.load(ids_ptr + first + j, mask=ok & (j < slot), other=-1).to(tl.int32) // per_group
-                ok = ok & ~((j < slot) & (gj == g))
-        r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
-        tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
-    tl.debug_barrier()
-    # 2. exclusive scan of the padded group sizes; each group's padding slots get the sentinel P
-    #    (only those: slots past the used blocks are never read, so no fill of the whole buffer)
     c = tl.load(counts_ptr + offs_g, mask=offs_g < G, other=0, volatile=True)
     padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, 0) - padded
-    tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
     pad = tl.arange(0, BLOCK_M)
     tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
              tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
              mask=(offs_g < G)[:, None] & (pad[None, :] < (padded - c)[:, None]))
+    return start
+
+
+@triton.jit
+def _align_one(
+    ids_ptr, P, k_top, G,
+    counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
+    PER: tl.constexpr, DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr,
+    BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
+):
+    offs_g = tl.arange(0, BLOCK_G)
+    tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
     tl.debug_barrier()
+    # 1. rank of each pair inside its group and the group sizes: an atomic histogram whose
+    #    returned old value is the rank.  v3-v6 blamed these atomics (8 hot counters for
+    #    departments) for DeaMoE's 17-37 us align and tried prefix sums instead; v7 measured the
+    #    cause: an int64 division of the ids by the experts per department (now int32).  Atomics
+    #    are the fastest of the three once that is gone (NOTES.md v7).
+    # 2. the scan and the padding (_scan_and_pad)
     # 3. scatter each kept pair to its slot; every used block gets its group id
-    for p0 in range(0, P, BLOCK_P):
-        p = p0 + tl.arange(0, BLOCK_P)
-        r = tl.load(rank_ptr + p, mask=p < P, other=-1, volatile=True)
-        ok = r >= 0
-        g = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32) // per_group
-        pos = tl.load(offs_ptr + g, mask=ok, other=0, volatile=True) + r
+    if ONE_PASS:  # BLOCK_P covers every pair (up to 2048: any decode step up to ~200 tokens)
+        p = tl.arange(0, BLOCK_P)
+        g, ok = _group_and_keep(ids_ptr, p, p < P, k_top, PER, DEDUP, K_MAX)
+        r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
+        tl.debug_barrier()
+        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
+        # group, rank and keep flag are still in registers and the group starts are gathered
+        # from registers: no reload of ranks, ids and offsets through memory (three dependent
+        # round trips, v24)
+        pos = tl.gather(start, tl.where(ok, g, 0), 0) + r
         tl.store(sorted_ptr + pos, p.to(tl.int32), mask=ok)
         tl.store(block_group_ptr + pos // BLOCK_M, g, mask=ok)
+    else:
+        for p0 in range(0, P, BLOCK_P):
+            p = p0 + tl.arange(0, BLOCK_P)
+            g, ok = _group_and_keep(ids_ptr, p, p < P, k_top, PER, DEDUP, K_MAX)
+            r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok,
+                              sem="relaxed")
+            tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
+        tl.debug_barrier()
+        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
+        tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
+        tl.debug_barrier()
+        for p0 in range(0, P, BLOCK_P):
+            p = p0 + tl.arange(0, BLOCK_P)
+            r = tl.load(rank_ptr + p, mask=p < P, other=-1, volatile=True)
+            ok = r >= 0
+            g = tl.load(ids_ptr + p, mask=ok, other=0).to(tl.int32) // PER
+            pos = tl.load(offs_ptr + g, mask=ok, other=0, volatile=True) + r
+            tl.store(sorted_ptr + pos, p.to(tl.int32), mask=ok)
+            tl.store(block_group_ptr + pos // BLOCK_M, g, mask=ok)
 
 
 @triton.jit
 def _align_kernel(
     ids_ptr, P, k_top,
-    a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
-    b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
+    a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
+    b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
     zero_ptr, zero_n,
-    A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr, A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
-    B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr, B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
-    N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr,
+    A_PER: tl.constexpr, A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr,
+    A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
+    B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
+    B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
+    N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
-        _align_one(ids_ptr, P, k_top, a_per_group, a_G, a_counts, a_rank, a_offs, a_sorted,
-                   a_bgroup, a_nblocks, a_max_slots, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G, K_MAX)
+        _align_one(ids_ptr, P, k_top, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup,
+                   a_nblocks, a_max_slots, A_PER, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G,
+                   K_MAX, ONE_PASS)
     elif pid < N_TASKS:
-        _align_one(ids_ptr, P, k_top, b_per_group, b_G, b_counts, b_rank, b_offs, b_sorted,
-                   b_bgroup, b_nblocks, b_max_slots, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G, K_MAX)
+        _align_one(ids_ptr, P, k_top, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup,
+                   b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
+                   K_MAX, ONE_PASS)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -157,6 +195,9 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
 
 
 ZERO_BLOCK = 4096
+# True: phase 3 reloads ranks, ids and group offsets through memory even when all pairs fit one
+# pass (the path for > 2048 pairs; before v24 the only one) -- for the v24 A/B
+MEMORY_PHASES = False
 
 
 def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
@@ -174,20 +215,22 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     P = T * k
     made = [_buffers(P, s, ids.device) for s in specs]
     args, consts = [], {}
+    block_p = max(256, min(2048, triton.next_power_of_2(P)))
     for tag, spec, (al, (counts, rank, offs)) in zip("AB", specs * (3 - len(specs)),
                                                     made * (3 - len(made))):
-        args += [spec.per_group, spec.n_groups, counts, rank, offs, al.sorted_pairs,
+        args += [spec.n_groups, counts, rank, offs, al.sorted_pairs,
                  al.block_group, al.num_blocks, al.sorted_pairs.numel()]
-        block_g = triton.next_power_of_2(spec.n_groups)
-        block_p = max(256, min(2048, triton.next_power_of_2(P)))
-        consts.update({f"{tag}_DEDUP": spec.dedup, f"{tag}_BLOCK_M": spec.block_m,
-                       f"{tag}_BLOCK_G": block_g, f"{tag}_BLOCK_P": block_p})
+        consts.update({f"{tag}_PER": spec.per_group, f"{tag}_DEDUP": spec.dedup,
+                       f"{tag}_BLOCK_M": spec.block_m,
+                       f"{tag}_BLOCK_G": triton.next_power_of_2(spec.n_groups),
+                       f"{tag}_BLOCK_P": block_p})
     if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
         raise ValueError("align: zero must be a contiguous float32 tensor")
     n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
-        N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k, num_warps=8, **consts)
+        N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
+        ONE_PASS=P <= block_p and not MEMORY_PHASES, num_warps=8, **consts)
     return tuple(al for al, _ in made)
 
 

@@ -30,7 +30,9 @@ NEG_KEY = tl.constexpr(-9223372036854775807)  # below every real key (also -inf'
 # instructions per thread with 1 warp on DeepSeek-V3's 8 x 128 block, 5504 with 2 (v6's choice:
 # 21 us inside the layer vs 2.5 us for the baseline's top-k, NOTES.md v8), 4016 with 4, 2592
 # with 8 (each cross-warp reduction then pays a barrier).  Rule: 1 warp up to 256 scores (the
-# baselines), else 4 (8 from 2048 scores); None = that rule
+# baselines), 4 up to 512 (Qwen3's 8 x 64), else 8 (v24, `v24/head_parts.csv`: on the 8 x 128
+# blocks of DeaMoE-7B / DeepSeek-V3 8 warps 6.1-6.4 us against 6.2-6.5 with 4, on 8 x 64 4
+# warps 4.7-4.8 against 4.8-4.9 with 8); None = that rule
 NUM_WARPS: int | None = None
 
 
@@ -128,7 +130,7 @@ def _launch(logits, n_dept, per, k, k_dept, grouped, strict, scaling, bias):
         return ids, weights
     bias_arg = bias.contiguous() if bias is not None else logits  # unread without bias
     block = triton.next_power_of_2(n_dept) * triton.next_power_of_2(per)
-    warps = NUM_WARPS or (1 if block <= 256 else min(8, max(4, block // 256)))
+    warps = NUM_WARPS or (1 if block <= 256 else 4 if block <= 512 else 8)
     _route_kernel[(T,)](
         logits, bias_arg, ids, weights, logits.stride(0), n_dept, per, float(scaling),
         K=k, K_DEPT=k_dept, GROUPED=grouped, STRICT=strict, TOP2=per >= 2,
