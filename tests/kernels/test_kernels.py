@@ -100,31 +100,13 @@ def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
         assert row["ok"], row
 
 
-@pytest.mark.parametrize("name", DEAMOE_SHAPES)
-@pytest.mark.parametrize("parts,stagger,high", [(1, False, True), (2, True, False),
-                                                (3, True, True)])
-def test_staggered_and_prioritised_dense_dept_up_match_reference(name, parts, stagger, high):
-    # stagger_dept_up: the dense department GEMM part by part (groups = a department range of
-    # the dense alignment), each part's expert chain after its own part; high_priority moves the
-    # routing chain to another stream.  On the CPU the order is sequential: this checks the part
-    # ranges and the launches, the GPU check (scripts/h200_split_check.py) the streams.
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-
-    tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16,
-                        stagger_dept_up=stagger, high_priority=high)
-    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "same"))):
-        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
-        assert row["ok"], row
-
-
 def test_make_tiles_reads_switches_written_as_integers():
     from deamoe.bench.microbench import make_tiles, parse_knobs
 
     shape = SHAPES[DEAMOE_SHAPES[0]]
-    t = make_tiles(shape, parse_knobs("dense_dept_up=1;stagger_dept_up=1;high_priority=0;"
-                                      "split_launches=2"))
-    assert t.dense_dept_up is True and t.stagger_dept_up is True and t.high_priority is False
-    assert t.split_launches == 2
+    t = make_tiles(shape, parse_knobs("dense_dept_up=1;split_launches=2"))
+    assert t.dense_dept_up is True and t.split_launches == 2
+    assert make_tiles(shape, parse_knobs("dense_dept_up=0")).dense_dept_up is False
 
 
 @pytest.mark.parametrize("operator", ["rmsnorm", "gelu"])

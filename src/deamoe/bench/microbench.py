@@ -69,7 +69,7 @@ class MicrobenchSettings:
     coordinate_search: bool = True
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
-    final_tile_pass: bool = False
+    final_tile_pass: bool = True
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 

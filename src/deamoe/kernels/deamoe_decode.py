@@ -16,10 +16,6 @@ With dense_dept_up, GEMM 1 runs for every (token, department) -- no routing need
 >= 4 tokens nearly every department is used anyway -- on a side stream while the main stream
 runs the router, routing and align (given as `route`), so the layer's head hides behind
 weight streaming (NOTES.md v14; the baseline's w13 needs its routing: it has no such option).
-With stagger_dept_up too (and split_launches > 1) that GEMM runs part by part, and each part's
-expert GEMMs start when its own departments are done (v15b, v23).  high_priority puts what the
-expert GEMMs wait for (the routing chain; with stagger_dept_up the department parts too) on a
-high-priority stream, so its programs get SMs ahead of the pending programs beside it (v23).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
@@ -44,7 +40,7 @@ from deamoe.kernels.grouped_gemm import (
     grouped_gemm,
 )
 from deamoe.kernels.routing_topk import route_layer
-from deamoe.kernels.streams import HIGH_PRIORITY, run_parallel, run_staggered, split_ranges
+from deamoe.kernels.streams import run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
 
@@ -66,16 +62,6 @@ class DeaMoETiles:
     # rows per block of the dense GEMM (0: dept_block_m); with all of a department's tokens in
     # one block its weights stream once, and fewer programs leave SMs to the routing (v14c)
     dense_block_m: int = 0
-    # True (with dense_dept_up and split_launches = n > 1): the dense GEMM in the n parts, one
-    # after another on a side stream, and part i's expert GEMMs start as soon as its own
-    # departments are done -- so the later parts' department GEMM, compute-heavy from ~24
-    # tokens, runs while the earlier parts stream expert weights (v15b, v23)
-    stagger_dept_up: bool = False
-    # True (with dense_dept_up): the routing chain (and the staggered department parts) on a
-    # high-priority stream: the block scheduler then starts their programs before pending
-    # programs of the dense / expert GEMMs beside them (in the v20 timelines the head waited
-    # for the dense GEMM's programs to drain at 64-128 tokens, NOTES.md v22/v23)
-    high_priority: bool = False
 
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
@@ -175,37 +161,26 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
     head = [] if route is None else [("route", do_route, ())]
     head.append(("align", do_align, ()))
-    routed = [launch for _, launch, _ in head]
-    ranges = split_ranges(n_dept, tiles.split_launches)
-    all_weights = (dept_gate, dept_up, expert_gate, expert_up, expert_down, dept_down)
-    priority = HIGH_PRIORITY if tiles.high_priority else 0
-
-    def part(lo, hi):  # the GEMMs of departments lo..hi-1 and their experts
-        up = [] if tiles.dense_dept_up else [lambda: dept_up_stage_gemm((lo, hi))]
-        return up + [lambda: expert_up_gemm((lo * per, hi * per)),
-                     lambda: expert_down_gemm((lo * per, hi * per)),
-                     lambda: dept_down_stage_gemm((lo, hi))]
-
-    if fused and tiles.dense_dept_up and tiles.stagger_dept_up and len(ranges) > 1:
-        def staggered():  # dept_up part by part on a side stream; part i starts after its own
-            run_staggered([lambda lo=lo, hi=hi: dept_up_stage_gemm((lo, hi), dense=True)
-                           for lo, hi in ranges],
-                          routed, [part(lo, hi) for lo, hi in ranges], dev, priority)
-        return out, [("route+align | staggered dept_up + gemms", staggered, all_weights)]
     if tiles.dense_dept_up:
         dense = [lambda: dept_up_stage_gemm(dense=True)] + ([] if fused else [apply_operator])
+        routed = [launch for _, launch, _ in head]
 
-        def route_beside_dept_up():  # the routing chain and dept_up on two streams
-            if priority:  # the routing on the high-priority side stream (v23)
-                run_parallel([dense, routed], dev, priorities=(0, priority))
-            else:  # the routing on this stream, dept_up on a side one (v14, v15)
-                run_parallel([routed, dense], dev)
+        def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
+            run_parallel([routed, dense], dev)
         head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
 
     if fused and tiles.split_launches > 1:
+        def part(lo, hi):  # the GEMMs of departments lo..hi-1 and their experts
+            up = [] if tiles.dense_dept_up else [lambda: dept_up_stage_gemm((lo, hi))]
+            return up + [lambda: expert_up_gemm((lo * per, hi * per)),
+                         lambda: expert_down_gemm((lo * per, hi * per)),
+                         lambda: dept_down_stage_gemm((lo, hi))]
+
         def split():
-            run_parallel([part(lo, hi) for lo, hi in ranges], dev)
-        return out, head + [("gemms", split, all_weights)]
+            run_parallel([part(lo, hi) for lo, hi in split_ranges(n_dept, tiles.split_launches)],
+                         dev)
+        return out, head + [("gemms", split, (dept_gate, dept_up, expert_gate, expert_up,
+                                              expert_down, dept_down))]
 
     def dept_up_stage():
         dept_up_stage_gemm()
