@@ -100,46 +100,6 @@ def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
         assert row["ok"], row
 
 
-@pytest.mark.parametrize("name", DEAMOE_SHAPES)
-@pytest.mark.parametrize("programs", [1, 3, 7])
-def test_dense_dept_up_on_fewer_programs_matches_reference(name, programs):
-    # dense_programs: the dense GEMM as a few programs that each walk many tiles (stride =
-    # programs), over several M blocks and N tiles, also with empty departments and 2 parts
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-
-    for seed, (tokens, pattern, parts) in enumerate(((1, "random", 1), (23, "empty", 2),
-                                                     (37, "same", 1))):
-        tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16,
-                            dense_programs=programs)
-        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
-        assert row["ok"], row
-
-
-def test_grouped_gemm_programs_walk_every_tile_once():
-    # the same launch on its full grid and on 1 / 5 programs: identical output, atomics included
-    # (a tile done twice would double its atomic sum, a skipped one leave zeros)
-    from deamoe.kernels.align import AlignSpec, align
-    from deamoe.kernels.grouped_gemm import EPI_ACT, ROW_PAIR, ROW_TOKEN, TileConfig, grouped_gemm
-
-    gen = torch.Generator().manual_seed(3)
-    T, k, E, h, f = 9, 2, 5, 32, 48
-    ids = torch.stack([torch.randperm(E, generator=gen)[:k] for _ in range(T)])
-    x = torch.randn(T * k, f, generator=gen)
-    w = torch.randn(E, h, f, generator=gen)
-    (al,) = align(ids, AlignSpec(n_groups=E, block_m=16))
-    tile = TileConfig(16, 16, 4, 1)
-    outs = []
-    for programs in (0, 1, 5):
-        out = torch.zeros(T, h)
-        grouped_gemm(x, w, out, al, ids, a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT,
-                     atomic=True, tile=tile, programs=programs)
-        outs.append(out)
-    ref = torch.zeros(T, h).index_add_(0, torch.arange(T * k) // k,
-                                      torch.einsum("pf,phf->ph", x, w[ids.reshape(-1)]))
-    for out in outs:
-        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
-
-
 def test_make_tiles_reads_switches_written_as_integers():
     from deamoe.bench.microbench import make_tiles, parse_knobs
 

@@ -62,20 +62,16 @@ class DeaMoETiles:
     # rows per block of the dense GEMM (0: dept_block_m); with all of a department's tokens in
     # one block its weights stream once, and fewer programs leave SMs to the routing (v14c)
     dense_block_m: int = 0
-    # > 0: the dense GEMM as that many programs walking its tiles (fewer than the GPU holds), so
-    # the router GEMM, routing and align get SMs beside it: in the v20 timelines at 64-128
-    # tokens the head waited for the dense GEMM's programs to drain (NOTES.md v22, v26)
-    dense_programs: int = 0
 
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
-                 act: str = "silu", groups=None, programs: int = 0) -> None:
+                 act: str = "silu", groups=None) -> None:
     """GEMM 1 for the (token, department) rows of `al` (routed, or `dense_alignment`):
     a1[(t, j)] = act(Wg[j] x_t) | act(Wu[j] x_t).  Also what the department benchmarks time."""
     n_dept, f, _ = dept_gate.shape
     grouped_gemm(x, dept_gate, a1, al, rows, bu=dept_up, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
                  epi=EPI_BOTH, act=act, c_up_off=f, tile=tile, groups=groups, n_dept=n_dept,
-                 per_group=per_group, programs=programs)
+                 per_group=per_group)
 
 
 def dept_down_gemm(s, dept_down, out, al, ids, per_group: int, tile: TileConfig,
@@ -139,15 +135,12 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
     # each GEMM once; `groups` restricts it to some departments (or their experts)
     def dept_up_stage_gemm(groups=None, dense=False):
-        programs = 0
         if dense:  # every (token, department) row of a1: needs no routing
             al, rows = dense_alignment(T, n_dept, per, tiles.dense_block_m or tiles.dept_block_m,
                                        dev)
-            programs = tiles.dense_programs
         else:
             al, rows = st["al"][0], st["ids"]
-        dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per, tiles.dept_up, sig, groups,
-                     programs)
+        dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per, tiles.dept_up, sig, groups)
 
     def expert_up_gemm(groups=None):
         grouped_gemm(a1, expert_gate, st["y"], st["al"][1], st["ids"], bu=expert_up,

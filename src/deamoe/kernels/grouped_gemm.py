@@ -17,8 +17,7 @@ of storing, which is how the sum over a token's experts (or departments) happens
 tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
-that share a weight tile run together and the second read comes from L2 (or `programs`
-programs walking those tiles with a stride, v26).  Programs past the
+that share a weight tile run together and the second read comes from L2.  Programs past the
 device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
 """
@@ -61,115 +60,9 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
     return r.to(tl.int64)
 
 
-@triton.jit
-def _gemm_tile(
-    pid,
-    a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
-    N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
-    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
-    A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
-    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
-):
-    """Tile `pid` of the grid: M block pid % max_blocks (fastest), N tile pid // max_blocks.
-    Blocks past the device-side num_blocks, or of groups outside [g_lo, g_hi), do nothing."""
-    GATED: tl.constexpr = EPI != 0
-    pid_m = pid % max_blocks
-    pid_n = pid // max_blocks
-    if pid_m < tl.load(nblocks_ptr):
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-        if (g >= g_lo) & (g < g_hi):  # a launch may serve a range of groups (split_launches)
-            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            p = tl.load(sorted_ptr + offs_m)
-            row_ok = p < P
-            a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
-
-            offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            n_ok = offs_n < N
-            offs_k = tl.arange(0, BLOCK_K)
-            a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
-            if B_DESC:  # B through TMA: bg_ptr/bu_ptr are descriptors of the [G * N, K] weight rows
-                b_row = g.to(tl.int32) * N + pid_n * BLOCK_N
-            else:
-                b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
-                bg_ptrs = bg_ptr + b_off
-                bu_ptrs = bu_ptr + b_off
-            if SWAP_AB:  # C^T = B @ A^T: the weight tile is the MMA's M side (see TileConfig.swap)
-                acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-                acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-            else:
-                acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-                acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                if EVEN_K:
-                    a_mask = row_ok[:, None]
-                    b_mask = n_ok[None, :]
-                else:
-                    a_mask = row_ok[:, None] & (offs_k[None, :] < K - k0)
-                    b_mask = n_ok[None, :] & (offs_k[:, None] < K - k0)
-                # (TMA zero-fills past K and past the last row; rows of the next group that a
-                # partial N tile reads only reach output columns >= N, which are not stored)
-                if B_DESC:
-                    bg = tl.trans(bg_ptr.load([b_row, k0]))
-                else:
-                    bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
-                if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9); fp32 exact
-                    bg = bg.to(tl.float32)
-                a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
-                if SWAP_AB:
-                    acc = tl.dot(tl.trans(bg), tl.trans(a), acc)
-                else:
-                    acc = tl.dot(a, bg, acc)
-                if GATED:
-                    if B_DESC:
-                        bu = tl.trans(bu_ptr.load([b_row, k0]))
-                    else:
-                        bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
-                    if DOT_F32:
-                        bu = bu.to(tl.float32)
-                    if EPI == 1:
-                        au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
-                    else:
-                        au = a
-                    if SWAP_AB:
-                        acc_u = tl.dot(tl.trans(bu), tl.trans(au), acc_u)
-                    else:
-                        acc_u = tl.dot(au, bu, acc_u)
-                    if not B_DESC:
-                        bu_ptrs += BLOCK_K
-                a_ptrs += BLOCK_K
-                if not B_DESC:
-                    bg_ptrs += BLOCK_K
-
-            if SWAP_AB:  # back to [BLOCK_M, BLOCK_N] for the shared epilogue (a register shuffle)
-                acc = tl.trans(acc)
-                acc_u = tl.trans(acc_u)
-            if EPI == 1:
-                acc = _act(acc, 1) * acc_u
-            else:
-                acc = _act(acc, ACT)
-            if EPI == 2:
-                acc_u = _act(acc_u, ACT)
-            if WEIGHTED:
-                w = tl.load(w_ptr + p, mask=row_ok, other=0.0).to(tl.float32)
-                acc = acc * w[:, None]
-            c_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, C_MODE)
-            c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
-            c_mask = row_ok[:, None] & n_ok[None, :]
-            if ATOMIC:
-                tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
-            else:
-                tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-                if EPI == 2:
-                    tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
 # ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
 # every batch size, which keeps the tile search's compile time on the device small
-@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi",
-                               "n_tiles"])
+@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
     sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
@@ -179,21 +72,99 @@ def grouped_gemm_kernel(
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
-    n_tiles, PERSISTENT: tl.constexpr,
 ):
-    if PERSISTENT:  # fewer programs than tiles, each walking the grid (`programs`, v26)
-        for t in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
-            _gemm_tile(t, a_ptr, bg_ptr, bu_ptr, c_ptr, sorted_ptr, block_group_ptr,
-                       nblocks_ptr, ids_ptr, w_ptr, N, K, P, k_top, n_dept, per_group,
-                       max_blocks, g_lo, g_hi, stride_am, stride_be, stride_bn, stride_cm,
-                       a_up_off, c_up_off, A_MODE, C_MODE, EPI, ACT, WEIGHTED, ATOMIC, EVEN_K,
-                       DOT_F32, BLOCK_M, BLOCK_N, BLOCK_K, B_DESC, SWAP_AB)
+    GATED: tl.constexpr = EPI != 0
+    pid = tl.program_id(0)
+    pid_m = pid % max_blocks
+    pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
+    g = tl.load(block_group_ptr + pid_m).to(tl.int64)
+    if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups only (split_launches)
+        return
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    p = tl.load(sorted_ptr + offs_m)
+    row_ok = p < P
+    a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
+
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
+    if B_DESC:  # B through TMA: bg_ptr/bu_ptr are descriptors of the [G * N, K] weight rows
+        b_row = g.to(tl.int32) * N + pid_n * BLOCK_N
     else:
-        _gemm_tile(tl.program_id(0), a_ptr, bg_ptr, bu_ptr, c_ptr, sorted_ptr, block_group_ptr,
-                   nblocks_ptr, ids_ptr, w_ptr, N, K, P, k_top, n_dept, per_group, max_blocks,
-                   g_lo, g_hi, stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
-                   A_MODE, C_MODE, EPI, ACT, WEIGHTED, ATOMIC, EVEN_K, DOT_F32, BLOCK_M, BLOCK_N,
-                   BLOCK_K, B_DESC, SWAP_AB)
+        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
+        bg_ptrs = bg_ptr + b_off
+        bu_ptrs = bu_ptr + b_off
+    if SWAP_AB:  # C^T = B @ A^T: the weight tile is the MMA's M side (see TileConfig.swap)
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a_mask = row_ok[:, None]
+            b_mask = n_ok[None, :]
+        else:
+            a_mask = row_ok[:, None] & (offs_k[None, :] < K - k0)
+            b_mask = n_ok[None, :] & (offs_k[:, None] < K - k0)
+        # (TMA zero-fills past K and past the last row; rows of the next group that a partial
+        # N tile reads only reach output columns >= N, which are not stored)
+        if B_DESC:
+            bg = tl.trans(bg_ptr.load([b_row, k0]))
+        else:
+            bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
+        if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
+            bg = bg.to(tl.float32)
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
+        if SWAP_AB:
+            acc = tl.dot(tl.trans(bg), tl.trans(a), acc)
+        else:
+            acc = tl.dot(a, bg, acc)
+        if GATED:
+            if B_DESC:
+                bu = tl.trans(bu_ptr.load([b_row, k0]))
+            else:
+                bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
+            if DOT_F32:
+                bu = bu.to(tl.float32)
+            if EPI == 1:
+                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
+            else:
+                au = a
+            if SWAP_AB:
+                acc_u = tl.dot(tl.trans(bu), tl.trans(au), acc_u)
+            else:
+                acc_u = tl.dot(au, bu, acc_u)
+            if not B_DESC:
+                bu_ptrs += BLOCK_K
+        a_ptrs += BLOCK_K
+        if not B_DESC:
+            bg_ptrs += BLOCK_K
+
+    if SWAP_AB:  # back to [BLOCK_M, BLOCK_N] for the shared epilogue (a small register shuffle)
+        acc = tl.trans(acc)
+        acc_u = tl.trans(acc_u)
+    if EPI == 1:
+        acc = _act(acc, 1) * acc_u
+    else:
+        acc = _act(acc, ACT)
+    if EPI == 2:
+        acc_u = _act(acc_u, ACT)
+    if WEIGHTED:
+        w = tl.load(w_ptr + p, mask=row_ok, other=0.0).to(tl.float32)
+        acc = acc * w[:, None]
+    c_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, C_MODE)
+    c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
+    c_mask = row_ok[:, None] & n_ok[None, :]
+    if ATOMIC:
+        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+    else:
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+        if EPI == 2:
+            tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @dataclass(frozen=True)
@@ -267,12 +238,9 @@ def grouped_gemm(
     c_up_off: int = 0,
     tile: TileConfig = TileConfig(),
     groups: tuple[int, int] | None = None,
-    programs: int = 0,
 ) -> torch.Tensor:
     """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output.
-    groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit at once).
-    programs > 0 (and below the tile count): that many programs, each walking the tiles with
-    a stride of `programs` -- a launch that leaves SMs free for kernels beside it (v26)."""
+    groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit at once)."""
     G, N, K = bg.shape
     if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
@@ -284,9 +252,7 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
-    n_tiles = al.max_blocks * triton.cdiv(N, tile.block_n)
-    persistent = 0 < programs < n_tiles
-    grid = (programs if persistent else n_tiles,)
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = bg, bg if bu is None else bu
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
@@ -301,7 +267,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, n_tiles=n_tiles, PERSISTENT=persistent,
-        num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
