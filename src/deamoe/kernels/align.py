@@ -17,7 +17,10 @@ stage processes each (token, department) once however many of its experts the to
 One launch does up to two alignments (program 0: task A, program 1: task B): DeaMoE needs the
 department and the expert grouping of the same routing, the baseline only the expert grouping.
 Within a task a single program does the work: P <= a few thousand pairs, so a block-wide counting
-sort (atomic histogram -> exclusive scan + padding -> scatter) costs a few microseconds.
+sort (atomic histogram -> exclusive scan + padding -> scatter) costs a few microseconds.  When
+all pairs fit one pass (<= 2048: any decode step up to ~200 tokens) ranks, groups and group
+starts stay in registers between the phases (v24); beyond that, or with MEMORY_PHASES, they go
+through memory.
 """
 
 from __future__ import annotations
@@ -196,7 +199,7 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
 
 ZERO_BLOCK = 4096
 # True: phase 3 reloads ranks, ids and group offsets through memory even when all pairs fit one
-# pass (the path for > 2048 pairs; before v24 the only one) -- for the v24 A/B
+# pass (the path for > 2048 pairs; before v24 the only one) -- for the v24 A/B and the tests
 MEMORY_PHASES = False
 
 
