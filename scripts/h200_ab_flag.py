@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.layer_step import layer_steps, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 
 out = Path(sys.argv[1])
@@ -40,10 +40,7 @@ for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv
         variants[True] = make_tiles(shape, {**knobs, **own})
 
     def runner(tiles):
-        def run():
-            for x, w in zip(xs, weights):
-                ffn_step(shape, w, x, tiles=tiles, compiled=True)
-        return run
+        return layer_steps(shape, weights, xs, tiles)
     res = {False: [], True: []}
     for value in (False, True, False, True):
         if mod is not None:

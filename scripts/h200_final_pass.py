@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.layer_step import layer_steps, time_fn
 from deamoe.bench.microbench import (GEMM_STAGES, MicrobenchSettings, knobs_name, layer_copies,
                                      make_tiles, point_inputs, search_point, tile_pass)
 from deamoe.config import table1_row
@@ -37,11 +37,8 @@ for model in dict.fromkeys(m for m, _ in points):
             xs, nbytes, _ = point_inputs(shape, weights, batch, s)
 
             def measure(knobs, replays=s.select_replays):
-                tiles = make_tiles(shape, knobs)
-
-                def run():
-                    for x, w in zip(xs, weights):
-                        ffn_step(shape, w, x, tiles=tiles, compiled=s.compile_routing)
+                run = layer_steps(shape, weights, xs, make_tiles(shape, knobs),
+                                  compiled=s.compile_routing)
                 try:
                     return time_fn(run, replays, len(weights)).median_us
                 except Exception as exc:  # noqa: BLE001 - a tile that fails is skipped

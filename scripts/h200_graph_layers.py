@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.layer_step import layer_steps, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 
 POINTS = ["Qwen3-235B-A22B:4", "Qwen3-235B-A22B:8", "Qwen3-235B-A22B:16", "Qwen3-235B-A22B:64",
@@ -31,11 +31,7 @@ for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv
     repeats = {"copies_once": 1, f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
 
     def runner(r):
-        def run():
-            for _ in range(r):
-                for x, w in zip(xs, weights):
-                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
-        return run
+        return layer_steps(shape, weights, xs, tiles, r)
     runs = {name: [] for name in repeats}
     for _ in range(2):
         for name, r in repeats.items():

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.layer_step import ffn_step, random_weights, time_fn
+from deamoe.bench.layer_step import layer_steps, random_weights, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
@@ -164,12 +164,7 @@ for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, 
     reps = max(1, -(-s.min_layers_per_graph // len(weights)))
     for _ in range(2):
         for v, k in variants.items():
-            tiles = make_tiles(shape, k)
-
-            def run(tiles=tiles):
-                for _ in range(reps):
-                    for x, w in zip(xs, weights):
-                        ffn_step(shape, w, x, tiles=tiles, compiled=True)
+            run = layer_steps(shape, weights, xs, make_tiles(shape, k), reps)
             runs[v].append(time_fn(run, 50, reps * len(weights)).median_us)
     for v, k in variants.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,

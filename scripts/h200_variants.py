@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.bench.layer_step import ffn_step, time_fn
+from deamoe.bench.layer_step import layer_steps, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 
 out = Path(sys.argv[1])
@@ -39,11 +39,7 @@ for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, 
         sets["committed again"] = knobs
 
     def runner(tiles):
-        def run():
-            for _ in range(repeats):
-                for x, w in zip(xs, weights):
-                    ffn_step(shape, w, x, tiles=tiles, compiled=True)
-        return run
+        return layer_steps(shape, weights, xs, tiles, repeats)
     runs = {name: [] for name in sets}
     for _ in range(2):
         for name, k in sets.items():

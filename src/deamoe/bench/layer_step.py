@@ -134,6 +134,18 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
                      tiles or MoETiles())
 
 
+def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
+                impl: str = "triton", compiled: bool = True):
+    """fn() running the decode step of every layer copy (weights[i] on xs[i]) `repeat` times:
+    what one timed graph replay holds, shared by the microbenchmark and the H200 scripts (time
+    it with time_fn(fn, replays, repeat * len(weights)))."""
+    def run():
+        for _ in range(repeat):
+            for x, w in zip(xs, weights):
+                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled)
+    return run
+
+
 def torch_grouped_moe(x, w, ids, weights) -> torch.Tensor:
     """Reference baseline from library GEMMs: sort pairs, torch._grouped_mm x3, scatter-add.
 

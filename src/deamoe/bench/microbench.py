@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes, time_fn
+from deamoe.bench.layer_step import (layer_bytes, layer_steps, random_weights, step_bytes,
+                                     time_fn)
 from deamoe.config import table1_row
 from deamoe.routing import route
 
@@ -336,11 +337,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         xs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
         def runner(tiles, repeat=1):
-            def run():
-                for _ in range(repeat):
-                    for x, w in zip(xs, weights):
-                        ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=s.compile_routing)
-            return run
+            return layer_steps(shape, weights, xs, tiles, repeat, impl, s.compile_routing)
 
         def measure(knobs, replays=s.select_replays):
             try:
