@@ -19,8 +19,7 @@ from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.deamoe_decode import dept_down_gemm, dept_up_gemm
 from deamoe.kernels.grouped_gemm import TileConfig
-from deamoe.kernels.stage_benchmark import rotated_us
-from deamoe.routing import route
+from deamoe.kernels.stage_benchmark import dept_gemm_inputs, rotated_us
 
 UP_TILES = ["n128-k128-w4-s3-tma", "n64-k128-w4-s4", "n64-k64-w4-s3", "n64-k64-w4-s3-tma",
             "n32-k128-w4-s3", "n32-k128-w4-s4-tma", "n32-k256-w4-s3-tma", "n64-k128-w4-s4-tma",
@@ -44,13 +43,8 @@ def bench(launch) -> float:
 
 
 for T in BLOCK_M:
-    torch.manual_seed(T)
-    x = torch.randn(T, h, device="cuda", dtype=torch.bfloat16)
-    ids, weights = route(shape, torch.nn.functional.linear(x, ws[0]["router"]))
-    depts = int(torch.unique(ids // per).numel())
-    a1 = torch.empty(T * n_dept, 2 * f, device="cuda", dtype=torch.bfloat16)
-    out_acc = torch.zeros(T, h, device="cuda", dtype=torch.float32)
-    s32 = torch.randn(T * n_dept, f, device="cuda", dtype=torch.float32)
+    d = dept_gemm_inputs(shape, ws[0]["router"], T)
+    x, ids, depts, a1, out_acc, s32 = (d[k] for k in ("x", "ids", "depts", "a1", "out_acc", "s32"))
     s16 = s32.to(torch.bfloat16)
     for bm in BLOCK_M[T]:
         al_dense, every = dense_alignment(T, n_dept, per, bm, "cuda")

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 import triton.testing
 
-from deamoe.config import DeaMoEShape, table1_row
+from deamoe.config import table1_row
 from deamoe.kernels import routing_topk
-from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.align_benchmark import align_launches
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -32,7 +32,6 @@ def bench(fn):
 for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
     row = table1_row(model)
     for shape in (row.baseline, row.deamoe):
-        deamoe = isinstance(shape, DeaMoEShape)
         router = torch.randn(shape.n_expert, shape.h, device="cuda", dtype=torch.bfloat16)
         for T in tokens_list:
             x = torch.randn(T, shape.h, device="cuda", dtype=torch.bfloat16)
@@ -44,22 +43,7 @@ for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
                     routing_topk.NUM_WARPS = warps
                     routing_topk.route_kernel(shape, logits)
                 parts[f"route_w{warps or 'default'}"] = route
-            acc = torch.empty(T * (shape.n_dept * shape.h_ffn + shape.h) if deamoe
-                              else T * shape.h, device="cuda")
-            expert = AlignSpec(shape.n_expert)
-            if deamoe:
-                dept = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True)
-                parts.update({
-                    "align_layer": lambda: align(ids, dept, expert, zero=acc),
-                    "align_dept_expert": lambda: align(ids, dept, expert),
-                    "align_dept": lambda: align(ids, dept),
-                    "align_dept_nodedup": lambda: align(
-                        ids, AlignSpec(shape.n_dept, shape.experts_per_dept)),
-                    "align_expert": lambda: align(ids, expert),
-                })
-            else:
-                parts.update({"align_layer": lambda: align(ids, expert, zero=acc),
-                              "align_expert": lambda: align(ids, expert)})
+            parts.update(align_launches(shape, ids))
             for name, fn in parts.items():
                 us = bench(fn)
                 rows.append({"model": model, "kind": shape.kind, "tokens": T, "part": name,

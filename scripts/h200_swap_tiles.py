@@ -30,8 +30,7 @@ from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, smal
 from deamoe.kernels.deamoe_decode import DeaMoETiles, dept_down_gemm, dept_up_gemm
 from deamoe.kernels.fused_moe import MoETiles
 from deamoe.kernels.grouped_gemm import TileConfig
-from deamoe.kernels.stage_benchmark import rotated_us
-from deamoe.routing import route
+from deamoe.kernels.stage_benchmark import dept_gemm_inputs, rotated_us
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -98,13 +97,8 @@ def record(stage, T, depts, bm, name, us, nbytes):
 
 
 for T in SWAP_BM:
-    torch.manual_seed(T)
-    x = torch.randn(T, h, device="cuda", dtype=torch.bfloat16)
-    ids, weights = route(shape, torch.nn.functional.linear(x, ws[0]["router"]))
-    depts = int(torch.unique(ids // per).numel())
-    a1 = torch.empty(T * n_dept, 2 * f, device="cuda", dtype=torch.bfloat16)
-    out_acc = torch.zeros(T, h, device="cuda", dtype=torch.float32)
-    s32 = torch.randn(T * n_dept, f, device="cuda", dtype=torch.float32)
+    d = dept_gemm_inputs(shape, ws[0]["router"], T)
+    x, ids, depts, a1, out_acc, s32 = (d[k] for k in ("x", "ids", "depts", "a1", "out_acc", "s32"))
     cands = [(n, REF_BM[T]) for n in UP_REF] + [(n, bm) for n in SWAP for bm in SWAP_BM[T]]
     for name, bm in cands:
         al_dense, every = dense_alignment(T, n_dept, per, bm, "cuda")

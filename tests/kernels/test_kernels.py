@@ -269,6 +269,32 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
         assert int((slots == P).sum()) == nb * bm - len(want)
 
 
+def test_align_launches_of_both_layers_run_and_dept_gemm_inputs_fit_the_shape():
+    # the benchmark helpers shared by scripts/h200_head_parts.py, h200_dept_tiles.py and
+    # h200_swap_tiles.py: every align piece runs (interpreter), the DeaMoE pieces group the
+    # departments with dedup, and the department GEMM inputs have the layer's sizes
+    from deamoe.kernels.align_benchmark import align_launches
+    from deamoe.kernels.stage_benchmark import dept_gemm_inputs
+    from deamoe.routing import route
+
+    dea = SHAPES[DEAMOE_SHAPES[0]]
+    base = next(s for s in SHAPES.values() if s.kind == "moe")
+    for shape, keys in ((base, {"align_layer", "align_expert"}),
+                        (dea, {"align_layer", "align_dept_expert", "align_dept",
+                               "align_dept_nodedup", "align_expert"})):
+        ids, _ = route(shape, torch.randn(7, shape.n_expert))
+        launches = align_launches(shape, ids)
+        assert set(launches) == keys
+        results = {name: fn() for name, fn in launches.items()}
+        assert int(results["align_expert"][0].num_blocks) > 0
+    dept_al = results["align_dept"][0]
+    assert dept_al.dedup and dept_al.n_groups == dea.n_dept
+    d = dept_gemm_inputs(dea, torch.randn(dea.n_expert, dea.h, dtype=torch.bfloat16), 5)
+    assert d["x"].shape == (5, dea.h) and d["ids"].shape == (5, dea.k_expert)
+    assert d["a1"].shape == (5 * dea.n_dept, 2 * dea.h_ffn) and d["s32"].shape[1] == dea.h_ffn
+    assert 1 <= d["depts"] <= dea.n_dept
+
+
 def test_bad_input_is_rejected():
     from deamoe.kernels.fused_moe import fused_moe
 

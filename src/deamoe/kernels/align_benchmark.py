@@ -13,29 +13,40 @@ import sys
 
 import torch
 
-from deamoe.config import table1_row
+from deamoe.config import DeaMoEShape, table1_row
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.routing import route
+
+
+def align_launches(shape, ids: torch.Tensor) -> dict:
+    """{piece: launch} of the align a layer of `shape` runs on `ids`: the whole launch as the
+    layer has it (with its zeroing programs), and for DeaMoE each task alone and the department
+    task without its dedup (timing only).  Shared with scripts/h200_head_parts.py."""
+    tokens = ids.shape[0]
+    expert = AlignSpec(shape.n_expert)
+    if not isinstance(shape, DeaMoEShape):
+        acc = torch.empty(tokens * shape.h, device=ids.device)
+        return {"align_layer": lambda: align(ids, expert, zero=acc),
+                "align_expert": lambda: align(ids, expert)}
+    dept = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True)
+    acc = torch.empty(tokens * (shape.n_dept * shape.h_ffn + shape.h), device=ids.device)
+    return {
+        "align_layer": lambda: align(ids, dept, expert, zero=acc),
+        "align_dept_expert": lambda: align(ids, dept, expert),
+        "align_dept": lambda: align(ids, dept),
+        "align_dept_nodedup": lambda: align(ids, AlignSpec(shape.n_dept, shape.experts_per_dept)),
+        "align_expert": lambda: align(ids, expert),
+    }
 
 
 def align_variants(model: str, tokens: int) -> list[dict]:
     import triton.testing
 
-    shape = table1_row(model).deamoe
-    ids, _ = route(shape, torch.randn(tokens, shape.n_expert, device="cuda"))
-    dept = AlignSpec(shape.n_dept, shape.experts_per_dept, dedup=True)
-    expert = AlignSpec(shape.n_expert)
-    acc = torch.empty(tokens * (shape.n_dept * shape.h_ffn + shape.h), device="cuda")
-    variants = {
-        "dept+expert+zero": lambda: align(ids, dept, expert, zero=acc),
-        "dept+expert": lambda: align(ids, dept, expert),
-        "dept only": lambda: align(ids, dept),
-        "dept only (no dedup: timing only)": lambda: align(
-            ids, AlignSpec(shape.n_dept, shape.experts_per_dept)),
-        "expert only": lambda: align(ids, expert),
-        "baseline-like (top-k ids, expert only)": lambda: align(
-            ids[:, : table1_row(model).baseline.k_expert], AlignSpec(shape.n_expert)),
-    }
+    row = table1_row(model)
+    ids, _ = route(row.deamoe, torch.randn(tokens, row.deamoe.n_expert, device="cuda"))
+    variants = align_launches(row.deamoe, ids)
+    variants["baseline-like (top-k ids, expert only)"] = lambda: align(
+        ids[:, : row.baseline.k_expert], AlignSpec(row.deamoe.n_expert))
     rows = []
     for name, fn in variants.items():
         ms = triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")

@@ -37,6 +37,23 @@ def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int 
     return rows
 
 
+def dept_gemm_inputs(shape, router: torch.Tensor, tokens: int) -> dict:
+    """What the department GEMMs of a DeaMoE `shape` read when timed alone at `tokens` (the
+    department-tile scripts, NOTES.md v15 / v17): x (seeded by the token count), its routing
+    `ids` through `router`, the number of departments it uses, and the a1 / fp32 S / fp32
+    output buffers of the layer."""
+    from deamoe.routing import route
+
+    n, f, dev = shape.n_dept, shape.h_ffn, router.device
+    torch.manual_seed(tokens)
+    x = torch.randn(tokens, shape.h, device=dev, dtype=torch.bfloat16)
+    ids, _ = route(shape, torch.nn.functional.linear(x, router))
+    return dict(x=x, ids=ids, depts=int(torch.unique(ids // shape.experts_per_dept).numel()),
+                a1=torch.empty(tokens * n, 2 * f, device=dev, dtype=torch.bfloat16),
+                out_acc=torch.zeros(tokens, shape.h, device=dev, dtype=torch.float32),
+                s32=torch.randn(tokens * n, f, device=dev, dtype=torch.float32))
+
+
 def rotated_us(launch, copies: int, rep_ms: int = 30) -> float:
     """Microseconds per launch of `launch(i)`, i = 0..copies-1 (one launch per weight copy, so
     the copies rotate beyond L2), all in one CUDA graph; median of the replays."""
