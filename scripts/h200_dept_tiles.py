@@ -16,10 +16,10 @@ import torch
 
 from deamoe.bench.layer_step import random_weights
 from deamoe.config import table1_row
-from deamoe.kernels.align import AlignSpec, align, dense_alignment
-from deamoe.kernels.deamoe_decode import dept_down_gemm, dept_up_gemm
+from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.deamoe_decode import dept_down_gemm
 from deamoe.kernels.grouped_gemm import TileConfig
-from deamoe.kernels.stage_benchmark import dept_gemm_inputs, rotated_us
+from deamoe.kernels.stage_benchmark import dense_dept_up_us, dept_gemm_inputs, rotated_us
 
 UP_TILES = ["n128-k128-w4-s3-tma", "n64-k128-w4-s4", "n64-k64-w4-s3", "n64-k64-w4-s3-tma",
             "n32-k128-w4-s3", "n32-k128-w4-s4-tma", "n32-k256-w4-s3-tma", "n64-k128-w4-s4-tma",
@@ -44,18 +44,13 @@ def bench(launch) -> float:
 
 for T in BLOCK_M:
     d = dept_gemm_inputs(shape, ws[0]["router"], T)
-    x, ids, depts, a1, out_acc, s32 = (d[k] for k in ("x", "ids", "depts", "a1", "out_acc", "s32"))
+    ids, depts, out_acc, s32 = (d[k] for k in ("ids", "depts", "out_acc", "s32"))
     s16 = s32.to(torch.bfloat16)
     for bm in BLOCK_M[T]:
-        al_dense, every = dense_alignment(T, n_dept, per, bm, "cuda")
         (al_dept,) = align(ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm))
         for name in UP_TILES:
-            tile = TileConfig.parse(name)
-            try:
-                us = bench(lambda i: dept_up_gemm(
-                    x, ws[i]["dept_gate"], ws[i]["dept_up"], a1, al_dense, every, per, tile))
-            except Exception as exc:  # noqa: BLE001 - a tile that does not fit is skipped
-                print("dept_up", T, bm, name, type(exc).__name__, str(exc).splitlines()[0][:100])
+            us = dense_dept_up_us(bench, d, ws, shape, bm, name)
+            if us is None:
                 continue
             rows.append(dict(stage="dept_up_dense", tokens=T, depts=n_dept, block_m=bm, tile=name,
                              s_dtype="", us=us, tbps=2 * dept_bytes / (us * 1e-6) / 1e12))

@@ -25,12 +25,12 @@ import torch
 from deamoe.bench.layer_step import layer_steps, random_weights, time_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
 from deamoe.config import table1_row
-from deamoe.kernels.align import AlignSpec, align, dense_alignment
+from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
-from deamoe.kernels.deamoe_decode import DeaMoETiles, dept_down_gemm, dept_up_gemm
+from deamoe.kernels.deamoe_decode import DeaMoETiles, dept_down_gemm
 from deamoe.kernels.fused_moe import MoETiles
 from deamoe.kernels.grouped_gemm import TileConfig
-from deamoe.kernels.stage_benchmark import dept_gemm_inputs, rotated_us
+from deamoe.kernels.stage_benchmark import dense_dept_up_us, dept_gemm_inputs, rotated_us
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -98,18 +98,12 @@ def record(stage, T, depts, bm, name, us, nbytes):
 
 for T in SWAP_BM:
     d = dept_gemm_inputs(shape, ws[0]["router"], T)
-    x, ids, depts, a1, out_acc, s32 = (d[k] for k in ("x", "ids", "depts", "a1", "out_acc", "s32"))
+    ids, depts, out_acc, s32 = (d[k] for k in ("ids", "depts", "out_acc", "s32"))
     cands = [(n, REF_BM[T]) for n in UP_REF] + [(n, bm) for n in SWAP for bm in SWAP_BM[T]]
     for name, bm in cands:
-        al_dense, every = dense_alignment(T, n_dept, per, bm, "cuda")
-        tile = TileConfig.parse(name)
-        try:
-            us = bench(lambda i: dept_up_gemm(
-                x, ws[i]["dept_gate"], ws[i]["dept_up"], a1, al_dense, every, per, tile))
-        except Exception as exc:  # noqa: BLE001 - a tile that does not fit is skipped
-            print("dept_up", T, bm, name, type(exc).__name__, str(exc).splitlines()[0][:100])
-            continue
-        record("dept_up_dense", T, n_dept, bm, name, us, 2 * dept_bytes)
+        us = dense_dept_up_us(bench, d, ws, shape, bm, name)
+        if us is not None:
+            record("dept_up_dense", T, n_dept, bm, name, us, 2 * dept_bytes)
     cands = [(n, REF_BM[T]) for n in DOWN_REF] + [(n, bm) for n in DOWN_SWAP for bm in SWAP_BM[T]]
     for name, bm in cands:
         (al_dept,) = align(ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm))

@@ -295,6 +295,34 @@ def test_align_launches_of_both_layers_run_and_dept_gemm_inputs_fit_the_shape():
     assert 1 <= d["depts"] <= dea.n_dept
 
 
+def test_dense_dept_up_us_runs_the_dense_gemm_and_skips_a_failing_tile():
+    # the dense department GEMM timing of h200_dept_tiles.py / h200_swap_tiles.py: the launch
+    # it hands to `bench` computes act(Wg x) | act(Wu x) for every (token, department) row
+    from deamoe.bench.layer_step import random_weights
+    from deamoe.kernels.stage_benchmark import dense_dept_up_us, dept_gemm_inputs
+
+    dea = SHAPES[DEAMOE_SHAPES[0]]
+    ws = [random_weights(dea, "cpu", dtype=torch.float32, seed=i) for i in range(2)]
+    d = dept_gemm_inputs(dea, ws[0]["router"].bfloat16(), 3)
+    d["x"], d["a1"] = d["x"].float(), d["a1"].float()
+
+    def bench(launch):
+        launch(1)
+        return 7.0
+
+    assert dense_dept_up_us(bench, d, ws, dea, 16, "n32-k32-w4-s2") == 7.0
+    silu = torch.nn.functional.silu
+    gate = silu(torch.einsum("th,dfh->tdf", d["x"], ws[1]["dept_gate"]))
+    up = silu(torch.einsum("th,dfh->tdf", d["x"], ws[1]["dept_up"]))
+    want = torch.cat([gate, up], dim=-1).reshape(3 * dea.n_dept, 2 * dea.h_ffn)
+    torch.testing.assert_close(d["a1"], want, rtol=1e-4, atol=1e-4)
+
+    def failing(launch):
+        raise RuntimeError("out of resources: shared memory")
+
+    assert dense_dept_up_us(failing, d, ws, dea, 16, "n32-k32-w4-s2") is None
+
+
 def test_bad_input_is_rejected():
     from deamoe.kernels.fused_moe import fused_moe
 

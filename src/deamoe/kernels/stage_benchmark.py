@@ -63,3 +63,25 @@ def rotated_us(launch, copies: int, rep_ms: int = 30) -> float:
         for i in range(copies):
             launch(i)
     return triton.testing.do_bench_cudagraph(run, rep=rep_ms, return_mode="median") * 1e3 / copies
+
+
+def dense_dept_up_us(bench, d: dict, ws: list[dict], shape, block_m: int, tile_name: str):
+    """Microseconds of the dense department gate/up GEMM (every token in every department, as
+    `dense_dept_up` runs it) on the inputs `d` of `dept_gemm_inputs` and the weight copies `ws`,
+    timed by `bench(launch)` (e.g. `rotated_us`); None (and a printed line) for a tile that does
+    not fit the GPU."""
+    from deamoe.kernels.align import dense_alignment
+    from deamoe.kernels.deamoe_decode import dept_up_gemm
+    from deamoe.kernels.grouped_gemm import TileConfig
+
+    per = shape.experts_per_dept
+    tokens = d["x"].shape[0]
+    al, every = dense_alignment(tokens, shape.n_dept, per, block_m, d["x"].device)
+    tile = TileConfig.parse(tile_name)
+    try:
+        return bench(lambda i: dept_up_gemm(d["x"], ws[i]["dept_gate"], ws[i]["dept_up"],
+                                            d["a1"], al, every, per, tile))
+    except Exception as exc:  # noqa: BLE001 - a tile that does not fit is skipped
+        print("dept_up", tokens, block_m, tile_name, type(exc).__name__,
+              str(exc).splitlines()[0][:100])
+        return None
