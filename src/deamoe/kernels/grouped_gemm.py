@@ -14,11 +14,7 @@ Epilogues (act = silu | gelu | none, applied before the routing weight):
   EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
 WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32) instead
 of storing, which is how the sum over a token's experts (or departments) happens.  SWAP_AB (a
-tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.  SPLIT_K (a tile option,
-`TileConfig.split_k`) gives each tile's K range to SPLIT_K programs: each stores its fp32 partial
-sums to a workspace and counts itself in; the last to arrive adds the partials up (in split
-order, so the result does not depend on who arrives last) and runs the epilogue -- any epilogue,
-since it sees the full sums (more programs for a GEMM whose tiles cannot fill the SMs, NOTES v27).
+tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
 that share a weight tile run together and the second read comes from L2.  Programs past the
@@ -68,20 +64,17 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
 # every batch size, which keeps the tile search's compile time on the device small
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
-    a_ptr, bg_ptr, bu_ptr, c_ptr, part_ptr, count_ptr,
+    a_ptr, bg_ptr, bu_ptr, c_ptr,
     sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, SPLIT_K: tl.constexpr,
+    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
-    if SPLIT_K > 1:  # the splits of one tile are neighbours in the grid, so they run together
-        pid_k = pid % SPLIT_K
-        pid = pid // SPLIT_K
     pid_m = pid % max_blocks
     pid_n = pid // max_blocks
     if pid_m >= tl.load(nblocks_ptr):
@@ -96,19 +89,12 @@ def grouped_gemm_kernel(
 
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
-    if SPLIT_K > 1:  # this program's part of K: whole BLOCK_K steps, the last part may be short
-        k_chunk = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-        k_lo = pid_k * k_chunk
-        k_hi = tl.minimum(K, k_lo + k_chunk)
-    else:
-        k_lo = 0
-        k_hi = K
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :]
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
     if B_DESC:  # B through TMA: bg_ptr/bu_ptr are descriptors of the [G * N, K] weight rows
         b_row = g.to(tl.int32) * N + pid_n * BLOCK_N
     else:
-        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + (k_lo + offs_k)[:, None]
+        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
         bg_ptrs = bg_ptr + b_off
         bu_ptrs = bu_ptr + b_off
     if SWAP_AB:  # C^T = B @ A^T: the weight tile is the MMA's M side (see TileConfig.swap)
@@ -117,7 +103,7 @@ def grouped_gemm_kernel(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
             b_mask = n_ok[None, :]
@@ -161,25 +147,6 @@ def grouped_gemm_kernel(
     if SWAP_AB:  # back to [BLOCK_M, BLOCK_N] for the shared epilogue (a small register shuffle)
         acc = tl.trans(acc)
         acc_u = tl.trans(acc_u)
-    if SPLIT_K > 1:
-        tiles = max_blocks * tl.cdiv(N, BLOCK_N)
-        offs_t = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        up_off = (SPLIT_K * tiles).to(tl.int64) * (BLOCK_M * BLOCK_N)  # the up halves after
-        part = part_ptr + (pid_k * tiles + pid).to(tl.int64) * (BLOCK_M * BLOCK_N) + offs_t
-        tl.store(part, acc)
-        if GATED:
-            tl.store(part + up_off, acc_u)
-        tl.debug_barrier()  # every thread's partial is written before the count is released
-        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-        if arrived != SPLIT_K - 1:
-            return
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for s in tl.static_range(SPLIT_K):  # .cg: from L2, where the other programs wrote
-            part = part_ptr + (s * tiles + pid).to(tl.int64) * (BLOCK_M * BLOCK_N) + offs_t
-            acc += tl.load(part, cache_modifier=".cg")
-            if GATED:
-                acc_u += tl.load(part + up_off, cache_modifier=".cg")
     if EPI == 1:
         acc = _act(acc, 1) * acc_u
     else:
@@ -205,9 +172,7 @@ class TileConfig:
     """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; tma loads the weight tiles
     with the Hopper tensor-memory accelerator (one bulk copy per tile) instead of per-thread
     16-byte copies (v11: 0-1.5% faster on large GEMMs, up to 9% on the small Baseline-7B ones).
-    split_k > 1 (suffix -x2, -x4, ...): K split over that many programs per tile, the last one
-    adding the fp32 partials up and running the epilogue (v27; v11's split K, with atomic
-    output and linear epilogues only, was slower everywhere)."""
+    Split K was measured too (v11: slower everywhere) and is not kept."""
 
     block_n: int = 64
     block_k: int = 128
@@ -219,37 +184,29 @@ class TileConfig:
     # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
     # department GEMMs (v17), 1.5-4.7% faster for Baseline-7B's small experts (v20)
     swap: bool = False
-    split_k: int = 1
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
-        text += ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
-        return text + (f"-x{self.split_k}" if self.split_k > 1 else "")
+        return text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
         """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
-        '-swap' appended (after -tma if both): the swapped orientation; '-x2' (last): split K."""
+        '-swap' appended (after -tma if both): the swapped orientation."""
         try:
             words = text.split("-")
-            split_k = 1
-            if len(words) > 4 and words[-1][:1] == "x":
-                split_k = int(words.pop()[1:])
-                if split_k < 2:
-                    raise ValueError
-            flags = words[4:]
+            flags = [w for w in words[4:]]
             if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
             parts = {p[0]: int(p[1:]) for p in words[:4]}
             if set(parts) != set("nkws"):
                 raise KeyError
             return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, split_k)
+                       "swap" in flags)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap, then -x<split K>=2..)"
-                             ) from None
+                             "(optionally with -tma, -swap or -tma-swap)") from None
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -295,20 +252,13 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
-    tiles = al.max_blocks * triton.cdiv(N, tile.block_n)
-    grid = (tiles * tile.split_k,)
-    part = count = c  # not read without split K
-    if tile.split_k > 1:  # fp32 partials of every split (gate, then up halves) and arrivals
-        halves = 1 if bu is None else 2
-        part = torch.empty(halves * tile.split_k * tiles * al.block_m * tile.block_n,
-                           dtype=torch.float32, device=c.device)
-        count = torch.zeros(tiles, dtype=torch.int32, device=c.device)
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = bg, bg if bu is None else bu
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
         b_up = b_gate if bu is None else _weight_desc(bu, tile)
     grouped_gemm_kernel[grid](
-        a, b_gate, b_up, c, part, count,
+        a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
         N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
@@ -317,6 +267,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, SPLIT_K=tile.split_k, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
