@@ -61,6 +61,16 @@ def launch(x, wg, wu, c, bm, bn, bk, stages, warps, ws):
                              BLOCK_K=bk, STAGES=stages, WS=ws, num_warps=warps)
 
 
+def rel_err(c, ref) -> float:
+    return ((c.float() - ref).norm() / ref.norm()).item()
+
+
+def record(**row):  # the CSV after every row: a call cut by its time limit keeps what it timed
+    rows.append(row)
+    print(row, flush=True)
+    pd.DataFrame(rows).to_csv(out / "ws_gemm.csv", index=False)
+
+
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 t0 = time.time()
@@ -77,11 +87,10 @@ for T, bms in POINTS.items():
     def cublas(i):
         torch.nn.functional.silu(torch.mm(x, w[i].T, out=c), inplace=True)
     cublas(0)
-    err = ((c.float() - ref).norm() / ref.norm()).item()
+    err = rel_err(c, ref)
     us = rotated_us(cublas, COPIES)
-    rows.append(dict(tokens=T, impl="cublas mm + silu", block_m=0, tile="", ws=False, us=us,
-                     tbps=nbytes / (us * 1e-6) / 1e12, rel_err=err))
-    print(rows[-1], flush=True)
+    record(tokens=T, impl="cublas mm + silu", block_m=0, tile="", ws=False, us=us,
+           tbps=nbytes / (us * 1e-6) / 1e12, rel_err=err)
     for bm in bms:
         for bn, bk, stages, warps in CONFIGS:
             for ws in (False, True):
@@ -92,20 +101,17 @@ for T, bms in POINTS.items():
                     c.fill_(float("nan"))
                     run(0)
                     torch.cuda.synchronize()
-                    err = ((c.float() - ref).norm() / ref.norm()).item()
+                    err = rel_err(c, ref)
                     us = rotated_us(run, COPIES)
                 except Exception as exc:  # noqa: BLE001 - a config that does not compile is listed
                     print(T, bm, name, ws, type(exc).__name__, str(exc).splitlines()[0][:160])
-                    rows.append(dict(tokens=T, impl="triton", block_m=bm, tile=name, ws=ws,
-                                     us=float("nan"), tbps=float("nan"), rel_err=float("nan"),
-                                     error=type(exc).__name__))
+                    record(tokens=T, impl="triton", block_m=bm, tile=name, ws=ws,
+                           us=float("nan"), tbps=float("nan"), rel_err=float("nan"),
+                           error=type(exc).__name__)
                     continue
-                rows.append(dict(tokens=T, impl="triton", block_m=bm, tile=name, ws=ws, us=us,
-                                 tbps=nbytes / (us * 1e-6) / 1e12, rel_err=err))
-                print(rows[-1], flush=True)
-        pd.DataFrame(rows).to_csv(out / "ws_gemm.csv", index=False)
+                record(tokens=T, impl="triton", block_m=bm, tile=name, ws=ws, us=us,
+                       tbps=nbytes / (us * 1e-6) / 1e12, rel_err=err)
 df = pd.DataFrame(rows)
-df.to_csv(out / "ws_gemm.csv", index=False)
 print(df.pivot_table(index=["tokens", "block_m", "tile"], columns="ws", values="us").round(1)
       .to_string())
 print(f"done ({time.time() - t0:.0f} s)")
