@@ -9,14 +9,12 @@ steps as in the microbenchmark, median of 50 replays -> variants.csv (us = the b
 two runs); prints DeaMoE's time and speedup / ideal per variant.  CUDA only.
 """
 
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from deamoe.bench.layer_step import layer_steps, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, time_knob_sets
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -31,24 +29,13 @@ for arg in sys.argv[2:]:
 s = MicrobenchSettings()
 rows = []
 for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, s):
-    repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
     sets = {"committed": knobs}
     if shape.kind == "deamoe":
         sets.update({name: {**knobs, **v} for name, v in variants.items()})
     else:
         sets["committed again"] = knobs
 
-    def runner(tiles):
-        return layer_steps(shape, weights, xs, tiles, repeats)
-    runs = {name: [] for name in sets}
-    for _ in range(2):
-        for name, k in sets.items():
-            try:
-                runs[name].append(time_fn(runner(make_tiles(shape, k)), 50,
-                                          repeats * len(weights)).median_us)
-            except Exception as exc:  # noqa: BLE001 - a variant that fails is reported, not fatal
-                print(f"{model} {shape.kind} {batch} {name}: {type(exc).__name__}: {exc}"[:300])
-                runs[name].append(float("nan"))
+    runs = time_knob_sets(shape, weights, xs, sets, s, label=f"{model} {batch}")
     for name, r in runs.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                      "variant": name, "us": min(r), "runs": r})

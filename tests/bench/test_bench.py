@@ -84,6 +84,26 @@ def test_committed_points_yield_the_picked_knobs(tmp_path):
     assert all(g[6] > 0 for g in got)
 
 
+def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
+    # the A/B scripts' timing: every set once per round; a set that cannot run (a stream-K tile
+    # on split_launches parts) is NaN with a printed line, the others still timed
+    import math
+
+    from deamoe.bench.microbench import layer_copies, point_inputs, time_knob_sets
+
+    weights = layer_copies(DEA, TINY, "cpu")
+    xs, _, _ = point_inputs(DEA, weights, 3, TINY, "cpu")
+    base = {"dept_up": "n32-k32-w4-s1", "expert_up": "n32-k32-w4-s1",
+            "expert_down": "n32-k32-w4-s1", "dept_down": "n32-k32-w4-s1", "dept_block_m": 16,
+            "expert_block_m": 16}
+    sets = {"plain": base, "sk parts": {**base, "dept_down": "n32-k32-w4-s1-sk1",
+                                        "split_launches": 2}}
+    runs = time_knob_sets(DEA, weights, xs, sets, TINY, rounds=2, replays=1, label="tiny 3")
+    assert len(runs["plain"]) == 2 and all(v > 0 for v in runs["plain"])
+    assert len(runs["sk parts"]) == 2 and all(math.isnan(v) for v in runs["sk parts"])
+    assert "stream-K tiles serve whole launches" in capsys.readouterr().out
+
+
 def test_decode_step_and_table():
     dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
     rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})

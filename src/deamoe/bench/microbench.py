@@ -323,6 +323,25 @@ def committed_points(points: list[str], s: MicrobenchSettings,
                 torch.cuda.empty_cache()
 
 
+def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds: int = 2,
+                   replays: int = 50, label: str = "") -> dict:
+    """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
+    round times each set once, in turn, so slow drifts hit all alike; a graph of >=
+    s.min_layers_per_graph layer steps as bench_impl times them.  A set that fails gets NaN
+    and a printed line."""
+    repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+    runs = {name: [] for name in sets}
+    for _ in range(rounds):
+        for name, knobs in sets.items():
+            try:
+                fn = layer_steps(shape, weights, xs, make_tiles(shape, knobs), repeats)
+                runs[name].append(time_fn(fn, replays, repeats * len(weights)).median_us)
+            except Exception as exc:  # noqa: BLE001 - a set that fails is reported, not fatal
+                print(f"{label} {shape.kind} {name}: {type(exc).__name__}: {exc}"[:300])
+                runs[name].append(float("nan"))
+    return runs
+
+
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
                stage_rows=None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
