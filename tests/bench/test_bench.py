@@ -85,8 +85,8 @@ def test_committed_points_yield_the_picked_knobs(tmp_path):
 
 
 def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
-    # the A/B scripts' timing: every set once per round; a set that cannot run (a stream-K tile
-    # on split_launches parts) is NaN with a printed line, the others still timed
+    # the A/B scripts' timing: every set once per round; a set that cannot run (a tile whose
+    # BLOCK_N is no power of two) is NaN with a printed line, the others still timed
     import math
 
     from deamoe.bench.microbench import layer_copies, point_inputs, time_knob_sets
@@ -96,12 +96,11 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     base = {"dept_up": "n32-k32-w4-s1", "expert_up": "n32-k32-w4-s1",
             "expert_down": "n32-k32-w4-s1", "dept_down": "n32-k32-w4-s1", "dept_block_m": 16,
             "expert_block_m": 16}
-    sets = {"plain": base, "sk parts": {**base, "dept_down": "n32-k32-w4-s1-sk1",
-                                        "split_launches": 2}}
+    sets = {"plain": base, "bad tile": {**base, "dept_down": "n24-k32-w4-s1"}}
     runs = time_knob_sets(DEA, weights, xs, sets, TINY, rounds=2, replays=1, label="tiny 3")
     assert len(runs["plain"]) == 2 and all(v > 0 for v in runs["plain"])
-    assert len(runs["sk parts"]) == 2 and all(math.isnan(v) for v in runs["sk parts"])
-    assert "stream-K tiles serve whole launches" in capsys.readouterr().out
+    assert len(runs["bad tile"]) == 2 and all(math.isnan(v) for v in runs["bad tile"])
+    assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
 
 
 def test_decode_step_and_table():
