@@ -1,11 +1,14 @@
-"""TMA weight loads, GEMM by GEMM (NOTES.md v11) on the H200.
+"""Every GEMM of both layers alone, tile by tile (NOTES.md v11, v30) on the H200.
 
-usage: python scripts/h200_gemm_sweep.py OUT_DIR   (CUDA).  At the points where the goals are
-missed, every GEMM of both layers alone in a CUDA graph (stage_benchmark.stage_times), on the
-committed tiles' BLOCK_M values, for a set of tiles with pointer loads and the same tiles with
-TMA loads (v11 also tried split K for w2 / dept_down, at commit 589ed9b: slower).  Writes
-gemm_sweep.csv (model, kind, batch, stage, tile, us, tbps) and prints, per GEMM, the committed
-tile's time against the best pointer / TMA variant.
+usage: python scripts/h200_gemm_sweep.py OUT_DIR [MODEL:BATCH ...] [--tiles T,T,...]
+       [--stages S,S,...]   (CUDA)
+At each point (default: v11's, where the goals were missed then) every GEMM of both layers
+(or only the named stages: w13, w2, dept_up, expert_up, expert_down, dept_down) alone in a
+CUDA graph (stage_benchmark.stage_times) on the committed knobs, with the committed tile and
+each tile of --tiles; without --tiles, v11's set with pointer loads and the same with TMA loads
+(v11 also tried split K for w2 / dept_down, at commit 589ed9b: slower).  Writes gemm_sweep.csv
+(model, kind, batch, stage, tile, us, tbps) and prints, per GEMM, the committed tile's time
+against the best pointer / TMA variant.
 """
 
 import sys
@@ -22,10 +25,16 @@ from deamoe.kernels.fused_moe import fused_moe_stages
 from deamoe.kernels.stage_benchmark import stage_times
 from deamoe.routing import route
 
-out = Path(sys.argv[1])
+args = sys.argv[1:]
+out = Path(args.pop(0))
 out.mkdir(parents=True, exist_ok=True)
+options = {k: args[i + 1].split(",") for i, k in enumerate(args) if k in ("--tiles", "--stages")}
+points = [a for i, a in enumerate(args) if not a.startswith("--")
+          and (i == 0 or args[i - 1] not in ("--tiles", "--stages"))]
 table = pd.read_csv("reports/measured/h200/microbench.csv")
-POINTS = [("Qwen3-235B-A22B", 4), ("Qwen3-235B-A22B", 16), ("DeepSeek-V3", 8), ("Baseline-7B", 128)]
+POINTS = ([(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
+          or [("Qwen3-235B-A22B", 4), ("Qwen3-235B-A22B", 16), ("DeepSeek-V3", 8),
+              ("Baseline-7B", 128)])
 BASE = ["n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n32-k128-w4-s3"]
 rows = []
 for model, batch in POINTS:
@@ -40,9 +49,15 @@ for model, batch in POINTS:
         groups = {"w13": 1, "w2": 1, "dept_up": per, "dept_down": per, "expert_up": 1,
                   "expert_down": 1}
         for stage in GEMM_STAGES[shape.kind]:
-            variants = [knobs[stage]] + BASE + [t + "-tma" for t in [knobs[stage]] + BASE]
+            if "--stages" in options and stage not in options["--stages"]:
+                continue
+            variants = ([knobs[stage]] + options["--tiles"] if "--tiles" in options else
+                        [knobs[stage]] + BASE + [t + "-tma" for t in [knobs[stage]] + BASE])
             for v in dict.fromkeys(variants):
-                tiles = make_tiles(shape, {**knobs, stage: v})
+                # each GEMM alone: no parts on parallel streams, the routed department GEMM
+                tiles = make_tiles(shape, {**knobs, stage: v, "split_launches": 1,
+                                           **({"dense_dept_up": 0} if shape.kind == "deamoe"
+                                              else {})})
                 try:
                     if shape.kind == "deamoe":
                         _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
@@ -63,7 +78,7 @@ for model, batch in POINTS:
         del w
         torch.cuda.empty_cache()
 df = pd.DataFrame(rows)
-df["family"] = df.tile.map(lambda t: "tma" if t.endswith("tma") else "ptr")
+df["family"] = df.tile.map(lambda t: "tma" if "-tma" in t else "ptr")
 for (m, b, k, st), g in df.groupby(["model", "batch", "kind", "stage"], sort=False):
     com = g[g.committed]
     line = f"{m[:12]:12s} {b:4d} {k:6s} {st:12s} committed {com.us.min():7.1f}"
