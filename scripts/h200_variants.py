@@ -1,12 +1,15 @@
-"""A/B/C... of DeaMoE knob sets on the committed picks (NOTES.md v23) on the H200.
+"""A/B/C... of knob sets on the committed picks (NOTES.md v23, v31) on the H200.
 
-usage: python scripts/h200_variants.py OUT_DIR NAME:KNOB=VALUE[,KNOB=VALUE...] [...] MODEL:BATCH [...]
+usage: python scripts/h200_variants.py OUT_DIR [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] [...]
+       MODEL:BATCH [...]
 For each point: the baseline layer on its committed knobs (reports/measured/h200/microbench.csv)
-timed twice (its spread is the noise), and the DeaMoE layer on its committed knobs and on each
-named variant (the committed knobs updated with that variant's), same routing and rotated
-weight copies, every variant timed twice, interleaved; a graph of >= min_layers_per_graph layer
-steps as in the microbenchmark, median of 50 replays -> variants.csv (us = the better of the
-two runs); prints DeaMoE's time and speedup / ideal per variant.  CUDA only.
+timed twice (its spread is the noise) and on each `moe/` variant, and the DeaMoE layer on its
+committed knobs and on each other variant (the committed knobs updated with that variant's),
+same routing and rotated weight copies, every set timed twice, interleaved; a graph of >=
+min_layers_per_graph layer steps as in the microbenchmark, median of 50 replays -> variants.csv
+(us = the better of the two runs); prints DeaMoE's time and speedup / ideal per variant (against
+the committed baseline) and the baseline variants' times.  A VALUE "+sfx" appends "-sfx" to the
+committed tile of that knob (`expert_up=+p1`: the point's own tile, persistent).  CUDA only.
 """
 
 import sys
@@ -18,22 +21,27 @@ from deamoe.bench.microbench import MicrobenchSettings, committed_points, time_k
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
-variants, points = {}, []
+variants, points = {"moe": {}, "deamoe": {}}, []
 for arg in sys.argv[2:]:
     if "=" in arg:
         name, spec = arg.split(":", 1)
-        variants[name] = {k: int(v) if v.isdigit() else v
-                          for k, v in (part.split("=", 1) for part in spec.split(","))}
+        kind = "moe" if name.startswith("moe/") else "deamoe"
+        variants[kind][name] = {k: int(v) if v.isdigit() else v
+                                for k, v in (part.split("=", 1) for part in spec.split(","))}
     else:
         points.append(arg)
+
+
+def apply(knobs: dict, variant: dict) -> dict:
+    return {**knobs, **{k: f"{knobs[k]}-{v[1:]}" if isinstance(v, str) and v.startswith("+")
+                        else v for k, v in variant.items()}}
 s = MicrobenchSettings()
 rows = []
 for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, s):
     sets = {"committed": knobs}
-    if shape.kind == "deamoe":
-        sets.update({name: {**knobs, **v} for name, v in variants.items()})
-    else:
+    if shape.kind == "moe":
         sets["committed again"] = knobs
+    sets.update({name: apply(knobs, v) for name, v in variants[shape.kind].items()})
 
     runs = time_knob_sets(shape, weights, xs, sets, s, label=f"{model} {batch}")
     for name, r in runs.items():
@@ -52,3 +60,5 @@ print(dea.pivot_table(index=["model", "batch"], columns="variant",
                       values="sp_over_ideal").round(4).to_string())
 print(dea.pivot_table(index=["model", "batch"], columns="variant",
                       values="speedup").round(4).to_string())
+print(df[df.kind == "moe"].pivot_table(index=["model", "batch"], columns="variant",
+                                       values="us").round(1).to_string())
