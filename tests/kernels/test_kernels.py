@@ -178,51 +178,13 @@ def test_tile_config_names_round_trip_and_bad_ones_fail():
     from deamoe.kernels.grouped_gemm import TileConfig
 
     for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma", "n64-k64-w4-s3-swap",
-                 "n128-k64-w4-s3-tma-swap", "n64-k64-w4-s3-p1", "n128-k64-w8-s4-tma-swap-p2"):
+                 "n128-k64-w4-s3-tma-swap"):
         assert TileConfig.parse(text).name == text
     assert TileConfig.parse("n64-k64-w4-s3-tma-swap").swap
-    assert TileConfig.parse("n64-k64-w4-s3-tma-p2").persistent == 2
     for bad in ("n64-k128-w4", "n64-k128-w4-s4-x2", "n64-k128-w4-s4-tma-tma", "tma",
-                "n64-k128-w4-s4-p0", "n64-k128-w4-s4-p1-tma", "n64-k128-w4-s4-px",
-                "n64-k128-w4-p1",
                 "n64-k64-w4-s3-swap-tma", "n64-k64-w4-s3-swap-swap"):
         with pytest.raises(ValueError, match="tile config"):
             TileConfig.parse(bad)
-
-
-@pytest.mark.parametrize("sms", [1, 2, 7])
-@pytest.mark.parametrize("tile", ["n32-k16-w4-s2-p1", "n32-k32-w4-s2-tma-swap-p2"])
-@pytest.mark.parametrize("name", sorted(SHAPES))
-def test_persistent_matches_reference(name, tile, sms, monkeypatch):
-    # every GEMM of both layers on a persistent grid (programs walk the valid tiles with the
-    # grid's stride, each tile's K loop inside the walk): 1 program takes every tile, 2..14 split
-    # them unevenly, and the tile bound caps the grid; gated / weighted / atomic epilogues,
-    # DeaMoE with its routed and its dense department up-projection
-    from deamoe.kernels import grouped_gemm as gg
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fused_moe import MoETiles
-
-    monkeypatch.setattr(gg, "INTERPRETER_SMS", sms)
-    t = gg.TileConfig.parse(tile)
-    shape = SHAPES[name]
-    if shape.kind == "deamoe":
-        options = [DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t,
-                               dense_dept_up=dense) for dense in (False, True)]
-    else:
-        options = [MoETiles(w13=t, w2=t)]
-    for seed, (tiles, pattern) in enumerate(zip(options * 2, ["random", "empty", "same"])):
-        row = check_case(Case(name, shape, 9 + 14 * seed, pattern, seed=seed), tiles=tiles)
-        assert row["ok"] and row["rel_err"] < 1e-4, row
-
-
-def test_persistent_refuses_group_ranges():
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.grouped_gemm import TileConfig
-
-    t = TileConfig.parse("n32-k32-w4-s2-p1")
-    tiles = DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t, split_launches=2)
-    with pytest.raises(ValueError, match="persistent tiles serve whole launches"):
-        check_case(Case("deamoe-small", SHAPES["deamoe-small"], 5, "random", seed=1), tiles=tiles)
 
 
 def test_batch_beyond_one_block_per_group():

@@ -20,10 +20,6 @@ Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks
 that share a weight tile run together and the second read comes from L2.  Programs past the
 device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
-
-Persistent (a tile option, `TileConfig.persistent`): n programs per SM walk the valid tiles
-with that stride, each tile's K loop flattened into the walk, so one pipeline runs through all
-of a program's tiles (no fill and drain per tile).
 """
 
 from __future__ import annotations
@@ -64,22 +60,41 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
     return r.to(tl.int64)
 
 
-@triton.jit
-def _tile_acc(a_ptr, bg_ptr, bu_ptr, a_rows, row_ok, g, pid_n, k_lo, k_hi, N, K,
-              stride_am, stride_be, stride_bn, a_up_off,
-              EPI: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-              B_DESC: tl.constexpr, SWAP_AB: tl.constexpr):
-    """fp32 sums over K steps k_lo..k_hi of one tile: (acc, acc_u), each [BLOCK_M, BLOCK_N]."""
+# ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
+# every batch size, which keeps the tile search's compile time on the device small
+@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
+def grouped_gemm_kernel(
+    a_ptr, bg_ptr, bu_ptr, c_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
+    N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
+    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
+    A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
+    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
+):
     GATED: tl.constexpr = EPI != 0
+    pid = tl.program_id(0)
+    pid_m = pid % max_blocks
+    pid_n = pid // max_blocks
+    if pid_m >= tl.load(nblocks_ptr):
+        return
+    g = tl.load(block_group_ptr + pid_m).to(tl.int64)
+    if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups only (split_launches)
+        return
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    p = tl.load(sorted_ptr + offs_m)
+    row_ok = p < P
+    a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
+
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + a_rows[:, None] * stride_am + (k_lo + offs_k)[None, :]
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :]
     if B_DESC:  # B through TMA: bg_ptr/bu_ptr are descriptors of the [G * N, K] weight rows
         b_row = g.to(tl.int32) * N + pid_n * BLOCK_N
     else:
-        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + (k_lo + offs_k)[:, None]
+        b_off = g * stride_be + offs_n[None, :].to(tl.int64) * stride_bn + offs_k[:, None]
         bg_ptrs = bg_ptr + b_off
         bu_ptrs = bu_ptr + b_off
     if SWAP_AB:  # C^T = B @ A^T: the weight tile is the MMA's M side (see TileConfig.swap)
@@ -88,7 +103,7 @@ def _tile_acc(a_ptr, bg_ptr, bu_ptr, a_rows, row_ok, g, pid_n, k_lo, k_hi, N, K,
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
             b_mask = n_ok[None, :]
@@ -128,19 +143,10 @@ def _tile_acc(a_ptr, bg_ptr, bu_ptr, a_rows, row_ok, g, pid_n, k_lo, k_hi, N, K,
         a_ptrs += BLOCK_K
         if not B_DESC:
             bg_ptrs += BLOCK_K
+
     if SWAP_AB:  # back to [BLOCK_M, BLOCK_N] for the shared epilogue (a small register shuffle)
         acc = tl.trans(acc)
         acc_u = tl.trans(acc_u)
-    return acc, acc_u
-
-
-@triton.jit
-def _tile_out(acc, acc_u, p, row_ok, pid_n, N, c_ptr, w_ptr, ids_ptr, k_top, n_dept, per_group,
-              stride_cm, c_up_off, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
-              WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, BLOCK_N: tl.constexpr):
-    """The epilogue of one tile from its full sums: activation, routing weight, store / add."""
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < N
     if EPI == 1:
         acc = _act(acc, 1) * acc_u
     else:
@@ -161,66 +167,12 @@ def _tile_out(acc, acc_u, p, row_ok, pid_n, N, c_ptr, w_ptr, ids_ptr, k_top, n_d
             tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-# ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
-# every batch size, which keeps the tile search's compile time on the device small
-@triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
-def grouped_gemm_kernel(
-    a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
-    N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
-    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
-    A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
-    WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, PERSISTENT: tl.constexpr,
-):
-    pid = tl.program_id(0)
-    if not PERSISTENT:  # one program per tile, the whole K range
-        pid_m = pid % max_blocks
-        pid_n = pid // max_blocks
-        if pid_m >= tl.load(nblocks_ptr):
-            return
-        g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-        if (g < g_lo) | (g >= g_hi):  # a launch may serve a range of groups only (split_launches)
-            return
-        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        p = tl.load(sorted_ptr + offs_m)
-        row_ok = p < P
-        a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
-        acc, acc_u = _tile_acc(a_ptr, bg_ptr, bu_ptr, a_rows, row_ok, g, pid_n, 0, K, N, K,
-                               stride_am, stride_be, stride_bn, a_up_off, EPI, EVEN_K, DOT_F32,
-                               BLOCK_M, BLOCK_N, BLOCK_K, B_DESC, SWAP_AB)
-        _tile_out(acc, acc_u, p, row_ok, pid_n, N, c_ptr, w_ptr, ids_ptr, k_top, n_dept,
-                  per_group, stride_cm, c_up_off, C_MODE, EPI, ACT, WEIGHTED, ATOMIC, BLOCK_N)
-    else:
-        # persistent: num_programs programs walk the valid tiles with that stride (M-block
-        # fastest, the one-tile grid's order), the tile loop and its K loop flattened into one
-        # pipelined loop, so the next tile's first weight loads overlap this tile's last MMAs
-        # and its epilogue (NOTES v31).  Whole launches only (no g_lo..g_hi: a K loop whose
-        # length depends on the tile is not flattened)
-        nb = tl.load(nblocks_ptr)
-        n_tiles = nb * tl.cdiv(N, BLOCK_N)
-        for t in tl.range(pid, n_tiles, tl.num_programs(0), flatten=True):
-            pid_m = t % nb
-            pid_n = t // nb
-            g = tl.load(block_group_ptr + pid_m).to(tl.int64)
-            offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-            p = tl.load(sorted_ptr + offs_m)
-            row_ok = p < P
-            a_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, A_MODE)
-            acc, acc_u = _tile_acc(a_ptr, bg_ptr, bu_ptr, a_rows, row_ok, g, pid_n, 0, K, N, K,
-                                   stride_am, stride_be, stride_bn, a_up_off, EPI, EVEN_K,
-                                   DOT_F32, BLOCK_M, BLOCK_N, BLOCK_K, B_DESC, SWAP_AB)
-            _tile_out(acc, acc_u, p, row_ok, pid_n, N, c_ptr, w_ptr, ids_ptr, k_top, n_dept,
-                      per_group, stride_cm, c_up_off, C_MODE, EPI, ACT, WEIGHTED, ATOMIC, BLOCK_N)
-
-
 @dataclass(frozen=True)
 class TileConfig:
     """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; tma loads the weight tiles
     with the Hopper tensor-memory accelerator (one bulk copy per tile) instead of per-thread
     16-byte copies (v11: 0-1.5% faster on large GEMMs, up to 9% on the small Baseline-7B ones).
-    Split K was measured too (v11, v27: slower everywhere) and is not kept."""
+    Split K was measured too (v11: slower everywhere) and is not kept."""
 
     block_n: int = 64
     block_k: int = 128
@@ -232,50 +184,29 @@ class TileConfig:
     # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
     # department GEMMs (v17), 1.5-4.7% faster for Baseline-7B's small experts (v20)
     swap: bool = False
-    # persistent = n > 0: n programs per SM, each walking tiles with the grid's stride in one
-    # flattened, pipelined loop (NOTES v31): for GEMMs of many short tiles (small experts)
-    persistent: int = 0
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
-        text += ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
-        return text + (f"-p{self.persistent}" if self.persistent else "")
+        return text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
         """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
-        '-swap' appended (after -tma if both): the swapped orientation; '-p1' (last): persistent,
-        one program per SM."""
+        '-swap' appended (after -tma if both): the swapped orientation."""
         try:
             words = text.split("-")
-            persistent = 0
-            if len(words) > 4 and words[-1][:1] == "p":
-                persistent = int(words.pop()[1:])
-                if persistent < 1:
-                    raise ValueError
-            flags = words[4:]
+            flags = [w for w in words[4:]]
             if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
             parts = {p[0]: int(p[1:]) for p in words[:4]}
             if set(parts) != set("nkws"):
                 raise KeyError
             return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, persistent)
+                       "swap" in flags)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap, then -p<programs per "
-                             "SM>=1..)") from None
-
-
-# programs per "SM" under the interpreter (tests set it to vary how programs share the tiles)
-INTERPRETER_SMS = 3
-
-
-def _sm_count(device: torch.device) -> int:
-    if device.type != "cuda":
-        return INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+                             "(optionally with -tma, -swap or -tma-swap)") from None
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -321,14 +252,7 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
-    tiles = al.max_blocks * triton.cdiv(N, tile.block_n)
-    if tile.persistent:  # never more programs than the tile bound
-        if groups is not None and tuple(groups) != (0, G):
-            raise ValueError("grouped_gemm: persistent tiles serve whole launches, not the group "
-                             "ranges of split_launches")
-        grid = (max(1, min(tiles, tile.persistent * _sm_count(c.device))),)
-    else:
-        grid = (tiles,)
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = bg, bg if bu is None else bu
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
@@ -343,7 +267,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, PERSISTENT=tile.persistent > 0,
-        num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
