@@ -11,7 +11,7 @@ each tile of --tiles; without --tiles, v11's set with pointer loads and the same
 against the best pointer / TMA variant.
 """
 
-import sys
+import argparse
 from pathlib import Path
 
 import pandas as pd
@@ -25,16 +25,17 @@ from deamoe.kernels.fused_moe import fused_moe_stages
 from deamoe.kernels.stage_benchmark import stage_times
 from deamoe.routing import route
 
-args = sys.argv[1:]
-out = Path(args.pop(0))
+parser = argparse.ArgumentParser(description="each GEMM alone, tile by tile (CUDA)")
+parser.add_argument("out", type=Path)
+parser.add_argument("points", nargs="*", default=["Qwen3-235B-A22B:4", "Qwen3-235B-A22B:16",
+                                                  "DeepSeek-V3:8", "Baseline-7B:128"])
+parser.add_argument("--tiles", type=lambda v: v.split(","), default=None)
+parser.add_argument("--stages", type=lambda v: v.split(","), default=None)
+args = parser.parse_args()
+out = args.out
 out.mkdir(parents=True, exist_ok=True)
-options = {k: args[i + 1].split(",") for i, k in enumerate(args) if k in ("--tiles", "--stages")}
-points = [a for i, a in enumerate(args) if not a.startswith("--")
-          and (i == 0 or args[i - 1] not in ("--tiles", "--stages"))]
 table = pd.read_csv("reports/measured/h200/microbench.csv")
-POINTS = ([(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
-          or [("Qwen3-235B-A22B", 4), ("Qwen3-235B-A22B", 16), ("DeepSeek-V3", 8),
-              ("Baseline-7B", 128)])
+POINTS = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in args.points]
 BASE = ["n128-k128-w4-s3", "n64-k128-w4-s4", "n64-k256-w4-s3", "n32-k256-w4-s3", "n32-k128-w4-s3"]
 rows = []
 for model, batch in POINTS:
@@ -49,9 +50,9 @@ for model, batch in POINTS:
         groups = {"w13": 1, "w2": 1, "dept_up": per, "dept_down": per, "expert_up": 1,
                   "expert_down": 1}
         for stage in GEMM_STAGES[shape.kind]:
-            if "--stages" in options and stage not in options["--stages"]:
+            if args.stages is not None and stage not in args.stages:
                 continue
-            variants = ([knobs[stage]] + options["--tiles"] if "--tiles" in options else
+            variants = ([knobs[stage]] + args.tiles if args.tiles is not None else
                         [knobs[stage]] + BASE + [t + "-tma" for t in [knobs[stage]] + BASE])
             for v in dict.fromkeys(variants):
                 # each GEMM alone: no parts on parallel streams, the routed department GEMM

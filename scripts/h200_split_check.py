@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.layer_step import ffn_step, random_weights
+from deamoe.bench.layer_step import ffn_step, graph_replay_rows, random_weights
 from deamoe.config import table1_row
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
 from deamoe.kernels.deamoe_decode import DeaMoETiles
@@ -65,20 +65,8 @@ for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
         x = torch.randn(tokens, shape.h, device="cuda", dtype=torch.bfloat16)
         ref = ffn_step(shape, w, x, tiles=DeaMoETiles()).float()
         for variant in ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2}):
-            t = DeaMoETiles(**variant)
-            ffn_step(shape, w, x, tiles=t)  # compile + fill the dense alignment cache
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                got = ffn_step(shape, w, x, tiles=t)
-            got.fill_(float("nan"))
-            g.replay()
-            torch.cuda.synchronize()
-            rel = ((got.float() - ref).norm() / ref.norm()).item()
-            ok = bool(torch.isfinite(got).all()) and rel < 1e-2
-            rows.append({"case": f"{model} graph", "kind": "deamoe", "tokens": tokens,
-                         "pattern": "router", "dtype": "bfloat16", "rel_err": rel,
-                         "finite": bool(torch.isfinite(got).all()), "tol": 1e-2, "ok": ok,
-                         "variant": label(variant) + ";graph"})
+            rows += [{**r, "variant": label(variant) + ";graph"} for r in graph_replay_rows(
+                shape, w, x, DeaMoETiles(**variant), ref, case=f"{model} graph")]
     del w
     torch.cuda.empty_cache()
 df = pd.DataFrame(rows)

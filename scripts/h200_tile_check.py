@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.layer_step import ffn_step, random_weights
+from deamoe.bench.layer_step import ffn_step, graph_replay_rows, random_weights
 from deamoe.config import table1_row
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
 from deamoe.kernels.deamoe_decode import DeaMoETiles
@@ -65,20 +65,8 @@ shape = row.deamoe
 w = random_weights(shape, "cuda", seed=5)
 x = torch.randn(64, shape.h, device="cuda", dtype=torch.bfloat16)
 ref = ffn_step(shape, w, x, tiles=DeaMoETiles(dense_dept_up=True)).float()
-tiles = all_tiles(shape, TILES[0], block_m=64)
-ffn_step(shape, w, x, tiles=tiles)  # compile + fill the dense alignment cache
-g = torch.cuda.CUDAGraph()
-with torch.cuda.graph(g):
-    got = ffn_step(shape, w, x, tiles=tiles)
-for replay in range(2):
-    got.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    rel = ((got.float() - ref).norm() / ref.norm()).item()
-    finite = bool(torch.isfinite(got).all())
-    rows.append({"case": f"{MODEL} graph replay {replay}", "kind": "deamoe", "tokens": 64,
-                 "pattern": "router", "dtype": "bfloat16", "rel_err": rel, "finite": finite,
-                 "tol": 1e-2, "ok": finite and rel < 1e-2, "tile": TILES[0].name})
+rows += [{**r, "tile": TILES[0].name} for r in graph_replay_rows(
+    shape, w, x, all_tiles(shape, TILES[0], block_m=64), ref, replays=2, case=MODEL)]
 bat = pd.DataFrame(rows)
 bat.to_csv(out / "tile_battery.csv", index=False)
 print(f"tile battery: {int(bat.ok.sum())}/{len(bat)} ok, max rel err {bat.rel_err.max():.2e}",

@@ -103,6 +103,23 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
 
 
+def test_graph_replay_rows_check_each_replay_against_the_reference():
+    # the H200 check scripts' timed-path rows (eager on the CPU): the output is poisoned before
+    # every replay, so a replay that wrote nothing or a wrong reference fails its row
+    from deamoe.bench.layer_step import graph_replay_rows
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    w = random_weights(DEA, "cpu", dtype=torch.float32, seed=3)
+    x = torch.randn(5, DEA.h)
+    tiles = DeaMoETiles(dense_dept_up=True)
+    ref = ffn_step(DEA, w, x, tiles=DeaMoETiles()).float()
+    rows = graph_replay_rows(DEA, w, x, tiles, ref, replays=2, case="tiny")
+    assert [r["case"] for r in rows] == ["tiny replay 0", "tiny replay 1"]
+    assert all(r["ok"] and r["rel_err"] < 1e-4 for r in rows), rows
+    bad = graph_replay_rows(DEA, w, x, tiles, 2 * ref, case="tiny")
+    assert not bad[0]["ok"]
+
+
 def test_decode_step_and_table():
     dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
     rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})

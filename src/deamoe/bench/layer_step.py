@@ -146,6 +146,35 @@ def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, 
     return run
 
 
+def graph_replay_rows(shape, w: dict, x: torch.Tensor, tiles, ref: torch.Tensor,
+                      replays: int = 1, case: str = "graph") -> list[dict]:
+    """The timed path's correctness: ffn_step on `tiles` captured in a CUDA graph (after one
+    eager run that compiles and fills the caches), output poisoned with NaN before each replay,
+    against `ref` (fp32); battery-style rows, one per replay.  Without CUDA the step runs eagerly
+    each time (same rows, no graph)."""
+    cuda = x.device.type == "cuda"
+    got = ffn_step(shape, w, x, tiles=tiles)
+    if cuda:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            got = ffn_step(shape, w, x, tiles=tiles)
+    rows = []
+    for replay in range(replays):
+        got.fill_(float("nan"))
+        if cuda:
+            g.replay()
+            torch.cuda.synchronize()
+        else:
+            got.copy_(ffn_step(shape, w, x, tiles=tiles))
+        rel = ((got.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
+        finite = bool(torch.isfinite(got).all())
+        rows.append({"case": f"{case} replay {replay}", "kind": shape.kind,
+                     "tokens": x.shape[0], "pattern": "router",
+                     "dtype": str(x.dtype).removeprefix("torch."), "rel_err": rel,
+                     "finite": finite, "tol": 1e-2, "ok": finite and rel < 1e-2})
+    return rows
+
+
 def torch_grouped_moe(x, w, ids, weights) -> torch.Tensor:
     """Reference baseline from library GEMMs: sort pairs, torch._grouped_mm x3, scatter-add.
 
