@@ -11,7 +11,8 @@ microbenchmark), arranged as
            free                all four side by side
   baseline chain               w13 -> w2
            free                w13 beside w2
-and, for scale, the whole committed layer (`layer`: router, routing, align, its streams, cast).
+and, for scale, the whole committed layer (`layer`: router, routing, align, its streams, cast),
+timed before the arrangements and again after them (`layer after`).
 Every arrangement but `chain` drops dependencies the layer has, so its output is wrong; its
 time is what a perfect schedule of these kernels (one fused launch with per-group readiness,
 say) could approach.  Two interleaved rounds, the better kept -> overlap_bound.csv with the
@@ -118,19 +119,22 @@ def main():
     for model, shape, weights, batch, knobs, xs, nbytes in committed_points(
             args.points, s, device=device, **kw):
         tiles = make_tiles(shape, knobs)
+        # the whole layer (router, routing, align, committed split and streams, cast) for
+        # scale, before and after the arrangements (their setup must not change it)
+        times = {"layer": time_knob_sets(shape, weights, xs, {"layer": knobs}, s, args.rounds,
+                                         args.replays)["layer"]}
         per_copy = [gemm_launches(shape, w, x, tiles) for w, x in zip(weights, xs)]
         gemm_bytes = nbytes - 2 * router_params(shape)  # what the graph's GEMMs stream
         repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
         names = list(ARRANGEMENTS[shape.kind])
-        times = {n: [] for n in names}
+        times.update({n: [] for n in names})
         for _ in range(args.rounds):
             for n in names:
                 fn = arrangement_fn(shape.kind, n, per_copy, repeats, device)
                 times[n].append(time_fn(fn, args.replays, repeats * len(weights)).median_us)
-        # the whole layer (router, routing, align, committed split and streams, cast) for scale
-        times["layer"] = time_knob_sets(shape, weights, xs, {"layer": knobs}, s, args.rounds,
-                                        args.replays)["layer"]
-        for n in names + ["layer"]:
+        times["layer after"] = time_knob_sets(shape, weights, xs, {"layer": knobs}, s,
+                                              args.rounds, args.replays)["layer"]
+        for n in names + ["layer", "layer after"]:
             us = min(times[n])
             rows.append({"model": model, "kind": shape.kind, "batch": batch,
                          "arrangement": n, "us": us, "runs": times[n], "gemm_bytes": gemm_bytes,
