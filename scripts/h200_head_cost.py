@@ -1,0 +1,79 @@
+"""What the routing head costs inside each committed layer (NOTES.md v34; CUDA).
+
+usage: python scripts/h200_head_cost.py OUT_DIR MODEL:BATCH [...]
+For each point, both layers on their committed tiles (reports/measured/h200/microbench.csv),
+timed as the microbenchmark times them (>= min_layers_per_graph layer steps per graph over the
+rotated copies, two interleaved rounds, the better kept):
+  layer     the committed step: router GEMM + routing + align + GEMMs + cast
+  no route  the same step with the routing computed once before the capture (ids and weights
+            given): the router GEMM and the routing kernel leave the graph, align stays (beside
+            DeaMoE's dense department GEMM, as in the layer)
+The difference is what the router GEMM and the routing cost on the critical path -- the most a
+layer could gain by hiding them (e.g. inside the dense department GEMM's launch).  -> head_cost.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+from deamoe.bench.layer_step import layer_steps, routing_fn, time_fn
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+
+
+def steps_with_routing(shape, weights, xs, tiles, repeats: int):
+    """fn() running every copy's step with its routing precomputed (no router GEMM, no route)."""
+    from deamoe.kernels.deamoe_decode import deamoe_forward
+    from deamoe.kernels.fused_moe import fused_moe
+
+    with torch.no_grad():
+        routes = [routing_fn(False)(shape, F.linear(x, w["router"])) for x, w in zip(xs, weights)]
+
+    def run():
+        for _ in range(repeats):
+            for x, w, (ids, wts) in zip(xs, weights, routes):
+                if shape.kind == "deamoe":
+                    deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"],
+                                   w["expert_gate"], w["expert_up"], w["expert_down"], ids, wts,
+                                   operator=shape.operator, tiles=tiles)
+                else:
+                    fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, wts, tiles)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("points", nargs="+", help="MODEL:BATCH")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--replays", type=int, default=50)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    s = MicrobenchSettings()
+    rows = []
+    for model, shape, weights, batch, knobs, xs, nbytes in committed_points(args.points, s):
+        tiles = make_tiles(shape, knobs)
+        repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+        fns = {"layer": layer_steps(shape, weights, xs, tiles, repeats),
+               "no route": steps_with_routing(shape, weights, xs, tiles, repeats)}
+        times = {n: [] for n in fns}
+        for _ in range(args.rounds):
+            for n, fn in fns.items():
+                times[n].append(time_fn(fn, args.replays, repeats * len(weights)).median_us)
+        for n in fns:
+            us = min(times[n])
+            rows.append({"model": model, "kind": shape.kind, "batch": batch, "variant": n,
+                         "us": us, "runs": times[n], "bytes": nbytes,
+                         "vs_layer_us": us - min(times["layer"])})
+            print(f"{model:16s} {shape.kind:6s} {batch:4d} {n:9s} {us:8.1f} us "
+                  f"({us - min(times['layer']):+6.1f})", flush=True)
+        pd.DataFrame(rows).to_csv(args.out / "head_cost.csv", index=False)
+
+
+if __name__ == "__main__":
+    main()
