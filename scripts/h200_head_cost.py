@@ -14,16 +14,15 @@ layer could gain by hiding them (e.g. inside the dense department GEMM's launch)
 
 from __future__ import annotations
 
-import argparse
 import math
-from pathlib import Path
 
 import pandas as pd
 import torch
 import torch.nn.functional as F
 
 from deamoe.bench.layer_step import layer_steps, routing_fn, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+from deamoe.bench.microbench import (MicrobenchSettings, committed_points, make_tiles,
+                                     point_parser)
 
 
 def steps_with_routing(shape, weights, xs, tiles, repeats: int):
@@ -47,11 +46,7 @@ def steps_with_routing(shape, weights, xs, tiles, repeats: int):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("points", nargs="+", help="MODEL:BATCH")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--replays", type=int, default=50)
+    ap = point_parser(__doc__)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = MicrobenchSettings()

@@ -22,10 +22,8 @@ plumbing.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -34,7 +32,7 @@ import torch.nn.functional as F
 from deamoe.analysis.budget import router_params
 from deamoe.bench.layer_step import routing_fn, time_fn
 from deamoe.bench.microbench import (MicrobenchSettings, committed_points, make_tiles,
-                                     time_knob_sets)
+                                     point_parser, time_knob_sets)
 from deamoe.kernels.align import dense_alignment
 from deamoe.kernels.deamoe_decode import deamoe_stages, dept_up_gemm
 from deamoe.kernels.fused_moe import fused_moe_stages
@@ -96,11 +94,7 @@ def arrangement_fn(kind: str, name: str, per_copy: list[dict], repeats: int, dev
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("points", nargs="+", help="MODEL:BATCH")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--replays", type=int, default=50)
+    ap = point_parser(__doc__)
     ap.add_argument("--dry-run", action="store_true",
                     help="small shapes on the CPU (the plumbing, not the times)")
     args = ap.parse_args()

@@ -103,6 +103,19 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
 
 
+def test_point_parser_reads_points_and_rejects_a_bad_number(capsys):
+    # the re-timing scripts' arguments (h200_overlap_bound.py, h200_head_cost.py)
+    from deamoe.bench.microbench import point_parser
+
+    args = point_parser("doc line\nmore").parse_args(["out", "Qwen3-235B-A22B:64", "A:1",
+                                                       "--rounds", "3"])
+    assert (str(args.out), args.points, args.rounds, args.replays) == (
+        "out", ["Qwen3-235B-A22B:64", "A:1"], 3, 50)
+    with pytest.raises(SystemExit):
+        point_parser("doc").parse_args(["out", "A:1", "--replays", "many"])
+    assert "--replays: invalid int value: 'many'" in capsys.readouterr().err
+
+
 def test_graph_replay_rows_check_each_replay_against_the_reference():
     # the H200 check scripts' timed-path rows (eager on the CPU): the output is poisoned before
     # every replay, so a replay that wrote nothing or a wrong reference fails its row

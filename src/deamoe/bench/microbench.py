@@ -323,6 +323,20 @@ def committed_points(points: list[str], s: MicrobenchSettings,
                 torch.cuda.empty_cache()
 
 
+def point_parser(doc: str):
+    """argparse parser of the scripts that re-time committed points: OUT_DIR MODEL:BATCH ...
+    --rounds --replays (`doc`: the script's docstring, whose first line describes it)."""
+    import argparse
+    from pathlib import Path
+
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("points", nargs="+", help="MODEL:BATCH")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
+    ap.add_argument("--replays", type=int, default=50, help="graph replays per timing")
+    return ap
+
+
 def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds: int = 2,
                    replays: int = 50, label: str = "") -> dict:
     """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
