@@ -8,10 +8,14 @@ layer copies in one CUDA graph (stage_benchmark.rotated_us), with its output wri
           the operator; baseline: into out[token])
   no act  DeaMoE only: the same without the operator on the output
   store   plain fp32 stores, one row per (token, expert) pair, no atomics (wrong for the layer)
--> down_epilogue.csv with the weight bytes each streams and TB/s.
+-> down_epilogue.csv with the weight bytes each streams and TB/s.  --moe-shape H,F,E,K runs the
+baseline layer's GEMM on another MoE shape (the point's baseline tile and top-K routing), e.g.
+1536,1536,320,8: the baseline kernel on weights shaped like Qwen3 DeaMoE's expert_down.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import torch
@@ -19,6 +23,7 @@ import torch.nn.functional as F
 
 from deamoe.bench.layer_step import routing_fn
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles, point_parser
+from deamoe.config import MoEShape, table1_row
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.grouped_gemm import EPI_ACT, ROW_PAIR, ROW_TOKDEPT, ROW_TOKEN, grouped_gemm
 from deamoe.kernels.stage_benchmark import rotated_us
@@ -59,11 +64,18 @@ def down_launches(shape, w: dict, x: torch.Tensor, tiles) -> tuple[dict, int]:
 
 
 def main():
-    args = point_parser(__doc__).parse_args()
+    ap = point_parser(__doc__)
+    ap.add_argument("--moe-shape", help="H,F,E,K: the baseline layer's shape instead of Table 1's")
+    args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     s = MicrobenchSettings()
+    kw = {}
+    if args.moe_shape:
+        h, f, e, k = (int(v) for v in args.moe_shape.split(","))
+        kw["shapes"] = lambda model: dataclasses.replace(
+            table1_row(model), baseline=MoEShape(h=h, h_ffn=f, n_expert=e, k_expert=k))
     rows = []
-    for model, shape, weights, batch, knobs, xs, _ in committed_points(args.points, s):
+    for model, shape, weights, batch, knobs, xs, _ in committed_points(args.points, s, **kw):
         tiles = make_tiles(shape, knobs)
         per_copy = [down_launches(shape, w, x, tiles) for w, x in zip(weights, xs)]
         nbytes = sum(b for _, b in per_copy) / len(per_copy)
@@ -75,6 +87,7 @@ def main():
         for n in names:
             us = min(times[n])
             rows.append({"model": model, "kind": shape.kind, "batch": batch, "variant": n,
+                         "shape": f"{shape.h}x{shape.h_ffn}x{shape.n_expert}",
                          "tile": (tiles.expert_down if shape.kind == "deamoe" else tiles.w2).name,
                          "us": us, "runs": times[n], "bytes": nbytes,
                          "tbps": nbytes / (us * 1e-6) / 1e12})
