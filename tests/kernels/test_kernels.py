@@ -68,6 +68,25 @@ def test_swapped_orientation_matches_reference(name, tile):
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("tile", ["n32-k32-w4-s2-nf", "n32-k32-w4-s2-tma-swap-nf"])
+def test_n_fastest_grid_order_matches_reference(name, tile):
+    # -nf tiles only change which program takes which (M block, N tile): the layer must not
+    # change, with a partial last N tile, empty departments, split launches and dense dept_up
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+    from deamoe.kernels.grouped_gemm import TileConfig
+
+    t = TileConfig.parse(tile)
+    deamoe = SHAPES[name].kind == "deamoe"
+    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "random"))):
+        tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t,
+                             dense_dept_up=seed == 2, split_launches=1 + seed % 2)
+                 if deamoe else MoETiles(w13=t, w2=t, split_launches=1 + seed % 2))
+        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed), tiles=tiles)
+        assert row["ok"], row
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
 @pytest.mark.parametrize("parts", [2, 3])
 def test_split_launches_match_reference(name, parts):
     # groups cut into parts, each part's GEMMs computing only its groups (on the GPU: one CUDA
@@ -178,7 +197,7 @@ def test_tile_config_names_round_trip_and_bad_ones_fail():
     from deamoe.kernels.grouped_gemm import TileConfig
 
     for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma", "n64-k64-w4-s3-swap",
-                 "n128-k64-w4-s3-tma-swap"):
+                 "n128-k64-w4-s3-tma-swap", "n64-k64-w4-s3-nf", "n64-k64-w4-s3-tma-swap-nf"):
         assert TileConfig.parse(text).name == text
     assert TileConfig.parse("n64-k64-w4-s3-tma-swap").swap
     for bad in ("n64-k128-w4", "n64-k128-w4-s4-x2", "n64-k128-w4-s4-tma-tma", "tma",

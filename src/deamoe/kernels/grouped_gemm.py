@@ -71,12 +71,17 @@ def grouped_gemm_kernel(
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr,
+    B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
-    pid_m = pid % max_blocks
-    pid_n = pid // max_blocks
+    if N_FASTEST:  # neighbouring programs take one block's N tiles (see TileConfig.nfast)
+        n_tiles = tl.cdiv(N, BLOCK_N)
+        pid_m = pid // n_tiles
+        pid_n = pid % n_tiles
+    else:
+        pid_m = pid % max_blocks
+        pid_n = pid // max_blocks
     if pid_m >= tl.load(nblocks_ptr):
         return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
@@ -184,29 +189,38 @@ class TileConfig:
     # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
     # department GEMMs (v17), 1.5-4.7% faster for Baseline-7B's small experts (v20)
     swap: bool = False
+    # nfast: the grid's program order with the N tile fastest (one M block's N tiles side by
+    # side, i.e. one expert's whole weight matrix streamed by neighbouring programs) instead of
+    # the M block fastest (the same N tile of every expert side by side).  NOTES.md v36
+    nfast: bool = False
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
-        return text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
+        return (text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
+                + ("-nf" if self.nfast else ""))
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
         """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
-        '-swap' appended (after -tma if both): the swapped orientation."""
+        '-swap' appended (after -tma if both): the swapped orientation; '-nf' last: N tiles
+        fastest in the grid."""
         try:
             words = text.split("-")
             flags = [w for w in words[4:]]
+            nfast = flags[-1:] == ["nf"]
+            if nfast:
+                flags = flags[:-1]
             if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
             parts = {p[0]: int(p[1:]) for p in words[:4]}
             if set(parts) != set("nkws"):
                 raise KeyError
             return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags)
+                       "swap" in flags, nfast)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap)") from None
+                             "(optionally with -tma, -swap or -tma-swap, then -nf)") from None
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -267,6 +281,6 @@ def grouped_gemm(
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
