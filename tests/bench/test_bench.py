@@ -194,7 +194,8 @@ def test_schema_matches_settings():
 
 def test_search_tiles_coordinate_pass():
     # a fake cost: the best is w13=A, w2=B, block_m=32 -- only reachable by the coordinate pass
-    s = MicrobenchSettings(tiles=["n64-k64-w4-s1", "n32-k64-w4-s1"], block_m=16)
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1", "n32-k64-w4-s1"], block_m=16,
+                           grid_order=False)
     cost = {"w13": {"n64-k64-w4-s1": 0, "n32-k64-w4-s1": 5},
             "w2": {"n64-k64-w4-s1": 3, "n32-k64-w4-s1": 0}, "block_m": {16: 2, 32: 0, 64: 1},
             "split_launches": {2: 1, 4: 1}}
@@ -253,6 +254,40 @@ def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
     assert cost(on) < cost(off)
 
 
+def test_grid_order_search_tries_nf_with_and_without_split():
+    # v36: the N-tile-fastest order pays on the expert GEMMs only without a split, which the
+    # search chose before it; the final pass then refines a tile keeping its -nf
+    from deamoe.bench.microbench import make_tiles
+
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    tried = []
+
+    def cost(k):
+        tried.append(dict(k))
+        split = k.get("split_launches", 1)
+        t = -1.0 if split == 2 else 0.0
+        nf = {g for g in ("dept_up", "expert_up", "expert_down", "dept_down")
+              if k[g].endswith("-nf")}
+        if nf == {"expert_up", "expert_down"}:
+            t += -3 if split == 1 else 5
+        elif nf:
+            t += 1
+        t += {b + "-nf": -1, b: 2}.get(k["expert_down"], 0)
+        return t
+    s = MicrobenchSettings(tiles=[a, b], dense_dept_up=[False], split_launches=[1, 2])
+    best = search_tiles(DEA, cost, s)
+    assert best["expert_up"] == a + "-nf" and best["expert_down"] == b + "-nf"
+    assert best["dept_up"] == a and best["dept_down"] == a and best["split_launches"] == 1
+    assert make_tiles(DEA, best).expert_down.nfast and not make_tiles(DEA, best).dept_up.nfast
+    assert parse_knobs(knobs_name(best)) == best
+    tried.clear()
+    search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b], dense_dept_up=[False],
+                                               split_launches=[1, 2], grid_order=False))
+    assert not any(str(v).endswith("-nf") for k in tried for v in k.values())
+    with pytest.raises(ConfigError, match="grid_order"):
+        MicrobenchSettings(grid_order="yes")
+
+
 def test_pick_finalist_retimes_the_best_distinct_candidates():
     from deamoe.bench.microbench import pick_finalist
 
@@ -276,7 +311,7 @@ def test_block_m_search_is_capped_by_batch():
     assert block_m_values((16, 32, 64, 128), 4) == (16,)
     assert block_m_values((16, 32, 64, 128), 40) == (16, 32, 64)
     assert block_m_values((16, 32, 64, 128), 128) == (16, 32, 64, 128)
-    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16)
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16, grid_order=False)
     cost = {"w13": {"n64-k64-w4-s1": 0}, "w2": {"n64-k64-w4-s1": 0}, "block_m": {16: 2, 32: 1, 64: 0},
             "split_launches": {2: 1, 4: 1}}
     tried = []

@@ -71,6 +71,7 @@ class MicrobenchSettings:
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
     final_tile_pass: bool = True
+    grid_order: bool = True
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -101,12 +102,15 @@ class MicrobenchSettings:
         if not isinstance(self.final_tile_pass, bool):
             raise ConfigError(f"microbench.final_tile_pass: {self.final_tile_pass!r}: "
                               "must be true or false")
+        if not isinstance(self.grid_order, bool):
+            raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
 
 
 GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
+EXPERT_STAGES = {"moe": ("w13", "w2"), "deamoe": ("expert_up", "expert_down")}
 # a group holds at most one row per token, so a BLOCK_M above next_pow2(batch) only adds padding:
 # the search skips those (see block_m_values).  128-row department blocks let one program see
 # all of a department's tokens at 128 tokens, so its weight tile streams once (v7)
@@ -170,8 +174,10 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
     coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
     DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c);
-    with s.final_tile_pass, one more coordinate pass over each GEMM's tile on those final
-    knobs (v21: DeaMoE-7B 2-4% faster, the rest within 0.5%).
+    with s.grid_order, the N-tile-fastest grid order (-nf) on every GEMM or on the expert
+    GEMMs, each with the split found and with none (v36); with s.final_tile_pass, one more
+    coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
+    (v21: DeaMoE-7B 2-4% faster, the rest within 0.5%).
     measure(knobs) -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
@@ -228,15 +234,42 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
                     dense, dense_t = trial, t
         if dense is not None and dense_t < best_t:
             best, best_t = dense, dense_t
+    if s.grid_order:
+        best, best_t = grid_order_trials(shape, measure, best, best_t)
     if s.final_tile_pass:
         best, best_t = tile_pass(shape, measure, s, best, best_t)
     return best
 
 
+def grid_order_trials(shape, measure, best: dict, best_t: float):
+    """The N-tile-fastest grid order (-nf, v36) on every GEMM of the layer, then on its expert
+    GEMMs only, each with the split found and with none (v36: it streams a launch of many
+    small experts 1.4-2.2% faster, and lost beside split launches): (best, its time)."""
+    start = dict(best)
+    for stages in dict.fromkeys([GEMM_STAGES[shape.kind], EXPERT_STAGES[shape.kind]]):
+        for parts in dict.fromkeys([start.get("split_launches", 1), 1]):
+            trial = {**start, **{g: _with_nf(start[g]) for g in stages}}
+            if parts != start.get("split_launches", 1):
+                trial["split_launches"] = parts
+            if trial == start:
+                continue
+            t = measure(trial)
+            if t is not None and t < best_t:
+                best, best_t = trial, t
+    return best, best_t
+
+
+def _with_nf(tile: str) -> str:
+    return tile if tile.endswith("-nf") else f"{tile}-nf"
+
+
 def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float):
-    """One coordinate pass over each GEMM's tile from `best`: (best, its time)."""
+    """One coordinate pass over each GEMM's tile from `best`, each GEMM keeping its grid order
+    (-nf or not): (best, its time)."""
     for stage in GEMM_STAGES[shape.kind]:
         for value in s.tiles:
+            if best[stage].endswith("-nf"):
+                value = _with_nf(value)
             if value == best[stage]:
                 continue
             trial = {**best, stage: value}
