@@ -305,6 +305,41 @@ def test_pick_finalist_retimes_the_best_distinct_candidates():
         MicrobenchSettings(finalists=0)
 
 
+def test_previous_pick_is_always_a_finalist(tmp_path):
+    # v37b: the search lost a pick the previous table had (noise in its few-replay trials);
+    # the previous pick joins the finalists, re-timed with the full replay count, and wins here
+    from deamoe.bench.microbench import prior_picks, search_point
+
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    prev = {"w13": b, "w2": b, "block_m": 16}
+    full = []
+
+    def measure(k, replays=1):
+        if replays > 1:
+            full.append(dict(k))
+            return 1.0 if k == prev else 2.0  # the truth, at the full replay count
+        return 1.5 if k == prev else 0.5 + len(full)  # noisy trials favour everything else
+    s = MicrobenchSettings(tiles=[a, b], finalists=2, replays=50, grid_order=False,
+                           split_launches=[1])
+    assert search_point(MOE, measure, s, 16) != prev  # without it: lost
+    full.clear()
+    assert search_point(MOE, measure, s, 16, prior=prev) == prev
+    assert prev in full and len(full) == 3  # the two best trials and the previous pick
+    # the picks of a microbench.csv, by model, kind and batch ("failed" rows skipped)
+    path = tmp_path / "mb.csv"
+    path.write_text("model,batch,baseline_tile,deamoe_tile\n"
+                    f"M,16,w13={b};w2={a};block_m=16,failed\n"
+                    f"M,64,w13={a};w2={a};block_m=32;split_launches=2,dept_up={a}\n"
+                    f"N,16,w13={a};w2={a};block_m=16,failed\n")
+    assert prior_picks(str(path), "M", "baseline") == {
+        16: {"w13": b, "w2": a, "block_m": 16},
+        64: {"w13": a, "w2": a, "block_m": 32, "split_launches": 2}}
+    assert prior_picks(str(path), "M", "deamoe") == {64: {"dept_up": a}}
+    assert prior_picks("", "M", "baseline") == {} and prior_picks(str(path), "X", "deamoe") == {}
+    with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
+        MicrobenchSettings(prior_picks="nope.csv")
+
+
 def test_block_m_search_is_capped_by_batch():
     from deamoe.bench.microbench import block_m_values
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -72,6 +73,8 @@ class MicrobenchSettings:
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
     final_tile_pass: bool = True
     grid_order: bool = True
+    # a microbench.csv whose picks join each point's finalists ("" = none): NOTES.md v37b
+    prior_picks: str = ""
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -102,6 +105,11 @@ class MicrobenchSettings:
         if not isinstance(self.final_tile_pass, bool):
             raise ConfigError(f"microbench.final_tile_pass: {self.final_tile_pass!r}: "
                               "must be true or false")
+        if not isinstance(self.prior_picks, str):
+            raise ConfigError(f"microbench.prior_picks: {self.prior_picks!r}: must be a path or ''")
+        if self.prior_picks and not Path(self.prior_picks).is_file():
+            raise ConfigError(f"microbench.prior_picks: no such file {self.prior_picks!r} "
+                              "(set '' to search without the previous picks)")
         if not isinstance(self.grid_order, bool):
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
@@ -279,9 +287,12 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
     return best, best_t
 
 
-def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
+def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
+                 prior: dict | None = None):
     """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
-    s.replays (measure(knobs, replays=s.select_replays) -> median us or None)."""
+    s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
+    knobs a previous run picked for this point, always a finalist (v37b: a search can lose a
+    pick it had to a candidate that won its few-replay trials by noise)."""
     tried = []
 
     def logged(knobs):
@@ -291,20 +302,23 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         return t
 
     knobs = search_tiles(shape, logged, s, batch)
-    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays)) or knobs
+    if prior is not None and logged(prior) is None:
+        prior = None  # a previous pick that no longer runs is no candidate
+    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), prior) or knobs
 
 
-def pick_finalist(tried: list[tuple[float, dict]], n: int, measure):
-    """The fastest of the search's n best distinct candidates, each re-timed with the full
-    replay count: a candidate timed with few replays can win the search by noise (v14: the
-    DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The reported time is a fresh
-    run of the pick afterwards, so choosing by these timings does not bias it."""
-    best = []
+def pick_finalist(tried: list[tuple[float, dict]], n: int, measure, must: dict | None = None):
+    """The fastest of the search's n best distinct candidates (and `must`, if given), each
+    re-timed with the full replay count: a candidate timed with few replays can win the search
+    by noise (v14: the DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
+    reported time is a fresh run of the pick afterwards, so choosing by these timings does not
+    bias it."""
+    best = [must] if must is not None else []
     for _, knobs in sorted(tried, key=lambda r: r[0]):
+        if len(best) == n + (must is not None):
+            break
         if knobs not in best:
             best.append(knobs)
-        if len(best) == n:
-            break
     if len(best) < 2:
         return best[0] if best else None
     timed = [(measure(k), i) for i, k in enumerate(best)]
@@ -360,7 +374,6 @@ def point_parser(doc: str):
     """argparse parser of the scripts that re-time committed points: OUT_DIR MODEL:BATCH ...
     --rounds --replays (`doc`: the script's docstring, whose first line describes it)."""
     import argparse
-    from pathlib import Path
 
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("out", type=Path)
@@ -390,8 +403,9 @@ def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds
 
 
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
-               stage_rows=None):
-    """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape."""
+               stage_rows=None, prior: dict | None = None):
+    """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape; prior:
+    {batch: knobs} a previous run picked (finalists of the search, see search_point)."""
     weights = layer_copies(shape, s, device)
     copies = len(weights)
     # the reported time: a graph of >= min_layers_per_graph layer steps, as a model's decode graph
@@ -414,7 +428,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 return None
 
         if impl == "triton":
-            knobs = search_point(shape, measure, s, batch)
+            knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch))
             run = runner(make_tiles(shape, knobs), repeats) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:
@@ -488,6 +502,19 @@ def _routing_label(s) -> str:
     return routing_label(s.compile_routing)
 
 
+def prior_picks(path: str, model: str, kind: str) -> dict[int, dict]:
+    """{batch: knobs} of one layer kind ("baseline" / "deamoe") of `model` in a microbench.csv
+    (none for "" or a model the table lacks; rows whose tile is "failed" are skipped)."""
+    if not path:
+        return {}
+    import pandas as pd
+
+    table = pd.read_csv(path)
+    rows = table[table.model == model]
+    return {int(b): parse_knobs(t) for b, t in zip(rows.batch, rows[f"{kind}_tile"])
+            if isinstance(t, str) and t != "failed"}
+
+
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                    stage_rows: list | None = None) -> list[dict]:
     """The microbench.csv rows (one per model and batch)."""
@@ -503,8 +530,10 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
         for model in s.models:
             row = table1_row(model)
             st_b, st_d = [], []
-            base = bench_impl(row.baseline, s.batches, s, device, progress=bar, stage_rows=st_b)
-            dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar, stage_rows=st_d)
+            base = bench_impl(row.baseline, s.batches, s, device, progress=bar, stage_rows=st_b,
+                              prior=prior_picks(s.prior_picks, model, "baseline"))
+            dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar, stage_rows=st_d,
+                             prior=prior_picks(s.prior_picks, model, "deamoe"))
             if stage_rows is not None:
                 stage_rows += [{"model": model, **r} for r in st_b + st_d]
             ref = (bench_impl(row.baseline, s.batches, s, device, impl="torch", progress=bar)
