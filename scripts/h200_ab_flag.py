@@ -17,7 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.bench.layer_step import layer_steps, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)

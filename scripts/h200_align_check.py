@@ -2,7 +2,7 @@
 
 import torch
 
-from deamoe.bench.microbench import joint_knobs, make_tiles
+from deamoe.bench.knobs import joint_knobs, make_tiles
 from deamoe.config import TABLE1
 from deamoe.kernels.battery import Case, build_layer, check_case, small_shapes
 

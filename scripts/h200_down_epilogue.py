@@ -22,7 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from deamoe.bench.layer_step import routing_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles, point_parser
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, point_parser
 from deamoe.config import MoEShape, table1_row
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.grouped_gemm import EPI_ACT, ROW_PAIR, ROW_TOKDEPT, ROW_TOKEN, grouped_gemm

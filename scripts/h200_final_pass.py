@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.bench.layer_step import layer_steps, time_fn
-from deamoe.bench.microbench import (GEMM_STAGES, MicrobenchSettings, knobs_name, layer_copies,
-                                     make_tiles, point_inputs, search_point, tile_pass)
+from deamoe.bench.knobs import GEMM_STAGES, knobs_name, make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, layer_copies, point_inputs
+from deamoe.bench.search import search_point, tile_pass
 from deamoe.config import table1_row
 
 POINTS = ["Baseline-7B:96", "Baseline-7B:128", "Qwen3-235B-A22B:32", "Qwen3-235B-A22B:64"]

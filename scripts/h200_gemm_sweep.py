@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 
 from deamoe.bench.layer_step import random_weights
-from deamoe.bench.microbench import GEMM_STAGES, make_tiles, parse_knobs
+from deamoe.bench.knobs import GEMM_STAGES, make_tiles, parse_knobs
 from deamoe.config import table1_row
 from deamoe.kernels.deamoe_decode import deamoe_stages
 from deamoe.kernels.fused_moe import fused_moe_stages

@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.bench.layer_step import layer_steps, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points
 
 POINTS = ["Qwen3-235B-A22B:4", "Qwen3-235B-A22B:8", "Qwen3-235B-A22B:16", "Qwen3-235B-A22B:64",
           "Qwen3-235B-A22B:128", "DeepSeek-V3:4", "DeepSeek-V3:16", "DeepSeek-V3:64",

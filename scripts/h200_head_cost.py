@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 from deamoe.bench.layer_step import layer_steps, routing_fn, time_fn
-from deamoe.bench.microbench import (MicrobenchSettings, committed_points, make_tiles,
-                                     point_parser)
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, point_parser
 
 
 def steps_with_routing(shape, weights, xs, tiles, repeats: int):

@@ -31,8 +31,9 @@ import torch.nn.functional as F
 
 from deamoe.analysis.budget import router_params
 from deamoe.bench.layer_step import routing_fn, time_fn
-from deamoe.bench.microbench import (MicrobenchSettings, committed_points, make_tiles,
-                                     point_parser, time_knob_sets)
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import (MicrobenchSettings, committed_points, point_parser,
+                                     time_knob_sets)
 from deamoe.kernels.align import dense_alignment
 from deamoe.kernels.deamoe_decode import deamoe_stages, dept_up_gemm
 from deamoe.kernels.fused_moe import fused_moe_stages

@@ -23,7 +23,8 @@ import pandas as pd
 import torch
 
 from deamoe.bench.layer_step import layer_steps, random_weights, time_fn
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, make_tiles
+from deamoe.bench.knobs import make_tiles
+from deamoe.bench.microbench import MicrobenchSettings, committed_points
 from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes

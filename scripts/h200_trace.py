@@ -17,7 +17,7 @@ import pandas as pd
 import torch
 
 from deamoe.bench.layer_step import ffn_step, random_weights
-from deamoe.bench.microbench import make_tiles, parse_knobs
+from deamoe.bench.knobs import make_tiles, parse_knobs
 from deamoe.config import table1_row
 
 mb = pd.read_csv(sys.argv[1])

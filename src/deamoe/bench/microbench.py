@@ -17,8 +17,10 @@ from pathlib import Path
 
 import torch
 
+from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.layer_step import (layer_bytes, layer_steps, random_weights, step_bytes,
                                      time_fn)
+from deamoe.bench.search import prior_picks, search_point
 from deamoe.config import table1_row
 from deamoe.routing import route
 
@@ -115,215 +117,6 @@ class MicrobenchSettings:
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
-
-
-GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_down", "dept_down")}
-EXPERT_STAGES = {"moe": ("w13", "w2"), "deamoe": ("expert_up", "expert_down")}
-# a group holds at most one row per token, so a BLOCK_M above next_pow2(batch) only adds padding:
-# the search skips those (see block_m_values).  128-row department blocks let one program see
-# all of a department's tokens at 128 tokens, so its weight tile streams once (v7)
-BLOCK_M_KNOBS = {"moe": {"block_m": (16, 32, 64)},
-                 "deamoe": {"dept_block_m": (16, 32, 64, 128), "expert_block_m": (16, 32)}}
-
-
-def block_m_values(values, batch: int | None) -> tuple:
-    if batch is None:
-        return tuple(values)
-    cap = max(16, 1 << (max(1, batch) - 1).bit_length())
-    return tuple(v for v in values if v <= cap)
-
-
-def make_tiles(shape, knobs: dict):
-    """MoETiles / DeaMoETiles from a {knob: value} dict (GEMM stages map to tile names)."""
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fused_moe import MoETiles
-    from deamoe.kernels.grouped_gemm import TileConfig
-
-    cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
-    switches = {f.name for f in dataclasses.fields(cls) if f.type in (bool, "bool")}
-    parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
-    for k in switches & set(parsed):  # written as 0 / 1 in the knob names
-        parsed[k] = bool(parsed[k])
-    return cls(**parsed)
-
-
-def joint_knobs(shape, tile: str, block_m: int) -> dict:
-    knobs = {stage: tile for stage in GEMM_STAGES[shape.kind]}
-    knobs.update({k: block_m for k in BLOCK_M_KNOBS[shape.kind]})
-    return knobs
-
-
-def _tiles(shape, name: str, block_m: int):
-    return make_tiles(shape, joint_knobs(shape, name, block_m))
-
-
-def knobs_name(knobs: dict) -> str:
-    return ";".join(f"{k}={v}" for k, v in knobs.items())
-
-
-def parse_knobs(text: str) -> dict:
-    """Inverse of knobs_name: 'w13=n64-k128-w4-s4;block_m=16' -> {'w13': ..., 'block_m': 16}."""
-    out = {}
-    for part in text.split(";"):
-        key, value = part.split("=", 1)
-        out[key] = int(value) if value.isdigit() else value
-    return out
-
-
-# the GEMMs that run on each grouping's blocks: a BLOCK_M is searched together with their tile
-GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_down"),
-                  "expert_block_m": ("expert_up", "expert_down")}
-
-
-def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
-    """Same search for both layers: best joint tile; then each grouping's BLOCK_M (up to
-    next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
-    block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
-    tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
-    coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
-    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c);
-    with s.grid_order, the N-tile-fastest grid order (-nf) on every GEMM or on the expert
-    GEMMs, each with the split found and with none (v36); with s.final_tile_pass, one more
-    coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
-    (v21: DeaMoE-7B 2-4% faster, the rest within 0.5%).
-    measure(knobs) -> median us or None."""
-    best, best_t = None, None
-    for tile in s.tiles:
-        knobs = joint_knobs(shape, tile, s.block_m)
-        t = measure(knobs)
-        if t is not None and (best_t is None or t < best_t):
-            best, best_t = knobs, t
-    if best is None or not s.coordinate_search:
-        return best
-    for knob, values in BLOCK_M_KNOBS[shape.kind].items():
-        start = dict(best)
-        for value in block_m_values(values, batch):
-            for tile in [None, *s.tiles]:  # None: keep the current tiles
-                trial = {**start, knob: value}
-                if tile is not None:
-                    trial.update({g: tile for g in GROUPING_GEMMS[knob]})
-                if trial == best or (tile is None and value == start[knob]):
-                    continue
-                t = measure(trial)
-                if t is not None and t < best_t:
-                    best, best_t = trial, t
-    best, best_t = tile_pass(shape, measure, s, best, best_t)
-    # the groups in parts on parallel streams (v13): one half's launch ramp and tail overlap
-    # the other's work; tried last, on the tiles found
-    start = dict(best)
-    for parts in s.split_launches:
-        if parts == 1:
-            continue
-        trial = {**start, "split_launches": parts}
-        t = measure(trial)
-        if t is not None and t < best_t:
-            best, best_t = trial, t
-    # DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
-    # every token, beside the routing (v14), with each split value; then its own BLOCK_M with
-    # each dept_up tile (v14c: a taller block needs a smaller tile, and the dense GEMM runs
-    # beside the routing, so its best shape differs from the routed one's)
-    if shape.kind == "deamoe" and True in s.dense_dept_up:
-        dense, dense_t = None, None
-        for parts in dict.fromkeys([1, *s.split_launches]):
-            trial = {**start, "dense_dept_up": 1}
-            if parts > 1:
-                trial["split_launches"] = parts
-            t = measure(trial)
-            if t is not None and (dense_t is None or t < dense_t):
-                dense, dense_t = trial, t
-        base = dict(dense or {**start, "dense_dept_up": 1})
-        for bm in block_m_values(BLOCK_M_KNOBS["deamoe"]["dept_block_m"], batch):
-            for tile in s.tiles:
-                trial = {**base, "dense_block_m": bm, "dept_up": tile}
-                if bm == base["dept_block_m"] and tile == base["dept_up"]:
-                    continue  # the trial above
-                t = measure(trial)
-                if t is not None and (dense_t is None or t < dense_t):
-                    dense, dense_t = trial, t
-        if dense is not None and dense_t < best_t:
-            best, best_t = dense, dense_t
-    if s.grid_order:
-        best, best_t = grid_order_trials(shape, measure, best, best_t)
-    if s.final_tile_pass:
-        best, best_t = tile_pass(shape, measure, s, best, best_t)
-    return best
-
-
-def grid_order_trials(shape, measure, best: dict, best_t: float):
-    """The N-tile-fastest grid order (-nf, v36) on every GEMM of the layer, then on its expert
-    GEMMs only, each with the split found and with none (v36: it streams a launch of many
-    small experts 1.4-2.2% faster, and lost beside split launches): (best, its time)."""
-    start = dict(best)
-    for stages in dict.fromkeys([GEMM_STAGES[shape.kind], EXPERT_STAGES[shape.kind]]):
-        for parts in dict.fromkeys([start.get("split_launches", 1), 1]):
-            trial = {**start, **{g: _with_nf(start[g]) for g in stages}}
-            if parts != start.get("split_launches", 1):
-                trial["split_launches"] = parts
-            if trial == start:
-                continue
-            t = measure(trial)
-            if t is not None and t < best_t:
-                best, best_t = trial, t
-    return best, best_t
-
-
-def _with_nf(tile: str) -> str:
-    return tile if tile.endswith("-nf") else f"{tile}-nf"
-
-
-def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float):
-    """One coordinate pass over each GEMM's tile from `best`, each GEMM keeping its grid order
-    (-nf or not): (best, its time)."""
-    for stage in GEMM_STAGES[shape.kind]:
-        for value in s.tiles:
-            if best[stage].endswith("-nf"):
-                value = _with_nf(value)
-            if value == best[stage]:
-                continue
-            trial = {**best, stage: value}
-            t = measure(trial)
-            if t is not None and t < best_t:
-                best, best_t = trial, t
-    return best, best_t
-
-
-def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
-                 prior: dict | None = None):
-    """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
-    s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
-    knobs a previous run picked for this point, always a finalist (v37b: a search can lose a
-    pick it had to a candidate that won its few-replay trials by noise)."""
-    tried = []
-
-    def logged(knobs):
-        t = measure(knobs)
-        if t is not None:
-            tried.append((t, knobs))
-        return t
-
-    knobs = search_tiles(shape, logged, s, batch)
-    if prior is not None and logged(prior) is None:
-        prior = None  # a previous pick that no longer runs is no candidate
-    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), prior) or knobs
-
-
-def pick_finalist(tried: list[tuple[float, dict]], n: int, measure, must: dict | None = None):
-    """The fastest of the search's n best distinct candidates (and `must`, if given), each
-    re-timed with the full replay count: a candidate timed with few replays can win the search
-    by noise (v14: the DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
-    reported time is a fresh run of the pick afterwards, so choosing by these timings does not
-    bias it."""
-    best = [must] if must is not None else []
-    for _, knobs in sorted(tried, key=lambda r: r[0]):
-        if len(best) == n + (must is not None):
-            break
-        if knobs not in best:
-            best.append(knobs)
-    if len(best) < 2:
-        return best[0] if best else None
-    timed = [(measure(k), i) for i, k in enumerate(best)]
-    timed = [(t, i) for t, i in timed if t is not None]
-    return best[min(timed)[1]] if timed else best[0]
 
 
 def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
@@ -500,19 +293,6 @@ def _routing_label(s) -> str:
     from deamoe.bench.layer_step import routing_label
 
     return routing_label(s.compile_routing)
-
-
-def prior_picks(path: str, model: str, kind: str) -> dict[int, dict]:
-    """{batch: knobs} of one layer kind ("baseline" / "deamoe") of `model` in a microbench.csv
-    (none for "" or a model the table lacks; rows whose tile is "failed" are skipped)."""
-    if not path:
-        return {}
-    import pandas as pd
-
-    table = pd.read_csv(path)
-    rows = table[table.model == model]
-    return {int(b): parse_knobs(t) for b, t in zip(rows.batch, rows[f"{kind}_tile"])
-            if isinstance(t, str) and t != "failed"}
 
 
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",

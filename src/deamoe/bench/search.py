@@ -1,0 +1,183 @@
+"""The knob search of the microbenchmark: the same for both layers (NOTES.md v2-v37b).
+
+measure(knobs) -> median us (or None for a tile that does not compile / fit); the search walks
+the knob space coordinate by coordinate and `search_point` re-times its finalists.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from deamoe.bench.knobs import (BLOCK_M_KNOBS, EXPERT_STAGES, GEMM_STAGES, block_m_values,
+                                joint_knobs, parse_knobs)
+
+if TYPE_CHECKING:
+    from deamoe.bench.microbench import MicrobenchSettings
+
+# the GEMMs that run on each grouping's blocks: a BLOCK_M is searched together with their tile
+GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_down"),
+                  "expert_block_m": ("expert_up", "expert_down")}
+
+
+def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
+    """Same search for both layers: best joint tile; then each grouping's BLOCK_M (up to
+    next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
+    block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
+    tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
+    coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
+    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c);
+    with s.grid_order, the N-tile-fastest grid order (-nf) on every GEMM or on the expert
+    GEMMs, each with the split found and with none (v36); with s.final_tile_pass, one more
+    coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
+    (v21: DeaMoE-7B 2-4% faster, the rest within 0.5%).
+    measure(knobs) -> median us or None."""
+    best, best_t = None, None
+    for tile in s.tiles:
+        knobs = joint_knobs(shape, tile, s.block_m)
+        t = measure(knobs)
+        if t is not None and (best_t is None or t < best_t):
+            best, best_t = knobs, t
+    if best is None or not s.coordinate_search:
+        return best
+    for knob, values in BLOCK_M_KNOBS[shape.kind].items():
+        start = dict(best)
+        for value in block_m_values(values, batch):
+            for tile in [None, *s.tiles]:  # None: keep the current tiles
+                trial = {**start, knob: value}
+                if tile is not None:
+                    trial.update({g: tile for g in GROUPING_GEMMS[knob]})
+                if trial == best or (tile is None and value == start[knob]):
+                    continue
+                t = measure(trial)
+                if t is not None and t < best_t:
+                    best, best_t = trial, t
+    best, best_t = tile_pass(shape, measure, s, best, best_t)
+    # the groups in parts on parallel streams (v13): one half's launch ramp and tail overlap
+    # the other's work; tried last, on the tiles found
+    start = dict(best)
+    for parts in s.split_launches:
+        if parts == 1:
+            continue
+        trial = {**start, "split_launches": parts}
+        t = measure(trial)
+        if t is not None and t < best_t:
+            best, best_t = trial, t
+    # DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
+    # every token, beside the routing (v14), with each split value; then its own BLOCK_M with
+    # each dept_up tile (v14c: a taller block needs a smaller tile, and the dense GEMM runs
+    # beside the routing, so its best shape differs from the routed one's)
+    if shape.kind == "deamoe" and True in s.dense_dept_up:
+        dense, dense_t = None, None
+        for parts in dict.fromkeys([1, *s.split_launches]):
+            trial = {**start, "dense_dept_up": 1}
+            if parts > 1:
+                trial["split_launches"] = parts
+            t = measure(trial)
+            if t is not None and (dense_t is None or t < dense_t):
+                dense, dense_t = trial, t
+        base = dict(dense or {**start, "dense_dept_up": 1})
+        for bm in block_m_values(BLOCK_M_KNOBS["deamoe"]["dept_block_m"], batch):
+            for tile in s.tiles:
+                trial = {**base, "dense_block_m": bm, "dept_up": tile}
+                if bm == base["dept_block_m"] and tile == base["dept_up"]:
+                    continue  # the trial above
+                t = measure(trial)
+                if t is not None and (dense_t is None or t < dense_t):
+                    dense, dense_t = trial, t
+        if dense is not None and dense_t < best_t:
+            best, best_t = dense, dense_t
+    if s.grid_order:
+        best, best_t = grid_order_trials(shape, measure, best, best_t)
+    if s.final_tile_pass:
+        best, best_t = tile_pass(shape, measure, s, best, best_t)
+    return best
+
+
+def grid_order_trials(shape, measure, best: dict, best_t: float):
+    """The N-tile-fastest grid order (-nf, v36) on every GEMM of the layer, then on its expert
+    GEMMs only, each with the split found and with none (v36: it streams a launch of many
+    small experts 1.4-2.2% faster, and lost beside split launches): (best, its time)."""
+    start = dict(best)
+    for stages in dict.fromkeys([GEMM_STAGES[shape.kind], EXPERT_STAGES[shape.kind]]):
+        for parts in dict.fromkeys([start.get("split_launches", 1), 1]):
+            trial = {**start, **{g: _with_nf(start[g]) for g in stages}}
+            if parts != start.get("split_launches", 1):
+                trial["split_launches"] = parts
+            if trial == start:
+                continue
+            t = measure(trial)
+            if t is not None and t < best_t:
+                best, best_t = trial, t
+    return best, best_t
+
+
+def _with_nf(tile: str) -> str:
+    return tile if tile.endswith("-nf") else f"{tile}-nf"
+
+
+def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float):
+    """One coordinate pass over each GEMM's tile from `best`, each GEMM keeping its grid order
+    (-nf or not): (best, its time)."""
+    for stage in GEMM_STAGES[shape.kind]:
+        for value in s.tiles:
+            if best[stage].endswith("-nf"):
+                value = _with_nf(value)
+            if value == best[stage]:
+                continue
+            trial = {**best, stage: value}
+            t = measure(trial)
+            if t is not None and t < best_t:
+                best, best_t = trial, t
+    return best, best_t
+
+
+def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
+                 prior: dict | None = None):
+    """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
+    s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
+    knobs a previous run picked for this point, always a finalist (v37b: a search can lose a
+    pick it had to a candidate that won its few-replay trials by noise)."""
+    tried = []
+
+    def logged(knobs):
+        t = measure(knobs)
+        if t is not None:
+            tried.append((t, knobs))
+        return t
+
+    knobs = search_tiles(shape, logged, s, batch)
+    if prior is not None and logged(prior) is None:
+        prior = None  # a previous pick that no longer runs is no candidate
+    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), prior) or knobs
+
+
+def pick_finalist(tried: list[tuple[float, dict]], n: int, measure, must: dict | None = None):
+    """The fastest of the search's n best distinct candidates (and `must`, if given), each
+    re-timed with the full replay count: a candidate timed with few replays can win the search
+    by noise (v14: the DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
+    reported time is a fresh run of the pick afterwards, so choosing by these timings does not
+    bias it."""
+    best = [must] if must is not None else []
+    for _, knobs in sorted(tried, key=lambda r: r[0]):
+        if len(best) == n + (must is not None):
+            break
+        if knobs not in best:
+            best.append(knobs)
+    if len(best) < 2:
+        return best[0] if best else None
+    timed = [(measure(k), i) for i, k in enumerate(best)]
+    timed = [(t, i) for t, i in timed if t is not None]
+    return best[min(timed)[1]] if timed else best[0]
+
+
+def prior_picks(path: str, model: str, kind: str) -> dict[int, dict]:
+    """{batch: knobs} of one layer kind ("baseline" / "deamoe") of `model` in a microbench.csv
+    (none for "" or a model the table lacks; rows whose tile is "failed" are skipped)."""
+    if not path:
+        return {}
+    import pandas as pd
+
+    table = pd.read_csv(path)
+    rows = table[table.model == model]
+    return {int(b): parse_knobs(t) for b, t in zip(rows.batch, rows[f"{kind}_tile"])
+            if isinstance(t, str) and t != "failed"}

@@ -1,0 +1,177 @@
+"""The microbenchmark's knob search (deamoe.bench.search) on fake measures: which knobs each
+step tries and keeps, for both layer kinds."""
+
+from __future__ import annotations
+
+import pytest
+
+from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
+from deamoe.bench.microbench import MicrobenchSettings
+from deamoe.bench.search import search_tiles
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.errors import ConfigError
+
+MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
+DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
+
+
+def test_search_tiles_coordinate_pass():
+    # a fake cost: the best is w13=A, w2=B, block_m=32 -- only reachable by the coordinate pass
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1", "n32-k64-w4-s1"], block_m=16,
+                           grid_order=False)
+    cost = {"w13": {"n64-k64-w4-s1": 0, "n32-k64-w4-s1": 5},
+            "w2": {"n64-k64-w4-s1": 3, "n32-k64-w4-s1": 0}, "block_m": {16: 2, 32: 0, 64: 1},
+            "split_launches": {2: 1, 4: 1}}
+    best = search_tiles(MOE, lambda k: sum(cost[n][v] for n, v in k.items()), s)
+    assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32}
+    assert parse_knobs(knobs_name(best)) == best
+    # a split that pays is kept, on the tiles found
+    cost["split_launches"] = {2: -1, 4: 0}
+    best = search_tiles(MOE, lambda k: sum(cost[n][v] for n, v in k.items()), s)
+    assert best == {"w13": "n64-k64-w4-s1", "w2": "n32-k64-w4-s1", "block_m": 32,
+                    "split_launches": 2}
+    assert parse_knobs(knobs_name(best)) == best
+
+
+def test_search_tries_dense_dept_up_for_deamoe_only():
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16)
+    tried = []
+
+    def cost(k):
+        tried.append(dict(k))
+        # dense pays only together with 2 parts, and more with its own dept_up tile
+        if k.get("dense_dept_up") and k.get("split_launches") == 2:
+            return -3 if k["dept_up"] == "n32-k64-w4-s1" else -2
+        return 0
+    s.tiles.append("n32-k64-w4-s1")
+    best = search_tiles(DEA, cost, s)
+    assert best["dense_dept_up"] == 1 and best["split_launches"] == 2
+    assert best["dept_up"] == "n32-k64-w4-s1" and best["dept_down"] == "n64-k64-w4-s1"
+    assert parse_knobs(knobs_name(best)) == best
+    assert make_tiles(DEA, best).dense_dept_up is True
+    tried.clear()
+    search_tiles(MOE, cost, s)
+    assert tried and not any("dense_dept_up" in k for k in tried)
+    tried.clear()
+    search_tiles(DEA, cost, MicrobenchSettings(tiles=["n64-k64-w4-s1"],
+                                               dense_dept_up=[False]))
+    assert not any("dense_dept_up" in k for k in tried)
+
+
+def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
+    # expert_down's best tile changes once dense_dept_up is on (as v21 measured for DeaMoE-7B):
+    # only the pass after the dense step finds it
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+
+    def cost(k):
+        t = 0 if k.get("dense_dept_up") else 1
+        if k["expert_down"] == b:
+            t += -2 if k.get("dense_dept_up") else 5
+        return t
+    off = search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b], final_tile_pass=False))
+    on = search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b], final_tile_pass=True))
+    assert off["dense_dept_up"] == 1 and off["expert_down"] == a
+    assert on["dense_dept_up"] == 1 and on["expert_down"] == b
+    assert cost(on) < cost(off)
+
+
+def test_grid_order_search_tries_nf_with_and_without_split():
+    # v36: the N-tile-fastest order pays on the expert GEMMs only without a split, which the
+    # search chose before it; the final pass then refines a tile keeping its -nf
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    tried = []
+
+    def cost(k):
+        tried.append(dict(k))
+        split = k.get("split_launches", 1)
+        t = -1.0 if split == 2 else 0.0
+        nf = {g for g in ("dept_up", "expert_up", "expert_down", "dept_down")
+              if k[g].endswith("-nf")}
+        if nf == {"expert_up", "expert_down"}:
+            t += -3 if split == 1 else 5
+        elif nf:
+            t += 1
+        t += {b + "-nf": -1, b: 2}.get(k["expert_down"], 0)
+        return t
+    s = MicrobenchSettings(tiles=[a, b], dense_dept_up=[False], split_launches=[1, 2])
+    best = search_tiles(DEA, cost, s)
+    assert best["expert_up"] == a + "-nf" and best["expert_down"] == b + "-nf"
+    assert best["dept_up"] == a and best["dept_down"] == a and best["split_launches"] == 1
+    assert make_tiles(DEA, best).expert_down.nfast and not make_tiles(DEA, best).dept_up.nfast
+    assert parse_knobs(knobs_name(best)) == best
+    tried.clear()
+    search_tiles(DEA, cost, MicrobenchSettings(tiles=[a, b], dense_dept_up=[False],
+                                               split_launches=[1, 2], grid_order=False))
+    assert not any(str(v).endswith("-nf") for k in tried for v in k.values())
+    with pytest.raises(ConfigError, match="grid_order"):
+        MicrobenchSettings(grid_order="yes")
+
+
+def test_pick_finalist_retimes_the_best_distinct_candidates():
+    from deamoe.bench.search import pick_finalist
+
+    a, b, c, d = ({"t": i} for i in range(4))
+    tried = [(1.0, a), (1.1, b), (1.0, a), (1.2, c), (5.0, d)]
+    retimed = []
+
+    def measure(k):
+        retimed.append(k["t"])
+        return {0: 3.0, 1: 2.0, 2: 2.5}[k["t"]]  # the search's best was noise
+    assert pick_finalist(tried, 3, measure) == b
+    assert retimed == [0, 1, 2]  # d (5.0) is not a finalist; a is timed once
+    assert pick_finalist(tried, 1, measure) == a and pick_finalist([], 3, measure) is None
+    with pytest.raises(ConfigError, match="finalists"):
+        MicrobenchSettings(finalists=0)
+
+
+def test_previous_pick_is_always_a_finalist(tmp_path):
+    # v37b: the search lost a pick the previous table had (noise in its few-replay trials);
+    # the previous pick joins the finalists, re-timed with the full replay count, and wins here
+    from deamoe.bench.search import prior_picks, search_point
+
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    prev = {"w13": b, "w2": b, "block_m": 16}
+    full = []
+
+    def measure(k, replays=1):
+        if replays > 1:
+            full.append(dict(k))
+            return 1.0 if k == prev else 2.0  # the truth, at the full replay count
+        return 1.5 if k == prev else 0.5 + len(full)  # noisy trials favour everything else
+    s = MicrobenchSettings(tiles=[a, b], finalists=2, replays=50, grid_order=False,
+                           split_launches=[1])
+    assert search_point(MOE, measure, s, 16) != prev  # without it: lost
+    full.clear()
+    assert search_point(MOE, measure, s, 16, prior=prev) == prev
+    assert prev in full and len(full) == 3  # the two best trials and the previous pick
+    # the picks of a microbench.csv, by model, kind and batch ("failed" rows skipped)
+    path = tmp_path / "mb.csv"
+    path.write_text("model,batch,baseline_tile,deamoe_tile\n"
+                    f"M,16,w13={b};w2={a};block_m=16,failed\n"
+                    f"M,64,w13={a};w2={a};block_m=32;split_launches=2,dept_up={a}\n"
+                    f"N,16,w13={a};w2={a};block_m=16,failed\n")
+    assert prior_picks(str(path), "M", "baseline") == {
+        16: {"w13": b, "w2": a, "block_m": 16},
+        64: {"w13": a, "w2": a, "block_m": 32, "split_launches": 2}}
+    assert prior_picks(str(path), "M", "deamoe") == {64: {"dept_up": a}}
+    assert prior_picks("", "M", "baseline") == {} and prior_picks(str(path), "X", "deamoe") == {}
+    with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
+        MicrobenchSettings(prior_picks="nope.csv")
+
+
+def test_block_m_search_is_capped_by_batch():
+    from deamoe.bench.knobs import block_m_values
+
+    assert block_m_values((16, 32, 64, 128), 4) == (16,)
+    assert block_m_values((16, 32, 64, 128), 40) == (16, 32, 64)
+    assert block_m_values((16, 32, 64, 128), 128) == (16, 32, 64, 128)
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16, grid_order=False)
+    cost = {"w13": {"n64-k64-w4-s1": 0}, "w2": {"n64-k64-w4-s1": 0}, "block_m": {16: 2, 32: 1, 64: 0},
+            "split_launches": {2: 1, 4: 1}}
+    tried = []
+
+    def measure(k):
+        tried.append(k["block_m"])
+        return sum(cost[n][v] for n, v in k.items())
+    assert search_tiles(MOE, measure, s, batch=20)["block_m"] == 32  # 64 > next_pow2(20)
+    assert 64 not in tried
