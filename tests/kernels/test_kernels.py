@@ -104,7 +104,7 @@ def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
 
 
 def test_make_tiles_reads_switches_written_as_integers():
-    from deamoe.bench.microbench import make_tiles, parse_knobs
+    from deamoe.bench.knobs import make_tiles, parse_knobs
 
     shape = SHAPES[DEAMOE_SHAPES[0]]
     t = make_tiles(shape, parse_knobs("dense_dept_up=1;split_launches=2"))
