@@ -19,9 +19,8 @@ import dataclasses
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from deamoe.bench.layer_step import routing_fn
+from deamoe.bench.layer_step import step_routing
 from deamoe.bench.knobs import make_tiles
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, point_parser
 from deamoe.config import MoEShape, table1_row
@@ -33,7 +32,7 @@ from deamoe.kernels.stage_benchmark import rotated_us
 def down_launches(shape, w: dict, x: torch.Tensor, tiles) -> tuple[dict, int]:
     """({variant: launch}, weight bytes) of one layer copy's down GEMM."""
     with torch.no_grad():
-        ids, wts = routing_fn(False)(shape, F.linear(x, w["router"]))
+        ids, wts = step_routing(shape, w, x)
     T, P, dev = x.shape[0], ids.numel(), x.device
     if shape.kind == "deamoe":
         per, f = shape.experts_per_dept, shape.h_ffn

@@ -18,31 +18,10 @@ import math
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-from deamoe.bench.layer_step import layer_steps, routing_fn, time_fn
+from deamoe.bench.layer_step import layer_steps, step_routing, time_fn
 from deamoe.bench.knobs import make_tiles
 from deamoe.bench.microbench import MicrobenchSettings, committed_points, point_parser
-
-
-def steps_with_routing(shape, weights, xs, tiles, repeats: int):
-    """fn() running every copy's step with its routing precomputed (no router GEMM, no route)."""
-    from deamoe.kernels.deamoe_decode import deamoe_forward
-    from deamoe.kernels.fused_moe import fused_moe
-
-    with torch.no_grad():
-        routes = [routing_fn(False)(shape, F.linear(x, w["router"])) for x, w in zip(xs, weights)]
-
-    def run():
-        for _ in range(repeats):
-            for x, w, (ids, wts) in zip(xs, weights, routes):
-                if shape.kind == "deamoe":
-                    deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"],
-                                   w["expert_gate"], w["expert_up"], w["expert_down"], ids, wts,
-                                   operator=shape.operator, tiles=tiles)
-                else:
-                    fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, wts, tiles)
-    return run
 
 
 def main():
@@ -54,8 +33,10 @@ def main():
     for model, shape, weights, batch, knobs, xs, nbytes in committed_points(args.points, s):
         tiles = make_tiles(shape, knobs)
         repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+        with torch.no_grad():  # computed once, before the capture: no router GEMM, no route
+            routes = [step_routing(shape, w, x) for x, w in zip(xs, weights)]
         fns = {"layer": layer_steps(shape, weights, xs, tiles, repeats),
-               "no route": steps_with_routing(shape, weights, xs, tiles, repeats)}
+               "no route": layer_steps(shape, weights, xs, tiles, repeats, routed=routes)}
         times = {n: [] for n in fns}
         for _ in range(args.rounds):
             for n, fn in fns.items():

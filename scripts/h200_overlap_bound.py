@@ -27,10 +27,9 @@ import math
 
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 from deamoe.analysis.budget import router_params
-from deamoe.bench.layer_step import routing_fn, time_fn
+from deamoe.bench.layer_step import step_routing, time_fn
 from deamoe.bench.knobs import make_tiles
 from deamoe.bench.microbench import (MicrobenchSettings, committed_points, point_parser,
                                      time_knob_sets)
@@ -43,7 +42,7 @@ from deamoe.kernels.streams import run_parallel
 def gemm_launches(shape, w: dict, x: torch.Tensor, tiles) -> dict:
     """{name: launch} of one layer copy's GEMMs, after routing + align + one run of each."""
     with torch.no_grad():
-        ids, weights = routing_fn(False)(shape, F.linear(x, w["router"]))
+        ids, weights = step_routing(shape, w, x)
     tiles = dataclasses.replace(tiles, split_launches=1)
     if shape.kind == "moe":
         _, stages = fused_moe_stages(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids,
@@ -67,30 +66,26 @@ def gemm_launches(shape, w: dict, x: torch.Tensor, tiles) -> dict:
     return launches
 
 
+# arrangement -> phases, one after another; a phase's sequences run side by side (streams)
 ARRANGEMENTS = {
-    "moe": {"chain": [["w13", "w2"]], "free": [["w13"], ["w2"]]},
+    "moe": {"chain": [[["w13", "w2"]]], "free": [[["w13"], ["w2"]]]},
     "deamoe": {
-        "chain": [["dense", "expert_up", "expert_down", "dept_down"]],
-        "dense|rest": [["dense"], ["expert_up", "expert_down", "dept_down"]],
-        "dense>up|down|ddown": "dense then the rest side by side",
-        "free": [["dense"], ["expert_up"], ["expert_down"], ["dept_down"]],
+        "chain": [[["dense", "expert_up", "expert_down", "dept_down"]]],
+        "dense|rest": [[["dense"], ["expert_up", "expert_down", "dept_down"]]],
+        "dense>up|down|ddown": [[["dense"]], [["expert_up"], ["expert_down"], ["dept_down"]]],
+        "free": [[["dense"], ["expert_up"], ["expert_down"], ["dept_down"]]],
     },
 }
 
 
 def arrangement_fn(kind: str, name: str, per_copy: list[dict], repeats: int, device):
-    def one(launches):
-        if name == "dense>up|down|ddown":
-            launches["dense"]()
-            run_parallel([[launches["expert_up"]], [launches["expert_down"]],
-                          [launches["dept_down"]]], device)
-            return
-        run_parallel([[launches[n] for n in seq] for seq in ARRANGEMENTS[kind][name]], device)
+    phases = ARRANGEMENTS[kind][name]
 
     def run():
         for _ in range(repeats):
             for launches in per_copy:
-                one(launches)
+                for phase in phases:
+                    run_parallel([[launches[n] for n in seq] for seq in phase], device)
     return run
 
 

@@ -109,6 +109,21 @@ def test_point_parser_reads_points_and_rejects_a_bad_number(capsys):
     assert "--replays: invalid int value: 'many'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_step_with_precomputed_routing_is_the_same_step(shape):
+    # h200_head_cost.py times the step without its router GEMM and routing: same output
+    from deamoe.bench.layer_step import layer_steps, step_routing
+
+    w = random_weights(shape, "cpu", dtype=torch.float32, seed=4)
+    x = torch.randn(5, shape.h, generator=torch.Generator().manual_seed(4))
+    routed = step_routing(shape, w, x)
+    ref = ffn_step(shape, w, x)
+    torch.testing.assert_close(ffn_step(shape, w, x, routed=routed), ref)
+    assert not torch.equal(ffn_step(shape, w, x, routed=(routed[0].flip(1), routed[1])), ref) \
+        or shape.k_expert == 1
+    layer_steps(shape, [w], [x], repeat=1, routed=[routed])()  # runs with the given routing
+
+
 def test_graph_replay_rows_check_each_replay_against_the_reference():
     # the H200 check scripts' timed-path rows (eager on the CPU): the output is poisoned before
     # every replay, so a replay that wrote nothing or a wrong reference fails its row

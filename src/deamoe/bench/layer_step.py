@@ -110,22 +110,30 @@ def _reference_fn(compiled: bool):
     return _compiled_or_eager
 
 
+def step_routing(shape, w: dict, x: torch.Tensor, compiled: bool = False):
+    """(ids, weights) of one decode step: the router GEMM, then deamoe.routing.route (routing_fn)."""
+    return routing_fn(compiled)(shape, F.linear(x, w["router"]))
+
+
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
-             compiled: bool = False) -> torch.Tensor:
-    """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch)."""
+             compiled: bool = False, routed=None) -> torch.Tensor:
+    """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch).
+    routed: (ids, weights) computed beforehand -- the step then runs no router GEMM and no
+    routing (scripts/h200_head_cost.py times what they cost)."""
     def routing():
-        return routing_fn(compiled)(shape, F.linear(x, w["router"]))
+        return step_routing(shape, w, x, compiled)
 
     if isinstance(shape, DeaMoEShape):
         from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
 
         # the kernel runs the routing itself: beside its department up-projection when
         # tiles.dense_dept_up (NOTES.md v14), else first, as here for the baseline
+        ids, weights = routed if routed is not None else (None, None)
         return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                              w["expert_up"], w["expert_down"], None, None,
+                              w["expert_up"], w["expert_down"], ids, weights,
                               operator=shape.operator, tiles=tiles or DeaMoETiles(),
-                              route=routing)
-    ids, weights = routing()
+                              route=routing if routed is None else None)
+    ids, weights = routed if routed is not None else routing()
     if impl == "torch":
         return torch_grouped_moe(x, w, ids, weights)
     from deamoe.kernels.fused_moe import MoETiles, fused_moe
@@ -135,14 +143,17 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 
 
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
-                impl: str = "triton", compiled: bool = True):
+                impl: str = "triton", compiled: bool = True, routed: list | None = None):
     """fn() running the decode step of every layer copy (weights[i] on xs[i]) `repeat` times:
     what one timed graph replay holds, shared by the microbenchmark and the H200 scripts (time
-    it with time_fn(fn, replays, repeat * len(weights)))."""
+    it with time_fn(fn, replays, repeat * len(weights))).  routed: each copy's (ids, weights)
+    computed beforehand (ffn_step's `routed`), or None to route inside the step."""
+    per_copy = routed if routed is not None else [None] * len(weights)
+
     def run():
         for _ in range(repeat):
-            for x, w in zip(xs, weights):
-                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled)
+            for x, w, r in zip(xs, weights, per_copy):
+                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled, routed=r)
     return run
 
 

@@ -255,14 +255,14 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False)
-    from deamoe.bench.layer_step import routing_fn
+    from deamoe.bench.layer_step import step_routing
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.stage_benchmark import stage_times
 
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
     fixed = []
-    for name, fn in (("router+route", lambda: routing_fn(compiled)(shape, torch.nn.functional.linear(x, w["router"]))),
+    for name, fn in (("router+route", lambda: step_routing(shape, w, x, compiled)),
                      ("cast", lambda: torch.empty(x.shape, dtype=torch.float32, device=x.device).to(x.dtype))):
         try:
             t = time_fn(fn, 30)
