@@ -10,7 +10,9 @@ TB/s is compared with the streaming-read roofline measured in the same run.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,19 +178,42 @@ def point_parser(doc: str):
     return ap
 
 
+@contextlib.contextmanager
+def module_switches(switches: dict):
+    """Set module-level kernel switches ({'deamoe.kernels.grouped_gemm.PART_GRID': 1}) for the
+    duration (the launches, graph capture included, read them), then restore them."""
+    saved = []
+    try:
+        for path, value in switches.items():
+            mod_name, attr = path.rsplit(".", 1)
+            mod = importlib.import_module(mod_name)
+            if not hasattr(mod, attr):
+                raise ValueError(f"switch {path!r}: module {mod_name} has no {attr}")
+            saved.append((mod, attr, getattr(mod, attr)))
+            setattr(mod, attr, type(saved[-1][2])(value))
+        yield
+    finally:
+        for mod, attr, value in reversed(saved):
+            setattr(mod, attr, value)
+
+
 def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds: int = 2,
                    replays: int = 50, label: str = "") -> dict:
     """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
     round times each set once, in turn, so slow drifts hit all alike; a graph of >=
-    s.min_layers_per_graph layer steps as bench_impl times them.  A set that fails gets NaN
+    s.min_layers_per_graph layer steps as bench_impl times them.  A knob with a dot in its name
+    is a module switch (`module_switches`) set while that set runs.  A set that fails gets NaN
     and a printed line."""
     repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
     runs = {name: [] for name in sets}
     for _ in range(rounds):
         for name, knobs in sets.items():
+            tile_knobs = {k: v for k, v in knobs.items() if "." not in k}
+            switches = {k: v for k, v in knobs.items() if "." in k}
             try:
-                fn = layer_steps(shape, weights, xs, make_tiles(shape, knobs), repeats)
-                runs[name].append(time_fn(fn, replays, repeats * len(weights)).median_us)
+                with module_switches(switches):
+                    fn = layer_steps(shape, weights, xs, make_tiles(shape, tile_knobs), repeats)
+                    runs[name].append(time_fn(fn, replays, repeats * len(weights)).median_us)
             except Exception as exc:  # noqa: BLE001 - a set that fails is reported, not fatal
                 print(f"{label} {shape.kind} {name}: {type(exc).__name__}: {exc}"[:300])
                 runs[name].append(float("nan"))

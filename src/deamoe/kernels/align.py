@@ -93,6 +93,8 @@ def _align_one(
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.debug_barrier()
         start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
+        # each group's first slot, for the GEMMs whose launch covers some groups only (v38)
+        tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
         # group, rank and keep flag are still in registers and the group starts are gathered
         # from registers: no reload of ranks, ids and offsets through memory (three dependent
         # round trips, v24)
@@ -162,6 +164,9 @@ class Alignment:
     n_groups: int
     per_group: int
     dedup: bool
+    # [n_groups] int32: each group's first slot in sorted_pairs (a multiple of block_m; an empty
+    # group's equals the next group's), so a launch for groups lo..hi-1 knows where they start
+    group_start: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,7 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
     )
     scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32),
                torch.empty(spec.n_groups, **i32)]
+    al.group_start = scratch[2]  # the align kernel writes the group offsets there
     return al, scratch
 
 
@@ -271,6 +277,7 @@ def dense_alignment(n_tokens: int, n_groups: int, per_group: int, block_m: int,
         n_groups=n_groups,
         per_group=per_group,
         dedup=True,
+        group_start=group * (blocks_per_group * block_m),
     )
     ids = (group * per_group).expand(n_tokens, n_groups).contiguous()
     made = (al, ids)
