@@ -144,6 +144,15 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
     full.clear()
     assert search_point(MOE, measure, s, 16, prior=prev) == prev
     assert prev in full and len(full) == 3  # the two best trials and the previous pick
+    # picks of several tables (v39): each is a finalist, a duplicate or one that fails is not
+    full.clear()
+    other = {"w13": a, "w2": b, "block_m": 16}
+
+    def measure_or_fail(k, replays=1):
+        return None if k.get("w13") == "n8-k8-w1-s1" else measure(k, replays)
+    broken = {"w13": "n8-k8-w1-s1", "w2": a, "block_m": 16}
+    assert search_point(MOE, measure_or_fail, s, 16, prior=[other, prev, broken, prev]) == prev
+    assert other in full and prev in full and broken not in full and len(full) == 4
     # the picks of a microbench.csv, by model, kind and batch ("failed" rows skipped)
     path = tmp_path / "mb.csv"
     path.write_text("model,batch,baseline_tile,deamoe_tile\n"
@@ -151,12 +160,23 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
                     f"M,64,w13={a};w2={a};block_m=32;split_launches=2,dept_up={a}\n"
                     f"N,16,w13={a};w2={a};block_m=16,failed\n")
     assert prior_picks(str(path), "M", "baseline") == {
-        16: {"w13": b, "w2": a, "block_m": 16},
-        64: {"w13": a, "w2": a, "block_m": 32, "split_launches": 2}}
-    assert prior_picks(str(path), "M", "deamoe") == {64: {"dept_up": a}}
+        16: [{"w13": b, "w2": a, "block_m": 16}],
+        64: [{"w13": a, "w2": a, "block_m": 32, "split_launches": 2}]}
+    assert prior_picks(str(path), "M", "deamoe") == {64: [{"dept_up": a}]}
     assert prior_picks("", "M", "baseline") == {} and prior_picks(str(path), "X", "deamoe") == {}
+    old = tmp_path / "old.csv"
+    old.write_text("model,batch,baseline_tile,deamoe_tile\n"
+                   f"M,16,w13={a};w2={a};block_m=16,failed\n"
+                   f"M,64,w13={a};w2={a};block_m=32;split_launches=2,failed\n")
+    both = prior_picks([str(path), "", str(old)], "M", "baseline")
+    assert both[16] == [{"w13": b, "w2": a, "block_m": 16}, {"w13": a, "w2": a, "block_m": 16}]
+    assert len(both[64]) == 1  # the same pick in both tables once
     with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
         MicrobenchSettings(prior_picks="nope.csv")
+    with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
+        MicrobenchSettings(prior_picks=[str(path), "nope.csv"])
+    with pytest.raises(ConfigError, match="prior_picks: 3: must be a path"):
+        MicrobenchSettings(prior_picks=3)
 
 
 def test_block_m_search_is_capped_by_batch():

@@ -78,7 +78,7 @@ class MicrobenchSettings:
     final_tile_pass: bool = True
     grid_order: bool = True
     # a microbench.csv whose picks join each point's finalists ("" = none): NOTES.md v37b
-    prior_picks: str = ""
+    prior_picks: str | list[str] = ""
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -109,11 +109,14 @@ class MicrobenchSettings:
         if not isinstance(self.final_tile_pass, bool):
             raise ConfigError(f"microbench.final_tile_pass: {self.final_tile_pass!r}: "
                               "must be true or false")
-        if not isinstance(self.prior_picks, str):
-            raise ConfigError(f"microbench.prior_picks: {self.prior_picks!r}: must be a path or ''")
-        if self.prior_picks and not Path(self.prior_picks).is_file():
-            raise ConfigError(f"microbench.prior_picks: no such file {self.prior_picks!r} "
-                              "(set '' to search without the previous picks)")
+        paths = [self.prior_picks] if isinstance(self.prior_picks, str) else self.prior_picks
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ConfigError(f"microbench.prior_picks: {self.prior_picks!r}: must be a path, "
+                              "a list of paths or ''")
+        for path in paths:
+            if path and not Path(path).is_file():
+                raise ConfigError(f"microbench.prior_picks: no such file {path!r} "
+                                  "(set '' to search without the previous picks)")
         if not isinstance(self.grid_order, bool):
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
@@ -221,9 +224,9 @@ def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds
 
 
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
-               stage_rows=None, prior: dict | None = None):
+               stage_rows=None, prior: dict[int, list[dict]] | None = None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape; prior:
-    {batch: knobs} a previous run picked (finalists of the search, see search_point)."""
+    {batch: [knobs, ...]} earlier runs picked (finalists of the search, see search_point)."""
     weights = layer_copies(shape, s, device)
     copies = len(weights)
     # the reported time: a graph of >= min_layers_per_graph layer steps, as a model's decode graph

@@ -132,11 +132,11 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
 
 
 def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
-                 prior: dict | None = None):
+                 prior: list[dict] | dict | None = None):
     """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
     s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
-    knobs a previous run picked for this point, always a finalist (v37b: a search can lose a
-    pick it had to a candidate that won its few-replay trials by noise)."""
+    knobs earlier runs picked for this point (one dict or a list), always finalists (v37b: a
+    search can lose a pick it had to a candidate that won its few-replay trials by noise)."""
     tried = []
 
     def logged(knobs):
@@ -146,20 +146,26 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         return t
 
     knobs = search_tiles(shape, logged, s, batch)
-    if prior is not None and logged(prior) is None:
-        prior = None  # a previous pick that no longer runs is no candidate
-    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), prior) or knobs
+    priors = [prior] if isinstance(prior, dict) else list(prior or [])
+    # a previous pick that no longer runs is no candidate
+    must = [k for k in priors if logged(k) is not None]
+    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), must) or knobs
 
 
-def pick_finalist(tried: list[tuple[float, dict]], n: int, measure, must: dict | None = None):
-    """The fastest of the search's n best distinct candidates (and `must`, if given), each
+def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
+                  must: list[dict] | None = None):
+    """The fastest of the search's n best distinct candidates (and those in `must`), each
     re-timed with the full replay count: a candidate timed with few replays can win the search
     by noise (v14: the DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
     reported time is a fresh run of the pick afterwards, so choosing by these timings does not
     bias it."""
-    best = [must] if must is not None else []
+    best = []
+    for knobs in must or []:
+        if knobs not in best:
+            best.append(knobs)
+    n_must = len(best)
     for _, knobs in sorted(tried, key=lambda r: r[0]):
-        if len(best) == n + (must is not None):
+        if len(best) == n + n_must:
             break
         if knobs not in best:
             best.append(knobs)
@@ -170,14 +176,21 @@ def pick_finalist(tried: list[tuple[float, dict]], n: int, measure, must: dict |
     return best[min(timed)[1]] if timed else best[0]
 
 
-def prior_picks(path: str, model: str, kind: str) -> dict[int, dict]:
-    """{batch: knobs} of one layer kind ("baseline" / "deamoe") of `model` in a microbench.csv
-    (none for "" or a model the table lacks; rows whose tile is "failed" are skipped)."""
-    if not path:
-        return {}
+def prior_picks(paths: str | list[str], model: str, kind: str) -> dict[int, list[dict]]:
+    """{batch: [knobs, ...]} of one layer kind ("baseline" / "deamoe") of `model` in one
+    microbench.csv or several (each distinct pick once, in the order of the tables; none for ""
+    or a model a table lacks; rows whose tile is "failed" are skipped)."""
     import pandas as pd
 
-    table = pd.read_csv(path)
-    rows = table[table.model == model]
-    return {int(b): parse_knobs(t) for b, t in zip(rows.batch, rows[f"{kind}_tile"])
-            if isinstance(t, str) and t != "failed"}
+    picks: dict[int, list[dict]] = {}
+    for path in [paths] if isinstance(paths, str) else paths:
+        if not path:
+            continue
+        table = pd.read_csv(path)
+        rows = table[table.model == model]
+        for b, t in zip(rows.batch, rows[f"{kind}_tile"]):
+            if isinstance(t, str) and t != "failed":
+                knobs = parse_knobs(t)
+                if knobs not in picks.setdefault(int(b), []):
+                    picks[int(b)].append(knobs)
+    return picks
