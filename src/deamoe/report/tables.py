@@ -283,6 +283,17 @@ def _read_sizes_note(path: Path) -> str | None:
             "launches' reads at these sizes")
 
 
+def _roofline_note(frame: pd.DataFrame) -> str:
+    """Which streaming-read roofline each model's rows were measured against: the rows of one
+    table may come from several device calls, i.e. several lent GPUs of one type (v39b: 4.57 vs
+    4.65 TB/s), and a model's ratios move with the chip."""
+    peaks = frame.groupby("model", sort=False)["peak_read_tbps"].agg(["min", "max"])
+    parts = [f"{m} {lo:.3f}" if abs(hi - lo) < 5e-4 else f"{m} {lo:.3f}-{hi:.3f}"
+             for m, (lo, hi) in peaks.iterrows()]
+    return ("streaming-read roofline measured in the same call as each row (TB/s; the "
+            "% read roofline columns divide by it): " + ", ".join(parts))
+
+
 def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
     src = _microbench_source(results, measured, "microbench.csv",
                              ("model", "batch", "baseline_us", "deamoe_us"), profile)
@@ -325,6 +336,8 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
         notes.append(f"per-layer times: median over CUDA-graph replays of {span} layer steps each"
                      " (rotated weight copies, beyond L2), so a graph launch is "
                      "shared as in a model's decode step")
+    if src.ok and "peak_read_tbps" in src.frame.columns:
+        notes.append(_roofline_note(src.frame))
     sizes = _read_sizes_note(measured / "read_sizes.csv")
     if src.ok and sizes:
         notes.append(sizes)
