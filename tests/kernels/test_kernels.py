@@ -267,9 +267,10 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
     ids = torch.stack([torch.randperm(3 * per, generator=gen)[:k] for _ in range(T)])
     ids = depts.gather(1, ids // per) * per + ids % per
     assert ids.max() < E
-    dept_al, exp_al = align_mod.align(
-        ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
-        AlignSpec(n_groups=E, block_m=bm))
+    specs = (AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
+             AlignSpec(n_groups=E, block_m=bm))
+    assert all(al.group_start is None for al in align_mod.align(ids, *specs))  # not asked for
+    dept_al, exp_al = align_mod.align(ids, *specs, keep_starts=True)
     P = T * k
     for al, g_per, dedup in ((dept_al, per, True), (exp_al, 1, False)):
         want = _expected_pairs(ids, g_per, dedup)

@@ -76,6 +76,7 @@ def _align_one(
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     PER: tl.constexpr, DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
+    KEEP_STARTS: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
@@ -93,8 +94,8 @@ def _align_one(
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.debug_barrier()
         start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
-        # each group's first slot, for the GEMMs whose launch covers some groups only (v38)
-        tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
+        if KEEP_STARTS:  # each group's first slot, for split launches on PART_GRID (v38)
+            tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
         # group, rank and keep flag are still in registers and the group starts are gathered
         # from registers: no reload of ranks, ids and offsets through memory (three dependent
         # round trips, v24)
@@ -133,16 +134,17 @@ def _align_kernel(
     B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
     B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
+    KEEP_STARTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup,
                    a_nblocks, a_max_slots, A_PER, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G,
-                   K_MAX, ONE_PASS)
+                   K_MAX, ONE_PASS, KEEP_STARTS)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup,
                    b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
-                   K_MAX, ONE_PASS)
+                   K_MAX, ONE_PASS, KEEP_STARTS)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -165,7 +167,8 @@ class Alignment:
     per_group: int
     dedup: bool
     # [n_groups] int32: each group's first slot in sorted_pairs (a multiple of block_m; an empty
-    # group's equals the next group's), so a launch for groups lo..hi-1 knows where they start
+    # group's equals the next group's), so a launch for groups lo..hi-1 knows where they start;
+    # None unless align(..., keep_starts=True) (one more store, paid only where it is used)
     group_start: torch.Tensor | None = None
 
 
@@ -199,7 +202,6 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
     )
     scratch = [torch.empty(spec.n_groups, **i32), torch.empty(P, **i32),
                torch.empty(spec.n_groups, **i32)]
-    al.group_start = scratch[2]  # the align kernel writes the group offsets there
     return al, scratch
 
 
@@ -209,11 +211,14 @@ ZERO_BLOCK = 4096
 MEMORY_PHASES = False
 
 
-def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
+def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None,
+          keep_starts: bool = False) -> tuple[Alignment, ...]:
     """Align the routing `ids` [T, k] for one or two groupings in a single launch.
 
     zero: an optional contiguous float32 buffer the same launch fills with zeros (the atomic
     accumulators of the GEMMs that follow), saving a memset node per layer.
+    keep_starts: also write each group's first slot (Alignment.group_start), which split
+    launches on `grouped_gemm.PART_GRID` read.
     """
     if ids.dim() != 2:
         raise ValueError(f"align: ids must be [T, k], got shape {tuple(ids.shape)}")
@@ -239,7 +244,11 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
-        ONE_PASS=P <= block_p and not MEMORY_PHASES, num_warps=8, **consts)
+        ONE_PASS=P <= block_p and not MEMORY_PHASES, KEEP_STARTS=keep_starts, num_warps=8,
+        **consts)
+    if keep_starts:  # the offsets buffer (scratch of the memory phases) holds them
+        for al, (_, _, offs) in made:
+            al.group_start = offs
     return tuple(al for al, _ in made)
 
 
