@@ -279,7 +279,8 @@ def grouped_gemm(
     lo, hi = groups if groups is not None else (0, G)
     part_grid = PART_GRID and (lo, hi) != (0, G)
     if part_grid and al.group_start is None:
-        raise ValueError("grouped_gemm: PART_GRID needs the alignment's group_start")
+        raise ValueError("grouped_gemm: PART_GRID needs the alignment's group_start "
+                         "(align(..., keep_starts=True))")
     # blocks the launch may own: every used block holds >= 1 pair, and the padding adds < 1
     # block per group (align._bounds, for the launch's groups)
     m_blocks = (min(al.max_blocks, al.num_pairs // al.block_m + min(hi - lo, al.num_pairs))
