@@ -97,27 +97,28 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
 
 
 def test_time_knob_sets_sets_module_switches_only_while_its_set_runs(monkeypatch):
-    # a knob with a dot is a module switch (the A/B of PART_GRID, v38): on while that set is
-    # built and timed (the grid is read at launch), restored after, an unknown one reported
+    # a knob with a dot is a module switch (v38's A/B of a grid switch): on while that set is
+    # built and timed (launches read it, graph capture included), restored after; an unknown
+    # one is reported and the set is NaN
     import math
 
     from deamoe.bench import microbench
-    from deamoe.kernels import grouped_gemm
+    from deamoe.kernels import align
 
     seen = []
     real = microbench.layer_steps
 
     def spy(*args, **kw):
-        seen.append(grouped_gemm.PART_GRID)
+        seen.append(align.MEMORY_PHASES)
         return real(*args, **kw)
     monkeypatch.setattr(microbench, "layer_steps", spy)
     weights = microbench.layer_copies(DEA, TINY, "cpu")
     xs, _, _ = microbench.point_inputs(DEA, weights, 3, TINY, "cpu")
     base = {"split_launches": 2}
-    sets = {"off": base, "on": {**base, "deamoe.kernels.grouped_gemm.PART_GRID": 1},
-            "typo": {**base, "deamoe.kernels.grouped_gemm.PART_GIRD": 1}}
+    sets = {"off": base, "on": {**base, "deamoe.kernels.align.MEMORY_PHASES": 1},
+            "typo": {**base, "deamoe.kernels.align.MEMORY_PHASE": 1}}
     runs = microbench.time_knob_sets(DEA, weights, xs, sets, TINY, rounds=1, replays=1)
-    assert seen == [False, True] and grouped_gemm.PART_GRID is False
+    assert seen == [False, True] and align.MEMORY_PHASES is False
     assert runs["on"][0] > 0 and math.isnan(runs["typo"][0])
 
 

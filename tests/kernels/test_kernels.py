@@ -48,10 +48,9 @@ def test_tma_weight_loads_match_reference(name):
 
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
-@pytest.mark.parametrize("tile,part_grid", [
-    ("n32-k32-w4-s2-swap", False), ("n32-k32-w4-s2-tma-swap", False), ("n32-k32-w4-s2-nf", False),
-    ("n32-k32-w4-s2-tma-swap-nf", False), ("n32-k32-w4-s2-nf", True), ("n32-k32-w4-s2", True)])
-def test_tile_options_match_reference(name, tile, part_grid, monkeypatch):
+@pytest.mark.parametrize("tile", ["n32-k32-w4-s2-swap", "n32-k32-w4-s2-tma-swap",
+                                  "n32-k32-w4-s2-nf", "n32-k32-w4-s2-tma-swap-nf"])
+def test_tile_options_match_reference(name, tile):
     # -swap tiles compute C^T = B @ A^T (weights on the MMA's M side) and transpose back before
     # the epilogue; -nf tiles only change which program takes which (M block, N tile).  Every
     # epilogue (SwiGLU, both halves, weighted atomic sums) and row mode must give the same
@@ -59,10 +58,8 @@ def test_tile_options_match_reference(name, tile, part_grid, monkeypatch):
     # dept_up
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
-    from deamoe.kernels import grouped_gemm
     from deamoe.kernels.grouped_gemm import TileConfig
 
-    monkeypatch.setattr(grouped_gemm, "PART_GRID", part_grid)
     t = TileConfig.parse(tile)
     deamoe = SHAPES[name].kind == "deamoe"
     for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (37, "random"))):
@@ -75,16 +72,11 @@ def test_tile_options_match_reference(name, tile, part_grid, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(SHAPES))
 @pytest.mark.parametrize("parts", [2, 3])
-@pytest.mark.parametrize("part_grid", [False, True])
-def test_split_launches_match_reference(name, parts, part_grid, monkeypatch):
+def test_split_launches_match_reference(name, parts):
     # groups cut into parts, each part's GEMMs computing only its groups (on the GPU: one CUDA
-    # stream per part; here one after another): together they must give the whole layer, also
-    # when each part's grid covers only its own groups' blocks (PART_GRID)
-    from deamoe.kernels import grouped_gemm
+    # stream per part; here one after another): together they must give the whole layer
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
-
-    monkeypatch.setattr(grouped_gemm, "PART_GRID", part_grid)
 
     tiles = (DeaMoETiles(split_launches=parts) if SHAPES[name].kind == "deamoe"
              else MoETiles(split_launches=parts))
@@ -97,17 +89,12 @@ DEAMOE_SHAPES = [n for n in sorted(SHAPES) if SHAPES[n].kind == "deamoe"]
 
 
 @pytest.mark.parametrize("name", DEAMOE_SHAPES)
-@pytest.mark.parametrize("parts,dense_block_m,part_grid", [(1, 0, False), (2, 0, False),
-                                                           (1, 32, False), (2, 64, False),
-                                                           (2, 0, True), (3, 32, True)])
-def test_dense_dept_up_matches_reference(name, parts, dense_block_m, part_grid, monkeypatch):
+@pytest.mark.parametrize("parts,dense_block_m", [(1, 0), (2, 0), (1, 32), (2, 64)])
+def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
     # the department up-projection for every (token, department), used or not: the unused rows
     # of a1 are never read, so the layer must equal the reference, also with departments empty;
     # with its own BLOCK_M (blocks of up to 64 rows over 1-37 tokens: padding and several blocks)
-    from deamoe.kernels import grouped_gemm
     from deamoe.kernels.deamoe_decode import DeaMoETiles
-
-    monkeypatch.setattr(grouped_gemm, "PART_GRID", part_grid)
 
     tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dept_block_m=16,
                         dense_block_m=dense_block_m)
@@ -154,7 +141,6 @@ def test_dense_alignment_covers_every_token_department_pair_once():
         seen += real.tolist()
     assert sorted(seen) == list(range(P))
     assert int((al.sorted_pairs == P).sum()) == nb * bm - P
-    assert al.group_start.tolist() == [g * 2 * bm for g in range(G)]
 
 
 def test_route_callable_equals_given_routing_and_both_is_an_error():
@@ -267,10 +253,9 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
     ids = torch.stack([torch.randperm(3 * per, generator=gen)[:k] for _ in range(T)])
     ids = depts.gather(1, ids // per) * per + ids % per
     assert ids.max() < E
-    specs = (AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
-             AlignSpec(n_groups=E, block_m=bm))
-    assert all(al.group_start is None for al in align_mod.align(ids, *specs))  # not asked for
-    dept_al, exp_al = align_mod.align(ids, *specs, keep_starts=True)
+    dept_al, exp_al = align_mod.align(
+        ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
+        AlignSpec(n_groups=E, block_m=bm))
     P = T * k
     for al, g_per, dedup in ((dept_al, per, True), (exp_al, 1, False)):
         want = _expected_pairs(ids, g_per, dedup)
@@ -285,9 +270,6 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
             seen.update({p: int(al.block_group[b]) for p in real})
         assert seen == want
         assert int((slots == P).sum()) == nb * bm - len(want)
-        # group_start: each group's first slot (an empty group's: where the next one starts)
-        padded = (counts + bm - 1) // bm * bm
-        assert al.group_start.tolist() == (torch.cumsum(padded, 0) - padded).tolist()
 
 
 def test_align_launches_of_both_layers_run_and_dept_gemm_inputs_fit_the_shape():

@@ -183,7 +183,7 @@ def point_parser(doc: str):
 
 @contextlib.contextmanager
 def module_switches(switches: dict):
-    """Set module-level kernel switches ({'deamoe.kernels.grouped_gemm.PART_GRID': 1}) for the
+    """Set module-level kernel switches ({'deamoe.kernels.align.MEMORY_PHASES': 1}) for the
     duration (the launches, graph capture included, read them), then restore them."""
     saved = []
     try:

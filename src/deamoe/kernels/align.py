@@ -76,7 +76,6 @@ def _align_one(
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     PER: tl.constexpr, DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr,
     BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
-    KEEP_STARTS: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
@@ -94,8 +93,6 @@ def _align_one(
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.debug_barrier()
         start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
-        if KEEP_STARTS:  # each group's first slot, for split launches on PART_GRID (v38)
-            tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
         # group, rank and keep flag are still in registers and the group starts are gathered
         # from registers: no reload of ranks, ids and offsets through memory (three dependent
         # round trips, v24)
@@ -134,17 +131,16 @@ def _align_kernel(
     B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
     B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
-    KEEP_STARTS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup,
                    a_nblocks, a_max_slots, A_PER, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G,
-                   K_MAX, ONE_PASS, KEEP_STARTS)
+                   K_MAX, ONE_PASS)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup,
                    b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
-                   K_MAX, ONE_PASS, KEEP_STARTS)
+                   K_MAX, ONE_PASS)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -166,10 +162,6 @@ class Alignment:
     n_groups: int
     per_group: int
     dedup: bool
-    # [n_groups] int32: each group's first slot in sorted_pairs (a multiple of block_m; an empty
-    # group's equals the next group's), so a launch for groups lo..hi-1 knows where they start;
-    # None unless align(..., keep_starts=True) (one more store, paid only where it is used)
-    group_start: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -211,14 +203,11 @@ ZERO_BLOCK = 4096
 MEMORY_PHASES = False
 
 
-def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None,
-          keep_starts: bool = False) -> tuple[Alignment, ...]:
+def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
     """Align the routing `ids` [T, k] for one or two groupings in a single launch.
 
     zero: an optional contiguous float32 buffer the same launch fills with zeros (the atomic
     accumulators of the GEMMs that follow), saving a memset node per layer.
-    keep_starts: also write each group's first slot (Alignment.group_start), which split
-    launches on `grouped_gemm.PART_GRID` read.
     """
     if ids.dim() != 2:
         raise ValueError(f"align: ids must be [T, k], got shape {tuple(ids.shape)}")
@@ -244,11 +233,7 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
-        ONE_PASS=P <= block_p and not MEMORY_PHASES, KEEP_STARTS=keep_starts, num_warps=8,
-        **consts)
-    if keep_starts:  # the offsets buffer (scratch of the memory phases) holds them
-        for al, (_, _, offs) in made:
-            al.group_start = offs
+        ONE_PASS=P <= block_p and not MEMORY_PHASES, num_warps=8, **consts)
     return tuple(al for al, _ in made)
 
 
@@ -286,7 +271,6 @@ def dense_alignment(n_tokens: int, n_groups: int, per_group: int, block_m: int,
         n_groups=n_groups,
         per_group=per_group,
         dedup=True,
-        group_start=group * (blocks_per_group * block_m),
     )
     ids = (group * per_group).expand(n_tokens, n_groups).contiguous()
     made = (al, ids)

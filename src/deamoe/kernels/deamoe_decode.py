@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
-from deamoe.kernels import grouped_gemm as primitive  # the PART_GRID switch
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_BOTH,
@@ -112,8 +111,6 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     acc = torch.empty(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
     s, out = acc[: T * n_dept * f].view(T * n_dept, f), acc[T * n_dept * f :].view(T, h)
     st = {}  # the routing and what depends on its size, set by take_routing
-    # split launches on their own groups' grid need the groups' first slots from align (v38)
-    part_grid = primitive.PART_GRID and tiles.split_launches > 1
 
     def take_routing(r_ids, r_weights):
         if r_ids.shape != r_weights.shape or r_ids.shape[0] != T:
@@ -133,7 +130,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
             st["ids"],
             AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=tiles.dept_block_m),
             AlignSpec(n_groups=n_expert, block_m=tiles.expert_block_m),
-            zero=acc, keep_starts=part_grid,
+            zero=acc,
         )
 
     # each GEMM once; `groups` restricts it to some departments (or their experts)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 
 from deamoe.kernels.align import AlignSpec, align
-from deamoe.kernels import grouped_gemm as primitive  # the PART_GRID switch
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_SWIGLU,
@@ -54,12 +53,9 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
     hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
     out = torch.empty(T, h, dtype=torch.float32, device=x.device)
     al = []
-    # split launches on their own groups' grid need the groups' first slots from align (v38)
-    part_grid = primitive.PART_GRID and tiles.split_launches > 1
 
     def do_align():  # also zeroes `out`, the atomic accumulator of w2
-        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out,
-                      keep_starts=part_grid)
+        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
 
     # each GEMM once; `groups` restricts it to some experts
     def w13(groups=None):

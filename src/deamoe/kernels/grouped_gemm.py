@@ -21,9 +21,6 @@ that share a weight tile run together and the second read comes from L2; or, wit
 tile option, `TileConfig.nfast`), N-tile fastest, so neighbouring programs stream one group's
 whole weight matrix -- 1.4-2.2% faster for many small experts (NOTES.md v36).  Programs past the
 device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
-A launch for groups lo..hi-1 only (split launches) covers, with PART_GRID, the host-side bound of
-those groups' blocks from their first block (read from the alignment's group_start on the
-device) instead of every block with the other groups' programs exiting (NOTES.md v38).
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
 """
 
@@ -42,8 +39,6 @@ ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-# a split launch's grid: its own groups' blocks (True) or every block (False; before v38)
-PART_GRID = False
 
 
 @triton.jit
@@ -72,14 +67,13 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, group_start_ptr, ids_ptr, w_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
-    PART_GRID: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -90,8 +84,6 @@ def grouped_gemm_kernel(
     else:
         pid_m = pid % max_blocks
         pid_n = pid // max_blocks
-    if PART_GRID:  # the grid covers the launch's groups only: from their first block on
-        pid_m += tl.load(group_start_ptr + g_lo) // BLOCK_M
     if pid_m >= tl.load(nblocks_ptr):
         return
     g = tl.load(block_group_ptr + pid_m).to(tl.int64)
@@ -276,31 +268,21 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
-    lo, hi = groups if groups is not None else (0, G)
-    part_grid = PART_GRID and (lo, hi) != (0, G)
-    if part_grid and al.group_start is None:
-        raise ValueError("grouped_gemm: PART_GRID needs the alignment's group_start "
-                         "(align(..., keep_starts=True))")
-    # blocks the launch may own: every used block holds >= 1 pair, and the padding adds < 1
-    # block per group (align._bounds, for the launch's groups)
-    m_blocks = (min(al.max_blocks, al.num_pairs // al.block_m + min(hi - lo, al.num_pairs))
-                if part_grid else al.max_blocks)
-    grid = (m_blocks * triton.cdiv(N, tile.block_n),)
+    grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = bg, bg if bu is None else bu
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
         b_up = b_gate if bu is None else _weight_desc(bu, tile)
     grouped_gemm_kernel[grid](
         a, b_gate, b_up, c,
-        al.sorted_pairs, al.block_group, al.num_blocks,
-        al.group_start if part_grid else al.num_blocks, ids, c if weights is None else weights,
-        N, K, al.num_pairs, ids.shape[1], n_dept, per_group, m_blocks, lo, hi,
+        al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
+        N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
+        *(groups if groups is not None else (0, G)),
         a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
         A_MODE=a_mode, C_MODE=c_mode, EPI=epi, ACT=ACTS[act],
         WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, PART_GRID=part_grid,
-        num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return c
