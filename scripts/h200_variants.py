@@ -9,7 +9,9 @@ same routing and rotated weight copies, every set timed twice, interleaved; a gr
 min_layers_per_graph layer steps as in the microbenchmark, median of 50 replays -> variants.csv
 (us = the better of the two runs); prints DeaMoE's time and speedup / ideal per variant (against
 the committed baseline) and the baseline variants' times.  A VALUE "+sfx" appends "-sfx" to the
-committed tile of that knob (`expert_up=+p1`: the point's own tile, persistent).  CUDA only.
+committed tile of that knob (`expert_up=+p1`: the point's own tile, persistent).  A KNOB with a
+dot is a module switch set while that variant runs (`deamoe.kernels.align.MEMORY_PHASES=1`,
+microbench.time_knob_sets).  CUDA only.
 """
 
 import sys

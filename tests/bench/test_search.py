@@ -142,7 +142,7 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
                            split_launches=[1])
     assert search_point(MOE, measure, s, 16) != prev  # without it: lost
     full.clear()
-    assert search_point(MOE, measure, s, 16, prior=prev) == prev
+    assert search_point(MOE, measure, s, 16, prior=[prev]) == prev
     assert prev in full and len(full) == 3  # the two best trials and the previous pick
     # picks of several tables (v39): each is a finalist, a duplicate or one that fails is not
     full.clear()
@@ -159,16 +159,25 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
                     f"M,16,w13={b};w2={a};block_m=16,failed\n"
                     f"M,64,w13={a};w2={a};block_m=32;split_launches=2,dept_up={a}\n"
                     f"N,16,w13={a};w2={a};block_m=16,failed\n")
-    assert prior_picks(str(path), "M", "baseline") == {
+    assert prior_picks([str(path)], "M", "baseline") == {
         16: [{"w13": b, "w2": a, "block_m": 16}],
         64: [{"w13": a, "w2": a, "block_m": 32, "split_launches": 2}]}
-    assert prior_picks(str(path), "M", "deamoe") == {64: [{"dept_up": a}]}
-    assert prior_picks("", "M", "baseline") == {} and prior_picks(str(path), "X", "deamoe") == {}
+    assert prior_picks([str(path)], "M", "deamoe") == {64: [{"dept_up": a}]}
+    assert prior_picks([], "M", "baseline") == {} and prior_picks([str(path)], "X", "deamoe") == {}
+    # the config forms: one path, a list, '' (none); empty entries dropped
+    assert MicrobenchSettings(prior_picks="").prior_picks == []
+    assert MicrobenchSettings(prior_picks=str(path)).prior_picks == [str(path)]
+    assert MicrobenchSettings(prior_picks=[str(path), ""]).prior_picks == [str(path)]
+    from deamoe.settings import load_section
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(f"microbench:\n  prior_picks: {path}\n")  # one path, as YAML gives it
+    assert load_section(cfg, "microbench", MicrobenchSettings).prior_picks == [str(path)]
     old = tmp_path / "old.csv"
     old.write_text("model,batch,baseline_tile,deamoe_tile\n"
                    f"M,16,w13={a};w2={a};block_m=16,failed\n"
                    f"M,64,w13={a};w2={a};block_m=32;split_launches=2,failed\n")
-    both = prior_picks([str(path), "", str(old)], "M", "baseline")
+    both = prior_picks([str(path), str(old)], "M", "baseline")
     assert both[16] == [{"w13": b, "w2": a, "block_m": 16}, {"w13": a, "w2": a, "block_m": 16}]
     assert len(both[64]) == 1  # the same pick in both tables once
     with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):

@@ -78,7 +78,7 @@ class MicrobenchSettings:
     final_tile_pass: bool = True
     grid_order: bool = True
     # a microbench.csv whose picks join each point's finalists ("" = none): NOTES.md v37b
-    prior_picks: str | list[str] = ""
+    prior_picks: list[str] | str = field(default_factory=list)  # one path or '' become a list
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
 
@@ -117,6 +117,7 @@ class MicrobenchSettings:
             if path and not Path(path).is_file():
                 raise ConfigError(f"microbench.prior_picks: no such file {path!r} "
                                   "(set '' to search without the previous picks)")
+        self.prior_picks = [p for p in paths if p]  # one form for the search: a list of tables
         if not isinstance(self.grid_order, bool):
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):

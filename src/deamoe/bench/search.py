@@ -132,10 +132,10 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
 
 
 def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
-                 prior: list[dict] | dict | None = None):
+                 prior: list[dict] | None = None):
     """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
     s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
-    knobs earlier runs picked for this point (one dict or a list), always finalists (v37b: a
+    knobs earlier runs picked for this point, each always a finalist (v37b: a
     search can lose a pick it had to a candidate that won its few-replay trials by noise)."""
     tried = []
 
@@ -146,9 +146,8 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         return t
 
     knobs = search_tiles(shape, logged, s, batch)
-    priors = [prior] if isinstance(prior, dict) else list(prior or [])
     # a previous pick that no longer runs is no candidate
-    must = [k for k in priors if logged(k) is not None]
+    must = [k for k in prior or [] if logged(k) is not None]
     return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), must) or knobs
 
 
@@ -176,16 +175,14 @@ def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
     return best[min(timed)[1]] if timed else best[0]
 
 
-def prior_picks(paths: str | list[str], model: str, kind: str) -> dict[int, list[dict]]:
-    """{batch: [knobs, ...]} of one layer kind ("baseline" / "deamoe") of `model` in one
-    microbench.csv or several (each distinct pick once, in the order of the tables; none for ""
-    or a model a table lacks; rows whose tile is "failed" are skipped)."""
+def prior_picks(paths: list[str], model: str, kind: str) -> dict[int, list[dict]]:
+    """{batch: [knobs, ...]} of one layer kind ("baseline" / "deamoe") of `model` in these
+    microbench.csv tables (each distinct pick once, in the order of the tables; none for a
+    model a table lacks; rows whose tile is "failed" are skipped)."""
     import pandas as pd
 
     picks: dict[int, list[dict]] = {}
-    for path in [paths] if isinstance(paths, str) else paths:
-        if not path:
-            continue
+    for path in paths:
         table = pd.read_csv(path)
         rows = table[table.model == model]
         for b, t in zip(rows.batch, rows[f"{kind}_tile"]):
