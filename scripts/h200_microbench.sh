@@ -38,7 +38,7 @@ grep -E "routing check|exit|roofline|battery|span|MB x" "$OUT/log.txt"
 python3 -c "
 import pandas as pd
 d = pd.read_csv('$OUT/microbench.csv')
-print(d[['model','batch','baseline_us','deamoe_us','speedup','speedup_over_ideal','baseline_frac_peak','deamoe_frac_peak','vllm_h200_us']].to_string(index=False, float_format=lambda v: f'{v:.3g}'))
+print(d[['model','batch','baseline_us','deamoe_us','speedup','speedup_over_ideal','baseline_frac_peak','deamoe_frac_peak','vllm_h200_us','baseline_from_logits_us']].to_string(index=False, float_format=lambda v: f'{v:.3g}'))
 import os
 if os.path.exists('$OUT/decode_tpot.csv'):
     t = pd.read_csv('$OUT/decode_tpot.csv'); print(t[['model','batch','baseline_tpot_ms','deamoe_tpot_ms','speedup']].to_string(index=False, float_format=lambda v: f'{v:.3g}'))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
@@ -51,6 +52,8 @@ def test_bench_impl_rows(shape):
     assert row["copies"] == 2 and row["bytes"] > 2 * shape.n_expert * shape.h
     # the reported time comes from a graph of >= min_layers_per_graph (8) layer steps
     assert row["layers"] == 8
+    # the baseline is also timed from the router logits (the vLLM peer's input); DeaMoE not
+    assert (row["from_logits_us"] > 0) if shape.kind == "moe" else math.isnan(row["from_logits_us"])
 
 
 def test_committed_points_yield_the_picked_knobs(tmp_path):
@@ -148,6 +151,23 @@ def test_step_with_precomputed_routing_is_the_same_step(shape):
     assert not torch.equal(ffn_step(shape, w, x, routed=(routed[0].flip(1), routed[1])), ref) \
         or shape.k_expert == 1
     layer_steps(shape, [w], [x], repeat=1, routed=[routed])()  # runs with the given routing
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_step_from_logits_routes_the_given_logits(shape):
+    # the peer comparison times the step from the router logits (vLLM's fused_moe input):
+    # same output as the full step for the router's own logits, another for other logits
+    from deamoe.bench.layer_step import layer_steps, router_logits
+
+    w = random_weights(shape, "cpu", dtype=torch.float32, seed=5)
+    x = torch.randn(5, shape.h, generator=torch.Generator().manual_seed(5))
+    (logits,) = router_logits([w], [x])
+    ref = ffn_step(shape, w, x)
+    torch.testing.assert_close(ffn_step(shape, w, x, logits=logits), ref)
+    assert not torch.allclose(ffn_step(shape, w, x, logits=logits.flip(1)), ref)
+    layer_steps(shape, [w], [x], repeat=1, logits=[logits])()
+    with pytest.raises(ValueError, match="routed or logits"):
+        ffn_step(shape, w, x, routed=(None, None), logits=logits)
 
 
 def test_graph_replay_rows_check_each_replay_against_the_reference():

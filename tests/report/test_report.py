@@ -97,6 +97,25 @@ def test_figure45_names_each_models_roofline_when_calls_differ(results, measured
             in md)
 
 
+def test_figure45_compares_with_vllm_from_the_logits_too(results, measured, tmp_path):
+    # vLLM's peer times start from the router logits; the table shows our baseline both ways
+    path = measured / "h200" / "microbench.csv"
+    mb = pd.read_csv(path)
+    mb["vllm_h200_us"] = 110.0
+    mb["baseline_from_logits_us"] = mb["baseline_us"] - 5.0
+    mb.loc[mb["batch"] == 16, "baseline_from_logits_us"] = float("nan")  # not timed there
+    mb.to_csv(path, index=False)
+    _build(results, measured, tmp_path / "r")
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    row = f45[(f45["model"] == "DeepSeek-V3") & (f45["batch"] == 8)].iloc[0]
+    assert row["baseline speed vs vLLM"] == pytest.approx(110 / 108)
+    assert row["baseline from logits_us"] == pytest.approx(103)
+    assert row["from logits speed vs vLLM"] == pytest.approx(110 / 103)
+    assert f45.loc[f45["batch"] == 16, "from logits speed vs vLLM"].isna().all()
+    md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+    assert "starts from the router logits" in md
+
+
 def test_gpu_run_results_take_precedence(tmp_path, measured, make_results):
     results = make_results(tmp_path / "a", microbench_gpu=True)
     frame = pd.read_csv(results / "microbench" / "microbench.csv")

@@ -116,11 +116,18 @@ def step_routing(shape, w: dict, x: torch.Tensor, compiled: bool = False):
 
 
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
-             compiled: bool = False, routed=None) -> torch.Tensor:
+             compiled: bool = False, routed=None, logits=None) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch).
     routed: (ids, weights) computed beforehand -- the step then runs no router GEMM and no
-    routing (scripts/h200_head_cost.py times what they cost)."""
+    routing (scripts/h200_head_cost.py times what they cost).  logits: the router's output
+    computed beforehand -- the step routes them but runs no router GEMM, as vLLM's fused_moe is
+    called (the peer times of issue 5 start from the gating output)."""
+    if routed is not None and logits is not None:
+        raise ValueError("ffn_step: give routed or logits, not both")
+
     def routing():
+        if logits is not None:
+            return routing_fn(compiled)(shape, logits)
         return step_routing(shape, w, x, compiled)
 
     if isinstance(shape, DeaMoEShape):
@@ -143,18 +150,28 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 
 
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
-                impl: str = "triton", compiled: bool = True, routed: list | None = None):
+                impl: str = "triton", compiled: bool = True, routed: list | None = None,
+                logits: list | None = None):
     """fn() running the decode step of every layer copy (weights[i] on xs[i]) `repeat` times:
     what one timed graph replay holds, shared by the microbenchmark and the H200 scripts (time
-    it with time_fn(fn, replays, repeat * len(weights))).  routed: each copy's (ids, weights)
-    computed beforehand (ffn_step's `routed`), or None to route inside the step."""
+    it with time_fn(fn, replays, repeat * len(weights))).  routed / logits: each copy's
+    (ids, weights) or router logits computed beforehand (ffn_step's `routed` / `logits`), or
+    None to run the router GEMM and the routing inside the step."""
     per_copy = routed if routed is not None else [None] * len(weights)
+    per_logits = logits if logits is not None else [None] * len(weights)
 
     def run():
         for _ in range(repeat):
-            for x, w, r in zip(xs, weights, per_copy):
-                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled, routed=r)
+            for x, w, r, z in zip(xs, weights, per_copy, per_logits):
+                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled, routed=r,
+                         logits=z)
     return run
+
+
+def router_logits(weights: list[dict], xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Each copy's router logits, computed once (the input of a step timed from logits)."""
+    with torch.no_grad():
+        return [F.linear(x, w["router"]) for x, w in zip(xs, weights)]
 
 
 def graph_replay_rows(shape, w: dict, x: torch.Tensor, tiles, ref: torch.Tensor,

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
-from deamoe.bench.layer_step import (layer_bytes, layer_steps, random_weights, step_bytes,
-                                     time_fn)
+from deamoe.bench.layer_step import (layer_bytes, layer_steps, random_weights, router_logits,
+                                     step_bytes, time_fn)
 from deamoe.bench.search import prior_picks, search_point
 from deamoe.config import table1_row
 from deamoe.routing import route
@@ -267,7 +267,9 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
             continue
         rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
                      "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
-                     "experts": experts, "copies": copies, "layers": copies * repeats})
+                     "experts": experts, "copies": copies, "layers": copies * repeats,
+                     "from_logits_us": _from_logits_us(shape, weights, xs, knobs, repeats, s)
+                     if impl == "triton" and shape.kind == "moe" else float("nan")})
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
             stage_rows += [{"kind": shape.kind, "batch": batch, **r}
                            for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs),
@@ -278,6 +280,19 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
     return rows
+
+
+def _from_logits_us(shape, weights, xs, knobs, repeats: int, s: MicrobenchSettings) -> float:
+    """The baseline step on its picked tiles with the router logits given (routing, align,
+    GEMMs; no router GEMM): how vLLM's fused_moe is timed, from the gating output, so the peer
+    comparison is like for like.  NaN (and a printed line) if it fails."""
+    fn = layer_steps(shape, weights, xs, make_tiles(shape, knobs), repeats,
+                     compiled=s.compile_routing, logits=router_logits(weights, xs))
+    try:
+        return time_fn(fn, s.replays, len(weights) * repeats).median_us
+    except Exception as exc:  # noqa: BLE001 - a diagnostic column, not the reported time
+        print(f"  {shape.kind} from logits: {type(exc).__name__}: {exc}"[:300])
+        return float("nan")
 
 
 def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
@@ -361,6 +376,8 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "deamoe_frac_peak": d["bytes"] / dt / 1e6 / peak_read_tbps,
                     "torch_grouped_us": r.get("us", float("nan")),
                     "vllm_h200_us": VLLM_H200_US.get(model, {}).get(b["batch"], float("nan")),
+                    # the baseline timed as vLLM's fused_moe is: from the router logits
+                    "baseline_from_logits_us": b.get("from_logits_us", float("nan")),
                     "baseline_experts": b["experts"], "deamoe_experts": d["experts"],
                     "baseline_tile": b["tile"], "deamoe_tile": d["tile"],
                     "baseline_p10_us": b.get("p10_us"), "baseline_p90_us": b.get("p90_us"),

@@ -63,7 +63,7 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
         df = pd.DataFrame(rows)
         cols = ["model", "batch", "baseline_us", "deamoe_us", "speedup", "ideal_speedup",
                 "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak", "torch_grouped_us",
-                "vllm_h200_us", "baseline_tile", "deamoe_tile"]
+                "vllm_h200_us", "baseline_from_logits_us", "baseline_tile", "deamoe_tile"]
         print(df[cols[:-2]].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
         if stage_rows:
             st = pd.DataFrame(stage_rows)
