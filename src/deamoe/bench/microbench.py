@@ -138,8 +138,7 @@ def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, 
     xs = [torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
           for _ in weights]
     with torch.no_grad():  # the routing the timed step will compute: count its bytes
-        ids = [route(shape, torch.nn.functional.linear(x, w["router"]))[0]
-               for x, w in zip(xs, weights)]
+        ids = [route(shape, logits)[0] for logits in router_logits(weights, xs)]
     nbytes = sum(step_bytes(shape, i) for i in ids) / len(weights)
     experts = sum(int(torch.unique(i).numel()) for i in ids) / len(weights)
     return xs, nbytes, experts
