@@ -56,6 +56,24 @@ def test_bench_impl_rows(shape):
     assert (row["from_logits_us"] > 0) if shape.kind == "moe" else math.isnan(row["from_logits_us"])
 
 
+def test_bench_impl_times_finalists_on_the_reported_graph(monkeypatch):
+    # v42: the finalists are compared on the graph the reported time uses (>= 8 layer steps:
+    # here 2 copies x 4), not on the trials' one pass over the copies
+    import deamoe.bench.microbench as mb
+
+    calls = []
+    real = mb.time_fn
+
+    def recording(fn, replays, per_call=1, graph=True):
+        calls.append(per_call)
+        return real(fn, replays, per_call, graph)
+    monkeypatch.setattr(mb, "time_fn", recording)
+    bench_impl(DEA, [3], TINY, device="cpu")
+    # the two tiles' trials on one pass over the 2 copies; both re-timed as finalists, then
+    # the reported time, on 8 layer steps
+    assert calls == [2, 2, 8, 8, 8]
+
+
 def test_committed_points_yield_the_picked_knobs(tmp_path):
     # what the A/B scripts re-time: each point's committed knobs, baseline layer first, inputs
     # and bytes from the same routing; the point list order is kept within a model

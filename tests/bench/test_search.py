@@ -124,6 +124,30 @@ def test_pick_finalist_retimes_the_best_distinct_candidates():
         MicrobenchSettings(finalists=0)
 
 
+def test_finalists_are_timed_by_the_final_measure():
+    # v42: the trials run on one-layer graphs, the reported time on >= 8 layer steps, and the
+    # two ranked Qwen3's dense department tiles differently: the finalists are timed the
+    # reported way when the caller gives that measure
+    from deamoe.bench.search import search_point
+
+    a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    s = MicrobenchSettings(tiles=[a, b], finalists=2, replays=50, grid_order=False,
+                           split_launches=[1], coordinate_search=False)
+    trial = {a: 1.0, b: 1.1}  # trials and their full-replay re-timing favour a
+    final = {a: 2.0, b: 1.9}  # the reported graph favours b
+    finals = []
+
+    def measure(k, replays=1):
+        return trial[k["w13"]]
+
+    def final_measure(k):
+        finals.append(k["w13"])
+        return final[k["w13"]]
+    assert search_point(MOE, measure, s, 16)["w13"] == a
+    assert search_point(MOE, measure, s, 16, final_measure=final_measure)["w13"] == b
+    assert sorted(finals) == sorted([a, b])  # each finalist once
+
+
 def test_previous_pick_is_always_a_finalist(tmp_path):
     # v37b: the search lost a pick the previous table had (noise in its few-replay trials);
     # the previous pick joins the finalists, re-timed with the full replay count, and wins here

@@ -240,16 +240,19 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         def runner(tiles, repeat=1):
             return layer_steps(shape, weights, xs, tiles, repeat, impl, s.compile_routing)
 
-        def measure(knobs, replays=s.select_replays):
+        def measure(knobs, replays=s.select_replays, repeat=1):
             try:
-                return time_fn(runner(make_tiles(shape, knobs)), replays, copies).median_us
+                return time_fn(runner(make_tiles(shape, knobs), repeat), replays,
+                               copies * repeat).median_us
             except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is skipped
                 print(f"  {shape.kind} batch {batch} {knobs_name(knobs)}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:160]}")
                 return None
 
-        if impl == "triton":
-            knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch))
+        if impl == "triton":  # the search's trials on one pass over the copies (cheap); its
+            # finalists on the reported time's graph of >= min_layers_per_graph steps (v42)
+            knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch),
+                                 final_measure=lambda k: measure(k, s.replays, repeats))
             run = runner(make_tiles(shape, knobs), repeats) if knobs else None
             tile = knobs_name(knobs) if knobs else "failed"
         else:

@@ -132,11 +132,15 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
 
 
 def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
-                 prior: list[dict] | None = None):
-    """The knobs one point reports: search_tiles, then the best of its finalists re-timed with
-    s.replays (measure(knobs, replays=s.select_replays) -> median us or None).  prior: the
-    knobs earlier runs picked for this point, each always a finalist (v37b: a
-    search can lose a pick it had to a candidate that won its few-replay trials by noise)."""
+                 prior: list[dict] | None = None, final_measure=None):
+    """The knobs one point reports: search_tiles, then the best of its finalists re-timed
+    (measure(knobs, replays=s.select_replays) -> median us or None).  final_measure(knobs) ->
+    us or None times the finalists; by default measure(knobs, s.replays).  The microbenchmark
+    passes the reported time's own measure: a graph of >= min_layers_per_graph layer steps
+    (v42: on Qwen3 the search's one-layer graphs ranked two dense department tiles the other
+    way round).  prior: the knobs earlier runs picked for this point, each always a finalist
+    (v37b: a search can lose a pick it had to a candidate that won its few-replay trials by
+    noise)."""
     tried = []
 
     def logged(knobs):
@@ -148,7 +152,8 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     knobs = search_tiles(shape, logged, s, batch)
     # a previous pick that no longer runs is no candidate
     must = [k for k in prior or [] if logged(k) is not None]
-    return pick_finalist(tried, s.finalists, lambda k: measure(k, s.replays), must) or knobs
+    final = final_measure or (lambda k: measure(k, s.replays))
+    return pick_finalist(tried, s.finalists, final, must) or knobs
 
 
 def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
