@@ -4,9 +4,9 @@ For every (model, batch): router + routing + expert kernels of one layer, bf16, 
 CUDA graph, weights of several layer copies rotated so a replay reads far beyond L2.  Both
 implementations run the same grouped-GEMM primitive and get the same tile search (each candidate
 timed briefly on one pass over the layer copies, the best few re-timed on the reported graph of
->= min_layers_per_graph layer steps, the pick then timed afresh for the reported median).  Bytes are the
-weights this routing must load (router + distinct experts, or + distinct departments); achieved
-TB/s is compared with the streaming-read roofline measured in the same run.
+>= min_layers_per_graph layer steps, the pick then timed afresh for the reported median).  Bytes
+are the weights this routing must load (router + distinct experts, or + distinct departments);
+achieved TB/s is compared with the streaming-read roofline measured in the same run.
 """
 
 from __future__ import annotations
