@@ -34,19 +34,20 @@ else:
     mod = importlib.import_module(mod_name)
 s = MicrobenchSettings()
 rows = []
-for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv[3:], s):
+for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(sys.argv[3:], s):
     variants = {False: make_tiles(shape, knobs), True: make_tiles(shape, knobs)}
     if mod is None:  # only the knobs this layer's tiles have (none: the noise)
         own = {k: v for k, v in settings.items() if hasattr(variants[False], k)}
         variants[True] = make_tiles(shape, {**knobs, **own})
 
     def runner(tiles):
-        return layer_steps(shape, weights, xs, tiles)
+        return layer_steps(shape, weights, inputs.live, tiles)
     res = {False: [], True: []}
     for value in (False, True, False, True):
         if mod is not None:
             setattr(mod, flag, value)
-        res[value].append(time_fn(runner(variants[value]), 50, len(weights)).median_us)
+        res[value].append(time_fn(runner(variants[value]), 50, len(weights),
+                                   prepare=inputs.prepare).median_us)
     rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                  "off_us": min(res[False]), "on_us": min(res[True]),
                  "off_runs": res[False], "on_runs": res[True]})

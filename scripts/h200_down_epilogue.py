@@ -75,9 +75,9 @@ def main():
         kw["shapes"] = lambda model: dataclasses.replace(
             table1_row(model), baseline=MoEShape(h=h, h_ffn=f, n_expert=e, k_expert=k))
     rows = []
-    for model, shape, weights, batch, knobs, xs, _ in committed_points(args.points, s, **kw):
+    for model, shape, weights, batch, knobs, inputs, _ in committed_points(args.points, s, **kw):
         tiles = make_tiles(shape, knobs)
-        per_copy = [down_launches(shape, w, x, tiles) for w, x in zip(weights, xs)]
+        per_copy = [down_launches(shape, w, x, tiles) for w, x in zip(weights, inputs.live)]
         nbytes = sum(b for _, b in per_copy) / len(per_copy)
         names = list(per_copy[0][0])
         times = {n: [] for n in names}

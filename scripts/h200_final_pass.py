@@ -35,13 +35,13 @@ for model in dict.fromkeys(m for m, _ in points):
     for shape in (row.baseline, row.deamoe):
         weights = layer_copies(shape, s)
         for batch in [b for m, b in points if m == model]:
-            xs, nbytes, _ = point_inputs(shape, weights, batch, s)
+            inputs, nbytes, _ = point_inputs(shape, weights, batch, s)
 
             def measure(knobs, replays=s.select_replays):
-                run = layer_steps(shape, weights, xs, make_tiles(shape, knobs),
+                run = layer_steps(shape, weights, inputs.live, make_tiles(shape, knobs),
                                   compiled=s.compile_routing)
                 try:
-                    return time_fn(run, replays, len(weights)).median_us
+                    return time_fn(run, replays, len(weights), prepare=inputs.prepare).median_us
                 except Exception as exc:  # noqa: BLE001 - a tile that fails is skipped
                     print(f"  {knobs_name(knobs)}: {type(exc).__name__}")
                     return None

@@ -27,16 +27,17 @@ out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
 s = MicrobenchSettings()
 rows = []
-for model, shape, weights, batch, knobs, xs, nbytes in committed_points(sys.argv[2:] or POINTS, s):
+for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(sys.argv[2:] or POINTS, s):
     tiles = make_tiles(shape, knobs)
     repeats = {"copies_once": 1, f">={MIN_LAYERS}_layers": math.ceil(MIN_LAYERS / len(weights))}
 
     def runner(r):
-        return layer_steps(shape, weights, xs, tiles, r)
+        return layer_steps(shape, weights, inputs.live, tiles, r)
     runs = {name: [] for name in repeats}
     for _ in range(2):
         for name, r in repeats.items():
-            runs[name].append(time_fn(runner(r), 50, r * len(weights)).median_us)
+            runs[name].append(time_fn(runner(r), 50, r * len(weights),
+                                          prepare=inputs.prepare).median_us)
     for name, r in repeats.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                      "graph": name, "layers_per_graph": r * len(weights),

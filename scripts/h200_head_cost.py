@@ -30,11 +30,13 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     s = MicrobenchSettings()
     rows = []
-    for model, shape, weights, batch, knobs, xs, nbytes in committed_points(args.points, s):
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(args.points, s):
         tiles = make_tiles(shape, knobs)
         repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+        # draw 0 only (routes computed beforehand cannot rotate with StepInputs.prepare)
+        xs = inputs.live
         with torch.no_grad():  # computed once, before the capture: no router GEMM, no route
-            routes = [step_routing(shape, w, x) for x, w in zip(xs, weights)]
+            routes = [step_routing(shape, weights[i % len(weights)], x) for i, x in enumerate(xs)]
         fns = {"layer": layer_steps(shape, weights, xs, tiles, repeats),
                "no route": layer_steps(shape, weights, xs, tiles, repeats, routed=routes)}
         times = {n: [] for n in fns}

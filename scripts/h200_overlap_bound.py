@@ -106,14 +106,14 @@ def main():
             model, MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2),
             DeaMoEShape(h=64, h_ffn=16, n_dept=4, n_expert=16, k_dept=2, k_expert=4), 1.0, 1.0)
     rows = []
-    for model, shape, weights, batch, knobs, xs, nbytes in committed_points(
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
             args.points, s, device=device, **kw):
         tiles = make_tiles(shape, knobs)
         # the whole layer (router, routing, align, committed split and streams, cast) for
         # scale, before and after the arrangements (their setup must not change it)
-        times = {"layer": time_knob_sets(shape, weights, xs, {"layer": knobs}, s, args.rounds,
+        times = {"layer": time_knob_sets(shape, weights, inputs, {"layer": knobs}, s, args.rounds,
                                          args.replays)["layer"]}
-        per_copy = [gemm_launches(shape, w, x, tiles) for w, x in zip(weights, xs)]
+        per_copy = [gemm_launches(shape, w, x, tiles) for w, x in zip(weights, inputs.live)]
         gemm_bytes = nbytes - 2 * router_params(shape)  # what the graph's GEMMs stream
         repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
         names = list(ARRANGEMENTS[shape.kind])
@@ -122,7 +122,7 @@ def main():
             for n in names:
                 fn = arrangement_fn(shape.kind, n, per_copy, repeats, device)
                 times[n].append(time_fn(fn, args.replays, repeats * len(weights)).median_us)
-        times["layer after"] = time_knob_sets(shape, weights, xs, {"layer": knobs}, s,
+        times["layer after"] = time_knob_sets(shape, weights, inputs, {"layer": knobs}, s,
                                               args.rounds, args.replays)["layer"]
         for n in names + ["layer", "layer after"]:
             us = min(times[n])

@@ -135,7 +135,7 @@ points = ["Qwen3-235B-A22B:8", "Qwen3-235B-A22B:24", "Qwen3-235B-A22B:48",
           "Qwen3-235B-A22B:64", "Qwen3-235B-A22B:128"]
 near = {8: 8, 24: 24, 48: 64, 64: 64, 128: 128}  # part 2's token count for each point
 rows = []
-for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, s):
+for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(points, s):
     if shape.kind == "deamoe":
         up, down = best["dept_up_dense", near[batch], True], best["dept_down", near[batch], True]
         cap = max(16, 1 << (batch - 1).bit_length())
@@ -153,8 +153,9 @@ for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, 
     reps = max(1, -(-s.min_layers_per_graph // len(weights)))
     for _ in range(2):
         for v, k in variants.items():
-            run = layer_steps(shape, weights, xs, make_tiles(shape, k), reps)
-            runs[v].append(time_fn(run, 50, reps * len(weights)).median_us)
+            run = layer_steps(shape, weights, inputs.live, make_tiles(shape, k), reps)
+            runs[v].append(time_fn(run, 50, reps * len(weights),
+                                     prepare=inputs.prepare).median_us)
     for v, k in variants.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                      "variant": v, "us": min(runs[v]), "runs": runs[v],

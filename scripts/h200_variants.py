@@ -39,13 +39,13 @@ def apply(knobs: dict, variant: dict) -> dict:
                         else v for k, v in variant.items()}}
 s = MicrobenchSettings()
 rows = []
-for model, shape, weights, batch, knobs, xs, nbytes in committed_points(points, s):
+for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(points, s):
     sets = {"committed": knobs}
     if shape.kind == "moe":
         sets["committed again"] = knobs
     sets.update({name: apply(knobs, v) for name, v in variants[shape.kind].items()})
 
-    runs = time_knob_sets(shape, weights, xs, sets, s, label=f"{model} {batch}")
+    runs = time_knob_sets(shape, weights, inputs, sets, s, label=f"{model} {batch}")
     for name, r in runs.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                      "variant": name, "us": min(r), "runs": r})

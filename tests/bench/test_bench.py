@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -64,14 +65,84 @@ def test_bench_impl_times_finalists_on_the_reported_graph(monkeypatch):
     calls = []
     real = mb.time_fn
 
-    def recording(fn, replays, per_call=1, graph=True):
-        calls.append(per_call)
-        return real(fn, replays, per_call, graph)
+    def recording(fn, replays, per_call=1, graph=True, prepare=None):
+        calls.append((per_call, prepare is not None))
+        return real(fn, replays, per_call, graph, prepare)
     monkeypatch.setattr(mb, "time_fn", recording)
     bench_impl(DEA, [3], TINY, device="cpu")
     # the two tiles' trials on one pass over the 2 copies; both re-timed as finalists, then
-    # the reported time, on 8 layer steps
-    assert calls == [2, 2, 8, 8, 8]
+    # the reported time, on 8 layer steps; every timing redraws the inputs per replay (v43)
+    assert calls == [(2, True), (2, True), (8, True), (8, True), (8, True)]
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_point_inputs_draw_each_step_and_count_the_mean_bytes(shape):
+    # v43: every layer step of the reported graph (2 copies x 4) has its own input in each of
+    # routing_draws draws; bytes / experts are the mean over all those routings (step j on
+    # copy j % 2), and prepare(i) puts draw i % draws into the inputs the graph reads
+    from deamoe.bench.microbench import layer_copies, point_inputs
+    from deamoe.routing import route
+
+    s = dataclasses.replace(TINY, routing_draws=3)
+    weights = layer_copies(shape, s, "cpu")
+    inputs, nbytes, experts = point_inputs(shape, weights, 6, s, "cpu")
+    assert len(inputs.live) == 8 and len(inputs.draws) == 3
+    assert all(x.shape == (6, shape.h) for d in inputs.draws for x in d)
+    ids = [route(shape, torch.nn.functional.linear(x, weights[j % 2]["router"]))[0]
+           for d in inputs.draws for j, x in enumerate(d)]
+    assert nbytes == pytest.approx(sum(step_bytes(shape, i) for i in ids) / 24)
+    assert experts == pytest.approx(sum(torch.unique(i).numel() for i in ids) / 24)
+    distinct = {tuple(torch.unique(i).tolist()) for i in ids}
+    assert len(distinct) > 1  # the draws route differently
+    assert all(torch.equal(a, b) for a, b in zip(inputs.live, inputs.draws[0]))
+    inputs.prepare(4)  # cycles: draw 1
+    assert all(torch.equal(a, b) for a, b in zip(inputs.live, inputs.draws[1]))
+
+
+def test_step_inputs_map_rotates_with_its_source():
+    # the time from the logits rotates the logits with the inputs: after prepare(i) of both,
+    # each step's live logits are its live input's
+    from deamoe.bench.layer_step import StepInputs
+
+    draws = [[torch.full((2, 3), float(10 * d + j)) for j in range(4)] for d in range(3)]
+    inputs = StepInputs([x.clone() for x in draws[0]], draws)
+    doubled = inputs.map(lambda j, x: 2 * x + j)
+    for i in (2, 1, 5):
+        inputs.prepare(i)
+        doubled.prepare(i)
+        assert all(torch.equal(y, 2 * x + j)
+                   for j, (x, y) in enumerate(zip(inputs.live, doubled.live)))
+    with pytest.raises(ValueError, match="one tensor per live input"):
+        StepInputs(draws[0], [draws[1][:3]])
+
+
+def test_layer_steps_give_each_step_its_own_input(monkeypatch):
+    # step j of the graph runs copy j % copies on xs[j % len(xs)]: per-copy inputs are reused
+    # each pass, per-step inputs (StepInputs.live) are each used once
+    from deamoe.bench import layer_step
+
+    seen = []
+    monkeypatch.setattr(layer_step, "ffn_step",
+                        lambda shape, w, x, **kw: seen.append((w["id"], int(x[0]))))
+    ws = [{"id": "w0"}, {"id": "w1"}]
+    xs = [torch.tensor([i]) for i in range(4)]
+    layer_step.layer_steps(MOE, ws, xs, repeat=2)()
+    assert seen == [("w0", 0), ("w1", 1), ("w0", 2), ("w1", 3)]
+    seen.clear()
+    layer_step.layer_steps(MOE, ws, xs[:2], repeat=2)()
+    assert seen == [("w0", 0), ("w1", 1), ("w0", 0), ("w1", 1)]
+    with pytest.raises(ValueError, match="3 logits for 4 inputs"):
+        layer_step.layer_steps(MOE, ws, xs, repeat=2, logits=xs[:3])
+
+
+def test_time_fn_prepares_every_replay_before_it_runs():
+    # CPU path: prepare(i) runs before replay i (not inside the timed span), replay i sees it
+    from deamoe.bench.layer_step import time_fn
+
+    state, log = {"i": None}, []
+    timing = time_fn(lambda: log.append(state["i"]), 4,
+                     prepare=lambda i: state.update(i=i))
+    assert log == [None, 0, 1, 2, 3] and timing.replays == 4  # the first call warms up
 
 
 def test_committed_points_yield_the_picked_knobs(tmp_path):
@@ -94,7 +165,9 @@ def test_committed_points_yield_the_picked_knobs(tmp_path):
     order = [(g[1].kind, g[3]) for g in got]
     assert order == [("moe", 5), ("moe", 2), ("deamoe", 5), ("deamoe", 2)]
     assert got[0][4]["block_m"] == 32 and got[3][4]["dense_dept_up"] == 1
-    assert all(len(g[2]) == 2 and len(g[5]) == 2 and g[5][0].shape[0] == g[3] for g in got)
+    # inputs: one per layer step of the reported graph (2 copies x 4), each its batch's rows
+    assert all(len(g[2]) == 2 and len(g[5].live) == 8 and g[5].live[0].shape[0] == g[3]
+               for g in got)
     assert all(g[6] > 0 for g in got)
 
 
@@ -106,12 +179,12 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     from deamoe.bench.microbench import layer_copies, point_inputs, time_knob_sets
 
     weights = layer_copies(DEA, TINY, "cpu")
-    xs, _, _ = point_inputs(DEA, weights, 3, TINY, "cpu")
+    inputs, _, _ = point_inputs(DEA, weights, 3, TINY, "cpu")
     base = {"dept_up": "n32-k32-w4-s1", "expert_up": "n32-k32-w4-s1",
             "expert_down": "n32-k32-w4-s1", "dept_down": "n32-k32-w4-s1", "dept_block_m": 16,
             "expert_block_m": 16}
     sets = {"plain": base, "bad tile": {**base, "dept_down": "n24-k32-w4-s1"}}
-    runs = time_knob_sets(DEA, weights, xs, sets, TINY, rounds=2, replays=1, label="tiny 3")
+    runs = time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=2, replays=1, label="tiny 3")
     assert len(runs["plain"]) == 2 and all(v > 0 for v in runs["plain"])
     assert len(runs["bad tile"]) == 2 and all(math.isnan(v) for v in runs["bad tile"])
     assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
@@ -134,11 +207,11 @@ def test_time_knob_sets_sets_module_switches_only_while_its_set_runs(monkeypatch
         return real(*args, **kw)
     monkeypatch.setattr(microbench, "layer_steps", spy)
     weights = microbench.layer_copies(DEA, TINY, "cpu")
-    xs, _, _ = microbench.point_inputs(DEA, weights, 3, TINY, "cpu")
+    inputs, _, _ = microbench.point_inputs(DEA, weights, 3, TINY, "cpu")
     base = {"split_launches": 2}
     sets = {"off": base, "on": {**base, "deamoe.kernels.align.MEMORY_PHASES": 1},
             "typo": {**base, "deamoe.kernels.align.MEMORY_PHASE": 1}}
-    runs = microbench.time_knob_sets(DEA, weights, xs, sets, TINY, rounds=1, replays=1)
+    runs = microbench.time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=1, replays=1)
     assert seen == [False, True] and align.MEMORY_PHASES is False
     assert runs["on"][0] > 0 and math.isnan(runs["typo"][0])
 
@@ -226,6 +299,8 @@ def test_settings_reject_bad_values():
         MicrobenchSettings(min_layers_per_graph=0)
     with pytest.raises(ConfigError, match="final_tile_pass"):
         MicrobenchSettings(final_tile_pass="yes")
+    with pytest.raises(ConfigError, match="routing_draws"):
+        MicrobenchSettings(routing_draws=0)
 
 
 def test_cli_without_cuda_writes_status(tmp_path):

@@ -152,26 +152,60 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
                 impl: str = "triton", compiled: bool = True, routed: list | None = None,
                 logits: list | None = None):
-    """fn() running the decode step of every layer copy (weights[i] on xs[i]) `repeat` times:
-    what one timed graph replay holds, shared by the microbenchmark and the H200 scripts (time
-    it with time_fn(fn, replays, repeat * len(weights))).  routed / logits: each copy's
-    (ids, weights) or router logits computed beforehand (ffn_step's `routed` / `logits`), or
-    None to run the router GEMM and the routing inside the step."""
-    per_copy = routed if routed is not None else [None] * len(weights)
-    per_logits = logits if logits is not None else [None] * len(weights)
+    """fn() running the decode step of every layer copy `repeat` times: what one timed graph
+    replay holds, shared by the microbenchmark and the H200 scripts (time it with
+    time_fn(fn, replays, repeat * len(weights))).  Step j (pass j // copies, copy j % copies)
+    reads xs[j % len(xs)]: one input per copy (reused each pass) or one per step (its own
+    routing each, StepInputs).  routed / logits: each input's (ids, weights) or router logits
+    computed beforehand (ffn_step's `routed` / `logits`, indexed as xs), or None to run the
+    router GEMM and the routing inside the step."""
+    for name, per in (("routed", routed), ("logits", logits)):
+        if per is not None and len(per) != len(xs):
+            raise ValueError(f"layer_steps: {len(per)} {name} for {len(xs)} inputs")
+    n = len(weights)
 
     def run():
-        for _ in range(repeat):
-            for x, w, r, z in zip(xs, weights, per_copy, per_logits):
-                ffn_step(shape, w, x, impl=impl, tiles=tiles, compiled=compiled, routed=r,
-                         logits=z)
+        for j in range(repeat * n):
+            i = j % len(xs)
+            ffn_step(shape, weights[j % n], xs[i], impl=impl, tiles=tiles, compiled=compiled,
+                     routed=routed[i] if routed is not None else None,
+                     logits=logits[i] if logits is not None else None)
     return run
 
 
 def router_logits(weights: list[dict], xs: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each copy's router logits, computed once (the input of a step timed from logits)."""
+    """Each input's router logits (input i on copy i % copies, as layer_steps pairs them),
+    computed once: the input of a step timed from logits."""
     with torch.no_grad():
-        return [F.linear(x, w["router"]) for x, w in zip(xs, weights)]
+        return [F.linear(x, weights[i % len(weights)]["router"]) for i, x in enumerate(xs)]
+
+
+@dataclass
+class StepInputs:
+    """The inputs of a timed graph's layer steps, redrawn for every replay.
+
+    `live` are the tensors the captured graph reads (one per layer step); `draws[d]` holds
+    draw d's value of each.  prepare(i), run before replay i and outside its timed events,
+    copies draw i % len(draws) into `live`, so every replay routes fresh random inputs -- as
+    vLLM's benchmark_moe copies a new random gating output before each replay (NOTES.md v43):
+    a time then averages many routings instead of reporting one draw's."""
+
+    live: list[torch.Tensor]
+    draws: list[list[torch.Tensor]]
+
+    def __post_init__(self):
+        if not self.draws or any(len(d) != len(self.live) for d in self.draws):
+            raise ValueError("StepInputs: every draw needs one tensor per live input")
+
+    def prepare(self, i: int) -> None:
+        for dst, src in zip(self.live, self.draws[i % len(self.draws)]):
+            dst.copy_(src)
+
+    def map(self, fn) -> "StepInputs":
+        """fn(step, tensor) applied to every draw (e.g. each step's router logits), as new
+        StepInputs that rotate alike (live starts as draw 0)."""
+        draws = [[fn(j, x) for j, x in enumerate(d)] for d in self.draws]
+        return StepInputs([x.clone() for x in draws[0]], draws)
 
 
 def graph_replay_rows(shape, w: dict, x: torch.Tensor, tiles, ref: torch.Tensor,
@@ -232,12 +266,16 @@ class Timing:
     replays: int
 
 
-def time_fn(fn, replays: int, per_call: int = 1, graph: bool = True) -> Timing:
-    """Median time of `fn` (divided by per_call); CUDA graph replays on CUDA, a host clock on CPU."""
+def time_fn(fn, replays: int, per_call: int = 1, graph: bool = True, prepare=None) -> Timing:
+    """Median time of `fn` (divided by per_call); CUDA graph replays on CUDA, a host clock on CPU.
+    prepare(i), if given, runs before replay i (warm-ups: 0, 1, 2; timed: 0 .. replays - 1),
+    outside the timed span: StepInputs.prepare, fresh inputs for every replay."""
+    prepare = prepare or (lambda i: None)
     if not torch.cuda.is_available():
         fn()
         samples = []
-        for _ in range(max(1, replays)):
+        for i in range(max(1, replays)):
+            prepare(i)
             t0 = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - t0) * 1e6 / per_call)
@@ -256,11 +294,13 @@ def time_fn(fn, replays: int, per_call: int = 1, graph: bool = True) -> Timing:
         run = g.replay
     else:
         run = fn
-    for _ in range(3):
+    for i in range(3):
+        prepare(i)
         run()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
-    for s, e in zip(starts, ends):
+    for i, (s, e) in enumerate(zip(starts, ends)):
+        prepare(i)  # stream-ordered before s: its copies are not timed
         s.record()
         run()
         e.record()

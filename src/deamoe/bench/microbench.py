@@ -4,9 +4,11 @@ For every (model, batch): router + routing + expert kernels of one layer, bf16, 
 CUDA graph, weights of several layer copies rotated so a replay reads far beyond L2.  Both
 implementations run the same grouped-GEMM primitive and get the same tile search (each candidate
 timed briefly on one pass over the layer copies, the best few re-timed on the reported graph of
->= min_layers_per_graph layer steps, the pick then timed afresh for the reported median).  Bytes
-are the weights this routing must load (router + distinct experts, or + distinct departments);
-achieved TB/s is compared with the streaming-read roofline measured in the same run.
+>= min_layers_per_graph layer steps, the pick then timed afresh for the reported median).  Every
+layer step has its own random input, redrawn before each replay (routing_draws draws), so a time
+averages many routings as vLLM's benchmark_moe does (NOTES.md v43).  Bytes are the weights those
+routings must load (router + distinct experts, or + distinct departments; their mean); achieved
+TB/s is compared with the streaming-read roofline measured in the same run.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from pathlib import Path
 import torch
 
 from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
-from deamoe.bench.layer_step import (layer_bytes, layer_steps, random_weights, router_logits,
-                                     step_bytes, time_fn)
+from deamoe.bench.layer_step import (StepInputs, layer_bytes, layer_steps, random_weights,
+                                     router_logits, step_bytes, time_fn)
 from deamoe.bench.search import prior_picks, search_point
 from deamoe.config import table1_row
 from deamoe.routing import route
@@ -58,6 +60,7 @@ class MicrobenchSettings:
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
     min_layers_per_graph: int = 8
+    routing_draws: int = 50
     select_replays: int = 10
     finalists: int = 3
     replays: int = 50
@@ -105,6 +108,9 @@ class MicrobenchSettings:
         if not isinstance(self.min_layers_per_graph, int) or self.min_layers_per_graph < 1:
             raise ConfigError(f"microbench.min_layers_per_graph: {self.min_layers_per_graph!r}: "
                               "must be an integer >= 1")
+        if not isinstance(self.routing_draws, int) or self.routing_draws < 1:
+            raise ConfigError(f"microbench.routing_draws: {self.routing_draws!r}: "
+                              "must be an integer >= 1")
         if not isinstance(self.finalists, int) or self.finalists < 1:
             raise ConfigError(f"microbench.finalists: {self.finalists!r}: must be an integer >= 1")
         if not isinstance(self.final_tile_pass, bool):
@@ -132,17 +138,32 @@ def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
     return [random_weights(shape, device, seed=s.seed + 100 * c) for c in range(copies)]
 
 
+def graph_repeats(copies: int, s: MicrobenchSettings) -> int:
+    """Passes over the layer copies in a reported time's graph: >= min_layers_per_graph steps
+    (a model's decode graph shares one launch among its layers: v15c measured 2.4-6.5 us per
+    graph on the H200, which a one-layer graph -- Qwen3's 4.8 GB layer -- charged to it)."""
+    return max(1, math.ceil(s.min_layers_per_graph / copies))
+
+
 def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, device="cuda"):
-    """(xs, bytes, experts) of one batch size: an input per layer copy, and the weight bytes /
-    distinct experts the routing of those inputs makes a step load (mean over the copies)."""
+    """(inputs, bytes, experts) of one batch size.  inputs: StepInputs with one input per layer
+    step of the reported graph (step j on copy j % copies) and s.routing_draws draws of them,
+    a fresh draw before every replay (NOTES.md v43: vLLM's benchmark_moe draws a new gating
+    output per replay, so its times average many routings).  bytes / experts: the weight bytes
+    and distinct experts a step must load, the mean over every draw and step."""
+    steps = len(weights) * graph_repeats(len(weights), s)
     gen = torch.Generator(device=device).manual_seed(s.seed + batch)
-    xs = [torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
-          for _ in weights]
-    with torch.no_grad():  # the routing the timed step will compute: count its bytes
-        ids = [route(shape, logits)[0] for logits in router_logits(weights, xs)]
-    nbytes = sum(step_bytes(shape, i) for i in ids) / len(weights)
-    experts = sum(int(torch.unique(i).numel()) for i in ids) / len(weights)
-    return xs, nbytes, experts
+    draws = [[torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
+              for _ in range(steps)] for _ in range(s.routing_draws)]
+    nbytes = experts = 0
+    with torch.no_grad():  # the routings the timed steps will compute: count their bytes
+        for xs in draws:
+            for logits in router_logits(weights, xs):
+                ids = route(shape, logits)[0]
+                nbytes += step_bytes(shape, ids)
+                experts += int(torch.unique(ids).numel())
+    n = steps * len(draws)
+    return StepInputs([x.clone() for x in draws[0]], draws), nbytes / n, experts / n
 
 
 def committed_points(points: list[str], s: MicrobenchSettings,
@@ -150,7 +171,8 @@ def committed_points(points: list[str], s: MicrobenchSettings,
                      shapes=table1_row):
     """For the scripts that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
     point, the baseline layer then the DeaMoE one, yield (model, shape, weights, batch, knobs,
-    xs, nbytes) -- the layer copies made once per model and kind, the knobs that table picked.
+    inputs, nbytes) -- the layer copies made once per model and kind, the knobs that table
+    picked, point_inputs' StepInputs (time with prepare=inputs.prepare, as time_knob_sets).
     shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default)."""
     import pandas as pd
 
@@ -162,8 +184,8 @@ def committed_points(points: list[str], s: MicrobenchSettings,
             weights = layer_copies(shape, s, device)
             for batch in [b for m, b in parsed if m == model]:
                 sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
-                xs, nbytes, _ = point_inputs(shape, weights, batch, s, device)
-                yield model, shape, weights, batch, parse_knobs(sel[col]), xs, nbytes
+                inputs, nbytes, _ = point_inputs(shape, weights, batch, s, device)
+                yield model, shape, weights, batch, parse_knobs(sel[col]), inputs, nbytes
             del weights
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
@@ -201,14 +223,14 @@ def module_switches(switches: dict):
             setattr(mod, attr, value)
 
 
-def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds: int = 2,
-                   replays: int = 50, label: str = "") -> dict:
+def time_knob_sets(shape, weights, inputs: StepInputs, sets: dict, s: MicrobenchSettings,
+                   rounds: int = 2, replays: int = 50, label: str = "") -> dict:
     """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
     round times each set once, in turn, so slow drifts hit all alike; a graph of >=
-    s.min_layers_per_graph layer steps as bench_impl times them.  A knob with a dot in its name
+    s.min_layers_per_graph layer steps on point_inputs' rotating draws, as bench_impl times.  A knob with a dot in its name
     is a module switch (`module_switches`) set while that set runs.  A set that fails gets NaN
     and a printed line."""
-    repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+    repeats = graph_repeats(len(weights), s)
     runs = {name: [] for name in sets}
     for _ in range(rounds):
         for name, knobs in sets.items():
@@ -216,8 +238,10 @@ def time_knob_sets(shape, weights, xs, sets: dict, s: MicrobenchSettings, rounds
             switches = {k: v for k, v in knobs.items() if "." in k}
             try:
                 with module_switches(switches):
-                    fn = layer_steps(shape, weights, xs, make_tiles(shape, tile_knobs), repeats)
-                    runs[name].append(time_fn(fn, replays, repeats * len(weights)).median_us)
+                    fn = layer_steps(shape, weights, inputs.live, make_tiles(shape, tile_knobs),
+                                     repeats)
+                    runs[name].append(time_fn(fn, replays, repeats * len(weights),
+                                              prepare=inputs.prepare).median_us)
             except Exception as exc:  # noqa: BLE001 - a set that fails is reported, not fatal
                 print(f"{label} {shape.kind} {name}: {type(exc).__name__}: {exc}"[:300])
                 runs[name].append(float("nan"))
@@ -230,21 +254,19 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     {batch: [knobs, ...]} earlier runs picked (finalists of the search, see search_point)."""
     weights = layer_copies(shape, s, device)
     copies = len(weights)
-    # the reported time: a graph of >= min_layers_per_graph layer steps, as a model's decode graph
-    # shares one launch among its layers (v15c: 2.4-6.5 us per graph on the H200, which a
-    # one-layer graph -- Qwen3's 4.8 GB layer -- charged to that one layer)
-    repeats = max(1, math.ceil(s.min_layers_per_graph / copies))
+    repeats = graph_repeats(copies, s)  # the reported time's graph: >= min_layers_per_graph steps
     rows = []
     for batch in batches:
-        xs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
+        inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
         def runner(tiles, repeat=1):
-            return layer_steps(shape, weights, xs, tiles, repeat, impl, s.compile_routing)
+            return layer_steps(shape, weights, inputs.live, tiles, repeat, impl,
+                               s.compile_routing)
 
         def measure(knobs, replays=s.select_replays, repeat=1):
             try:
                 return time_fn(runner(make_tiles(shape, knobs), repeat), replays,
-                               copies * repeat).median_us
+                               copies * repeat, prepare=inputs.prepare).median_us
             except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is skipped
                 print(f"  {shape.kind} batch {batch} {knobs_name(knobs)}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:160]}")
@@ -261,7 +283,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         final = None
         if run is not None:
             try:
-                final = time_fn(run, s.replays, copies * repeats)
+                final = time_fn(run, s.replays, copies * repeats, prepare=inputs.prepare)
             except Exception as exc:  # noqa: BLE001
                 print(f"  {shape.kind} {impl} batch {batch}: {type(exc).__name__}: {exc}")
         if final is None:
@@ -271,12 +293,12 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
                      "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
                      "experts": experts, "copies": copies, "layers": copies * repeats,
-                     "from_logits_us": _from_logits_us(shape, weights, xs, knobs, repeats, s)
+                     "from_logits_us": _from_logits_us(shape, weights, inputs, knobs, repeats, s)
                      if impl == "triton" and shape.kind == "moe" else float("nan")})
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
             stage_rows += [{"kind": shape.kind, "batch": batch, **r}
-                           for r in _stage_breakdown(shape, weights[0], xs[0], make_tiles(shape, knobs),
-                                                     s.compile_routing)]
+                           for r in _stage_breakdown(shape, weights[0], inputs.live[0],
+                                                     make_tiles(shape, knobs), s.compile_routing)]
         if progress is not None:
             progress.update(1)
     del weights
@@ -285,14 +307,22 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     return rows
 
 
-def _from_logits_us(shape, weights, xs, knobs, repeats: int, s: MicrobenchSettings) -> float:
+def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
+                    s: MicrobenchSettings) -> float:
     """The baseline step on its picked tiles with the router logits given (routing, align,
     GEMMs; no router GEMM): how vLLM's fused_moe is timed, from the gating output, so the peer
-    comparison is like for like.  NaN (and a printed line) if it fails."""
-    fn = layer_steps(shape, weights, xs, make_tiles(shape, knobs), repeats,
-                     compiled=s.compile_routing, logits=router_logits(weights, xs))
+    comparison is like for like.  The logits of every draw are computed beforehand and rotate
+    with the inputs.  NaN (and a printed line) if it fails."""
+    with torch.no_grad():
+        logits = inputs.map(lambda j, x: router_logits([weights[j % len(weights)]], [x])[0])
+
+    def prepare(i):
+        inputs.prepare(i)
+        logits.prepare(i)
+    fn = layer_steps(shape, weights, inputs.live, make_tiles(shape, knobs), repeats,
+                     compiled=s.compile_routing, logits=logits.live)
     try:
-        return time_fn(fn, s.replays, len(weights) * repeats).median_us
+        return time_fn(fn, s.replays, len(weights) * repeats, prepare=prepare).median_us
     except Exception as exc:  # noqa: BLE001 - a diagnostic column, not the reported time
         print(f"  {shape.kind} from logits: {type(exc).__name__}: {exc}"[:300])
         return float("nan")
