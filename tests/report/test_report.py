@@ -114,6 +114,25 @@ def test_figure45_compares_with_vllm_from_the_logits_too(results, measured, tmp_
     assert "starts from the router logits" in md
 
 
+def test_figure45_puts_vllm_times_against_each_rows_roofline(results, measured, tmp_path):
+    # vLLM's time for the same bytes, as a fraction of the row's chip roofline: above 100%
+    # the peer's time cannot have come from that chip
+    path = measured / "h200" / "microbench.csv"
+    mb = pd.read_csv(path)
+    mb["vllm_h200_us"] = 2000.0
+    mb["baseline_bytes"] = 9.2e9
+    mb["peak_read_tbps"] = 4.6
+    mb.loc[mb["batch"] == 8, "peak_read_tbps"] = 4.0
+    mb.to_csv(path, index=False)
+    _build(results, measured, tmp_path / "r")
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    col = "vLLM % read roofline here"
+    assert f45.loc[f45["batch"] == 8, col].iloc[0] == pytest.approx(115.0)
+    others = f45.loc[f45["batch"] != 8, col]
+    assert len(others) > 0 and ((others - 100.0).abs() < 1e-9).all()
+    assert "measured on a faster chip" in (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+
+
 def test_gpu_run_results_take_precedence(tmp_path, measured, make_results):
     results = make_results(tmp_path / "a", microbench_gpu=True)
     frame = pd.read_csv(results / "microbench" / "microbench.csv")

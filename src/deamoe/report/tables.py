@@ -322,6 +322,12 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
                     row["baseline from logits_us"] = r["baseline_from_logits_us"]
                     row["from logits speed vs vLLM"] = r[vllm] / r["baseline_from_logits_us"]
                 row["deamoe speedup over vLLM"] = r[vllm] / r["deamoe_us"]
+                if {"baseline_bytes", "peak_read_tbps"} <= set(df.columns):
+                    # vLLM's time for the same routings' bytes, against this row's chip: both
+                    # times average many random routings (NOTES.md v43), so the bytes compare;
+                    # > 100% means vLLM's time came from a faster chip than this row's
+                    row["vLLM % read roofline here"] = (
+                        100 * r["baseline_bytes"] / r[vllm] / 1e6 / r["peak_read_tbps"])
             for gpu in ("A40", "H100"):
                 row[f"paper {gpu}"] = paper.FIG45.get((gpu, r["model"]), {}).get(int(r["batch"]))
             rows.append(row)
@@ -339,13 +345,20 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
         span = str(lo) if lo == hi else f"{lo}-{hi}"
         notes.append(f"per-layer times: median over CUDA-graph replays of {span} layer steps each"
                      " (rotated weight copies, beyond L2), so a graph launch is "
-                     "shared as in a model's decode step")
+                     "shared as in a model's decode step; every layer step of every replay "
+                     "routes a fresh random input, as vLLM's benchmark_moe draws a gating "
+                     "output per replay, and the bytes are the mean over those routings")
     if src.ok and "peak_read_tbps" in src.frame.columns:
         notes.append(_roofline_note(src.frame))
     if src.ok and "baseline_from_logits_us" in src.frame.columns:
         notes.append("vLLM's times are of its fused_moe call, which starts from the router "
                      "logits; 'baseline speed vs vLLM' keeps our router GEMM in, 'from logits "
                      "speed vs vLLM' times our baseline step from the logits too (same picks)")
+    if any("vLLM % read roofline here" in row for row in rows):
+        notes.append("'vLLM % read roofline here': the read bandwidth vLLM's time would mean "
+                     "for the same bytes on this row's GPU, as a % of its measured roofline; "
+                     "above 100, that time was measured on a faster chip of the same type "
+                     "(the lent H200s read at 4.57-4.65 TB/s)")
     sizes = _read_sizes_note(measured / "read_sizes.csv")
     if src.ok and sizes:
         notes.append(sizes)
