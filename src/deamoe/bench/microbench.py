@@ -227,9 +227,9 @@ def time_knob_sets(shape, weights, inputs: StepInputs, sets: dict, s: Microbench
                    rounds: int = 2, replays: int = 50, label: str = "") -> dict:
     """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
     round times each set once, in turn, so slow drifts hit all alike; a graph of >=
-    s.min_layers_per_graph layer steps on point_inputs' rotating draws, as bench_impl times.  A knob with a dot in its name
-    is a module switch (`module_switches`) set while that set runs.  A set that fails gets NaN
-    and a printed line."""
+    s.min_layers_per_graph layer steps on point_inputs' rotating draws, as bench_impl times.
+    A knob with a dot in its name is a module switch (`module_switches`) set while that set
+    runs.  A set that fails gets NaN and a printed line."""
     repeats = graph_repeats(len(weights), s)
     runs = {name: [] for name in sets}
     for _ in range(rounds):
