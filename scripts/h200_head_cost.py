@@ -14,14 +14,13 @@ layer could gain by hiding them (e.g. inside the dense department GEMM's launch)
 
 from __future__ import annotations
 
-import math
-
 import pandas as pd
 import torch
 
 from deamoe.bench.layer_step import layer_steps, step_routing, time_fn
 from deamoe.bench.knobs import make_tiles
-from deamoe.bench.microbench import MicrobenchSettings, committed_points, point_parser
+from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
+                                     point_parser)
 
 
 def main():
@@ -32,7 +31,7 @@ def main():
     rows = []
     for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(args.points, s):
         tiles = make_tiles(shape, knobs)
-        repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+        repeats = graph_repeats(len(weights), s)
         # draw 0 only (routes computed beforehand cannot rotate with StepInputs.prepare)
         xs = inputs.live
         with torch.no_grad():  # computed once, before the capture: no router GEMM, no route

@@ -23,16 +23,15 @@ plumbing.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pandas as pd
 import torch
 
 from deamoe.analysis.budget import router_params
-from deamoe.bench.layer_step import step_routing, time_fn
+from deamoe.bench.layer_step import step_bytes, step_routing, time_fn
 from deamoe.bench.knobs import make_tiles
-from deamoe.bench.microbench import (MicrobenchSettings, committed_points, point_parser,
-                                     time_knob_sets)
+from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
+                                     point_parser, time_knob_sets)
 from deamoe.kernels.align import dense_alignment
 from deamoe.kernels.deamoe_decode import deamoe_stages, dept_up_gemm
 from deamoe.kernels.fused_moe import fused_moe_stages
@@ -106,16 +105,22 @@ def main():
             model, MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2),
             DeaMoEShape(h=64, h_ffn=16, n_dept=4, n_expert=16, k_dept=2, k_expert=4), 1.0, 1.0)
     rows = []
-    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
+    for model, shape, weights, batch, knobs, inputs, _ in committed_points(
             args.points, s, device=device, **kw):
         tiles = make_tiles(shape, knobs)
         # the whole layer (router, routing, align, committed split and streams, cast) for
         # scale, before and after the arrangements (their setup must not change it)
         times = {"layer": time_knob_sets(shape, weights, inputs, {"layer": knobs}, s, args.rounds,
                                          args.replays)["layer"]}
-        per_copy = [gemm_launches(shape, w, x, tiles) for w, x in zip(weights, inputs.live)]
-        gemm_bytes = nbytes - 2 * router_params(shape)  # what the graph's GEMMs stream
-        repeats = max(1, math.ceil(s.min_layers_per_graph / len(weights)))
+        # the arrangements replay draw 0's first pass (launches built for fixed routings):
+        # their bytes are those routings', not the mean over the layer's rotating draws
+        xs = inputs.live[:len(weights)]
+        per_copy = [gemm_launches(shape, w, x, tiles) for w, x in zip(weights, xs)]
+        with torch.no_grad():
+            fixed = sum(step_bytes(shape, step_routing(shape, w, x)[0])
+                        for w, x in zip(weights, xs)) / len(weights)
+        gemm_bytes = fixed - 2 * router_params(shape)  # what the arrangements' GEMMs stream
+        repeats = graph_repeats(len(weights), s)
         names = list(ARRANGEMENTS[shape.kind])
         times.update({n: [] for n in names})
         for _ in range(args.rounds):

@@ -24,7 +24,7 @@ import torch
 
 from deamoe.bench.layer_step import layer_steps, random_weights, time_fn
 from deamoe.bench.knobs import make_tiles
-from deamoe.bench.microbench import MicrobenchSettings, committed_points
+from deamoe.bench.microbench import MicrobenchSettings, committed_points, graph_repeats
 from deamoe.config import table1_row
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
@@ -150,7 +150,7 @@ for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(poin
                     "swap_n128": {**knobs, "w13": "n128-k64-w8-s3-tma-swap",
                                   "w2": "n128-k64-w8-s3-tma-swap"}}
     runs = {v: [] for v in variants}
-    reps = max(1, -(-s.min_layers_per_graph // len(weights)))
+    reps = graph_repeats(len(weights), s)
     for _ in range(2):
         for v, k in variants.items():
             run = layer_steps(shape, weights, inputs.live, make_tiles(shape, k), reps)
