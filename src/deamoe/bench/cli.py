@@ -18,7 +18,7 @@ def register(sub) -> None:
     p.add_argument("--models", help="comma-separated subset of microbench.models")
     p.add_argument("--batches", help="comma-separated batch sizes (overrides microbench.batches)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
-                   "battery,roofline,layers,torch,decode")
+                   "battery,roofline,layers,torch,decode,vllm_peer")
     p.set_defaults(func=cmd_microbench)
 
 
@@ -39,7 +39,7 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     if args.batches:
         s = dataclasses.replace(s, batches=[int(b) for b in args.batches.split(",") if b.strip()])
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
-    unknown = skip - {"battery", "roofline", "layers", "torch", "decode"}
+    unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:
         from deamoe.errors import ConfigError
 

@@ -69,6 +69,7 @@ class MicrobenchSettings:
     battery: bool = True
     battery_tokens: list[int] = field(default_factory=lambda: [1, 13, 64, 256])
     decode: bool = True
+    vllm_peer: bool = True  # vLLM's own kernel beside our baseline (deamoe.bench.vllm_peer)
     decode_models: list[str] = field(default_factory=lambda: ["Baseline-7B"])
     decode_layers: int = 24
     decode_heads: int = 16
@@ -125,6 +126,8 @@ class MicrobenchSettings:
                 raise ConfigError(f"microbench.prior_picks: no such file {path!r} "
                                   "(set '' to search without the previous picks)")
         self.prior_picks = [p for p in paths if p]  # one form for the search: a list of tables
+        if not isinstance(self.vllm_peer, bool):
+            raise ConfigError(f"microbench.vllm_peer: {self.vllm_peer!r}: must be true or false")
         if not isinstance(self.grid_order, bool):
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):

@@ -1,8 +1,8 @@
 """The GPU run behind `python -m deamoe microbench`: every part, results written as they finish.
 
 Writes under OUT: roofline.json, battery.csv, microbench.csv (rewritten after each model, so a
-run cut short keeps what it measured), stages.csv (per-GEMM breakdown), decode_tpot.csv,
-status.json.
+run cut short keeps what it measured), stages.csv (per-GEMM breakdown), vllm_peer.csv (vLLM's
+own kernel beside our baseline, where vLLM is installed), decode_tpot.csv, status.json.
 """
 
 from __future__ import annotations
@@ -18,6 +18,29 @@ from deamoe.bench.knobs import make_tiles, parse_knobs
 from deamoe.bench.microbench import MicrobenchSettings, run_microbench
 from deamoe.io import write_csv, write_json
 from deamoe.provenance import provenance
+
+
+def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) -> dict:
+    """vLLM's own kernel beside this run's baseline picks, every point (deamoe.bench.vllm_peer):
+    its status part.  Not run without an installed vLLM to copy the kernel from; a failure is
+    recorded, not raised (the per-layer tables are already written)."""
+    import importlib.util
+
+    from deamoe.bench import vllm_peer
+
+    if importlib.util.find_spec("vllm") is None:
+        why = "vLLM is not installed (pip install vllm): nothing to copy its kernel from"
+        print(f"vllm peer: not run: {why}", flush=True)
+        return {"status": "not run", "reason": why}
+    kernel = out / "vllm_kernel" / "vllm_fused_moe.py"
+    points = [f"{r['model']}:{r['batch']}" for r in rows]
+    try:
+        vllm_peer.extract(kernel)
+        vllm_peer.run_peer(kernel, points, out, out / "microbench.csv", peak=peak, settings=s)
+    except Exception as exc:  # noqa: BLE001 - reported in status.json and the log
+        print(f"vllm peer failed: {type(exc).__name__}: {exc}", flush=True)
+        return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:300]}
+    return {"status": "ok", "points": len(points)}
 
 
 def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
@@ -69,6 +92,9 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
             st = pd.DataFrame(stage_rows)
             print(st.to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
         status["parts"]["layers"] = {"rows": len(df), "s": time.time() - t0}
+    if "vllm_peer" not in skip and s.vllm_peer and rows:
+        status["parts"]["vllm_peer"] = _vllm_peer(s, out, rows, peak)
+        status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
         from deamoe.config import table1_row

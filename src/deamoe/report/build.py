@@ -17,8 +17,8 @@ from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, tables
 
-TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "table2",
-          "table3", "table4", "pretrain")
+TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "vllm_peer",
+          "table2", "table3", "table4", "pretrain")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
 # "Scale and hardware" section, instead of in every row of the displayed table

