@@ -43,6 +43,9 @@ from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
+# S in bf16 (NOTES.md v45, an A/B switch, off): expert_down adds into S with bf16 atomics and
+# dept_down reads half the bytes of S per N tile; S and out still share one zeroed buffer
+S_BF16 = False
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,10 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     dev = x.device
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
-    acc = torch.empty(T * n_dept * f + T * h, dtype=torch.float32, device=dev)
-    s, out = acc[: T * n_dept * f].view(T * n_dept, f), acc[T * n_dept * f :].view(T, h)
+    s_words = T * n_dept * f // 2 if S_BF16 and fused and f % 2 == 0 else T * n_dept * f
+    acc = torch.empty(s_words + T * h, dtype=torch.float32, device=dev)
+    s, out = acc[:s_words], acc[s_words:].view(T, h)
+    s = (s.view(torch.bfloat16) if s_words < T * n_dept * f else s).view(T * n_dept, f)
     st = {}  # the routing and what depends on its size, set by take_routing
 
     def take_routing(r_ids, r_weights):

@@ -167,7 +167,7 @@ def grouped_gemm_kernel(
     c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
     c_mask = row_ok[:, None] & n_ok[None, :]
     if ATOMIC:
-        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+        tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
         if EPI == 2:
@@ -264,8 +264,8 @@ def grouped_gemm(
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
     if bu is not None and (bu.shape != bg.shape or bu.stride() != bg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
-    if atomic and c.dtype != torch.float32:
-        raise ValueError("grouped_gemm: atomic accumulation needs a float32 output")
+    if atomic and c.dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
     if act not in ACTS:
         raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
