@@ -1,4 +1,4 @@
-"""Correctness of the bf16-S switch (deamoe_decode.S_BF16, NOTES.md v45) on the GPU.
+"""Correctness of S in bf16 (deamoe_decode.S_BF16, on since v45) against fp32 S, on the GPU.
 
 usage: python scripts/h200_bf16_s_check.py OUT_DIR
 The battery's DeaMoE cases (the Table 1 shapes, random routing, poisoned buffers, fp32

@@ -43,9 +43,11 @@ from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
-# S in bf16 (NOTES.md v45, an A/B switch, off): expert_down adds into S with bf16 atomics and
-# dept_down reads half the bytes of S per N tile; S and out still share one zeroed buffer
-S_BF16 = False
+# S in bf16 for bf16 layers on CUDA (NOTES.md v45: 0.4-15 us faster per layer, rel err 4.1e-3 to
+# 4.6e-3 against 3.7e-3 to 3.9e-3): expert_down adds into S with bf16 atomics and dept_down reads
+# half the bytes of S per N tile; S and out still share one zeroed buffer.  fp32 S elsewhere:
+# Triton's interpreter has no bf16 atomics, and fp32 layers keep fp32 partial sums.
+S_BF16 = True
 
 
 @dataclass(frozen=True)
@@ -111,10 +113,11 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     dev = x.device
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
-    s_words = T * n_dept * f // 2 if S_BF16 and fused and f % 2 == 0 else T * n_dept * f
+    s_bf16 = S_BF16 and fused and f % 2 == 0 and x.is_cuda and x.dtype == torch.bfloat16
+    s_words = T * n_dept * f // 2 if s_bf16 else T * n_dept * f
     acc = torch.empty(s_words + T * h, dtype=torch.float32, device=dev)
     s, out = acc[:s_words], acc[s_words:].view(T, h)
-    s = (s.view(torch.bfloat16) if s_words < T * n_dept * f else s).view(T * n_dept, f)
+    s = (s.view(torch.bfloat16) if s_bf16 else s).view(T * n_dept, f)
     st = {}  # the routing and what depends on its size, set by take_routing
 
     def take_routing(r_ids, r_weights):
