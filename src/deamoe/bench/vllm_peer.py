@@ -244,10 +244,10 @@ def config_name(c: dict) -> str:
 
 # -------------------------------------------------------------------------------------- check
 def check_rows(kernel: Path) -> list[dict]:
-    """The peer path against a per-pair fp32 reference at small shapes, one row per shape:
+    """The peer path against the battery's fp32 reference layer at small shapes, one row each:
     vLLM's naive block assignment and its aligned one, block_m 16 and 32."""
-    from deamoe.bench.layer_step import random_weights
     from deamoe.config import MoEShape
+    from deamoe.kernels.battery import _kernel_weights, _reference, build_layer
     from deamoe.routing import route
 
     peer = load_peer(kernel)
@@ -260,22 +260,16 @@ def check_rows(kernel: Path) -> list[dict]:
     for shape, batch in ((MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2), 3),
                          (MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2), 5),
                          (MoEShape(h=128, h_ffn=96, n_expert=16, k_expert=4), 37)):
-        w = random_weights(shape, dev, dtype=dtype, seed=batch)
+        layer = build_layer(shape, dev, seed=batch)  # the battery's layer and fp32 reference
+        w = _kernel_weights(layer, dtype)
         gen = torch.Generator(device=dev).manual_seed(batch)
         x = torch.randn(batch, shape.h, generator=gen, device=dev, dtype=dtype)
-        ids, weights = route(shape, F.linear(x, w["router"]))
+        ids, weights = route(shape, F.linear(x, w["router.weight"]))
         moe = VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert)
         assignment = assignment_like_vllm(ids, moe.config, shape.n_expert)
         moe.out.fill_(float("nan"))
         got = moe(x, weights.float().contiguous(), *assignment).float()
-        ref = torch.zeros(batch, shape.h, device=dev)
-        for t in range(batch):
-            for j in range(shape.k_expert):
-                e = int(ids[t, j])
-                xf = x[t].float()
-                g = w["gate_proj"][e].float() @ xf
-                u = w["up_proj"][e].float() @ xf
-                ref[t] += weights[t, j].float() * (w["down_proj"][e].float() @ (F.silu(g) * u))
+        ref = _reference(layer, x.float(), ids, weights.float())
         rel = ((got - ref).norm() / ref.norm()).item()
         finite = bool(torch.isfinite(got).all())
         rows.append({"dtype": str(dtype).removeprefix("torch."), "n_expert": shape.n_expert,
