@@ -169,21 +169,30 @@ def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, 
     return StepInputs([x.clone() for x in draws[0]], draws), nbytes / n, experts / n
 
 
+def step_logits(weights: list[dict], inputs: StepInputs) -> StepInputs:
+    """Every draw's router logits of each layer step (step j on copy j % copies), rotating with
+    `inputs` (prepare both alike): the input of a step timed from the logits."""
+    with torch.no_grad():
+        return inputs.map(lambda j, x: router_logits([weights[j % len(weights)]], [x])[0])
+
+
 def committed_points(points: list[str], s: MicrobenchSettings,
                      table: str = "reports/measured/h200/microbench.csv", device="cuda",
-                     shapes=table1_row):
+                     shapes=table1_row, kinds=("baseline", "deamoe")):
     """For the scripts that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
     point, the baseline layer then the DeaMoE one, yield (model, shape, weights, batch, knobs,
     inputs, nbytes) -- the layer copies made once per model and kind, the knobs that table
     picked, point_inputs' StepInputs (time with prepare=inputs.prepare, as time_knob_sets).
-    shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default)."""
+    shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default);
+    kinds: which of the two layers to yield."""
     import pandas as pd
 
     picks = pd.read_csv(table)
     parsed = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
     for model in dict.fromkeys(m for m, _ in parsed):
         row = shapes(model)
-        for shape, col in ((row.baseline, "baseline_tile"), (row.deamoe, "deamoe_tile")):
+        for kind in kinds:
+            shape, col = getattr(row, kind), f"{kind}_tile"
             weights = layer_copies(shape, s, device)
             for batch in [b for m, b in parsed if m == model]:
                 sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
@@ -316,8 +325,7 @@ def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
     GEMMs; no router GEMM): how vLLM's fused_moe is timed, from the gating output, so the peer
     comparison is like for like.  The logits of every draw are computed beforehand and rotate
     with the inputs.  NaN (and a printed line) if it fails."""
-    with torch.no_grad():
-        logits = inputs.map(lambda j, x: router_logits([weights[j % len(weights)]], [x])[0])
+    logits = step_logits(weights, inputs)
 
     def prepare(i):
         inputs.prepare(i)

@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import importlib.util
 import os
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -160,7 +162,9 @@ def assignment_like_vllm(ids: torch.Tensor, config: dict, n_expert: int):
     return align_like_vllm(ids, config["BLOCK_SIZE_M"], n_expert)
 
 
+@functools.lru_cache(maxsize=None)
 def _silu_and_mul_kernel():
+    """One jit function for every VllmMoE (compiled once per process, not once per layer)."""
     import triton
     import triton.language as tl
 
@@ -300,11 +304,10 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     import pandas as pd
     import triton
 
-    from deamoe.bench.knobs import make_tiles, parse_knobs
-    from deamoe.bench.layer_step import (StepInputs, ffn_step, layer_steps, router_logits,
-                                         time_fn)
-    from deamoe.bench.microbench import (MicrobenchSettings, graph_repeats, layer_copies,
-                                         point_inputs)
+    from deamoe.bench.knobs import knobs_name, make_tiles
+    from deamoe.bench.layer_step import StepInputs, ffn_step, layer_steps, time_fn
+    from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
+                                         step_logits)
     from deamoe.config import MoEShape, table1_row
     from deamoe.io import write_csv, write_json
     from deamoe.kernels.stream_read_benchmark import measure_read_roofline
@@ -329,104 +332,96 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     if tiny:  # every model becomes one small layer shape, fp16 (see check), 2 draws
         s = MicrobenchSettings(rotate_bytes=1e5, max_copies=2, min_layers_per_graph=3,
                                routing_draws=2)
-    picks = pd.read_csv(table)
-    parsed = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
+    tiny_shape = MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2)
+    shapes = ((lambda model: SimpleNamespace(baseline=tiny_shape)) if tiny else table1_row)
     rows = []
-    for model in dict.fromkeys(m for m, _ in parsed):
-        shape = table1_row(model).baseline
-        if tiny:
-            shape = MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2)
-        weights = layer_copies(shape, s, device)
-        drawn_on = weights  # bf16, as point_inputs draws; the smoke test runs fp16 copies
-        if tiny:
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
+            points, s, str(table), device, shapes=shapes, kinds=("baseline",)):
+        t0 = time.time()
+        if tiny:  # fp16 copies (see check_rows) on default tiles
             weights = [{k: v.half() for k, v in w.items()} for w in weights]
+            inputs = inputs.map(lambda j, x: x.half())
+            knobs = {}
         n = len(weights)
         repeats = graph_repeats(n, s)
-        for batch in [b for m, b in parsed if m == model]:
-            t0 = time.time()
-            sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
-            tiles = make_tiles(shape, {} if tiny else parse_knobs(sel["baseline_tile"]))
-            inputs, nbytes, experts = point_inputs(shape, drawn_on, batch, s, device)
-            if tiny:
-                inputs = inputs.map(lambda j, x: x.half())
-            steps = len(inputs.live)
-            moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch,
-                            shape.k_expert) for w in weights]
-            with torch.no_grad():  # every draw's routing, computed beforehand
-                logits = inputs.map(lambda j, x: router_logits([weights[j % n]], [x])[0])
-                routed, peer_in = [], []
-                for d in logits.draws:
-                    r, p = [], []
-                    for lg in d:
-                        ids, wts = route(shape, lg)
-                        r += [ids, wts]
-                        p += [wts.float().contiguous(),
-                              *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
-                    routed.append(r)
-                    peer_in.append(p)
-            naive = peer_in[0][1] is None
-            if naive:  # sorted_token_ids None: drop it from the rotated tensors
-                peer_in = [[t for t in p if t is not None] for p in peer_in]
-            routed = StepInputs([t.clone() for t in routed[0]], routed)
-            peer_in = StepInputs([t.clone() for t in peer_in[0]], peer_in)
-            per = 3 if naive else 4
+        tiles = make_tiles(shape, knobs)
+        steps = len(inputs.live)
+        moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch,
+                        shape.k_expert) for w in weights]
+        logits = step_logits(weights, inputs)
+        routed, peer_in, experts = [], [], 0
+        with torch.no_grad():  # every draw's routing, computed beforehand
+            for d in logits.draws:
+                r, p = [], []
+                for lg in d:
+                    ids, wts = route(shape, lg)
+                    experts += int(torch.unique(ids).numel())
+                    r += [ids, wts]
+                    p += [wts.float().contiguous(),
+                          *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
+                routed.append(r)
+                peer_in.append(p)
+        experts /= len(routed) * steps  # the mean distinct experts, as point_inputs counts
+        naive = peer_in[0][1] is None
+        if naive:  # sorted_token_ids None: drop it from the rotated tensors
+            peer_in = [[t for t in p if t is not None] for p in peer_in]
+        routed = StepInputs([t.clone() for t in routed[0]], routed)
+        peer_in = StepInputs([t.clone() for t in peer_in[0]], peer_in)
+        per = 3 if naive else 4
 
-            def peer_args(i):
-                a = peer_in.live[per * i: per * (i + 1)]
-                return (a[0], None, a[1], a[2]) if naive else tuple(a)
+        def peer_args(i):
+            a = peer_in.live[per * i: per * (i + 1)]
+            return (a[0], None, a[1], a[2]) if naive else tuple(a)
 
-            def vllm_steps():
-                for j in range(repeats * n):
-                    i = j % steps
-                    moes[j % n](inputs.live[i], *peer_args(i))
+        def vllm_steps():
+            for j in range(repeats * n):
+                i = j % steps
+                moes[j % n](inputs.live[i], *peer_args(i))
 
-            pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
-            fns = {
-                "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                            logits=logits.live), (inputs, logits)),
-                "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                            routed=pairs), (inputs, routed)),
-                "vllm routed": (vllm_steps, (inputs, peer_in)),
-            }
-            # same routing, same input: the peer's output against ours (fp32 norms)
-            for src in (inputs, routed, peer_in):
-                src.prepare(0)
-            ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles,
-                            routed=pairs[0]).float()
-            theirs = moes[0](inputs.live[0], *peer_args(0)).float()
-            rel = ((theirs - ours).norm() / ours.norm()).item()
-            times = {name: [] for name in fns}
-            for _ in range(rounds):
-                for name, (fn, srcs) in fns.items():
-                    def prepare(i, srcs=srcs):
-                        for src in srcs:
-                            src.prepare(i)
-                    times[name].append(time_fn(fn, replays, repeats * n,
-                                               prepare=prepare).median_us)
-            for name in fns:
-                us = min(times[name])
-                rows.append({
-                    "model": model, "batch": batch, "variant": name, "us": us,
-                    "runs": " ".join(f"{t:.1f}" for t in times[name]),
-                    "bytes": nbytes, "experts": experts, "tbps": nbytes / us / 1e6,
-                    "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
-                    "tile": (config_name(moes[0].config) + ("-naive" if naive else "")
-                             if name.startswith("vllm")
-                             else "default (tiny)" if tiny else sel["baseline_tile"]),
-                    "peer_rel_err": rel, "copies": n, "layers_per_graph": repeats * n,
-                    "routing_draws": s.routing_draws, "vllm_kernel": peer.VLLM_VERSION,
-                    "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
-                    "date": prov["date"], "git_sha": prov["git_sha"]})
-            ours_us, peer_us = min(times["ours routed"]), min(times["vllm routed"])
-            print(f"{model:16s} {batch:4d} logits {min(times['ours logits']):8.1f}  routed "
-                  f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  "
-                  f"{config_name(moes[0].config)}{' naive' if naive else ''}  rel {rel:.1e}  "
-                  f"{time.time() - t0:.0f}s", flush=True)
-            write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
-            del moes
-        del weights, drawn_on
-        if cuda:
-            torch.cuda.empty_cache()
+        pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
+        fns = {
+            "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                        logits=logits.live), (inputs, logits)),
+            "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                        routed=pairs), (inputs, routed)),
+            "vllm routed": (vllm_steps, (inputs, peer_in)),
+        }
+        # same routing, same input: the peer's output against ours (fp32 norms)
+        for src in (inputs, routed, peer_in):
+            src.prepare(0)
+        ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles,
+                        routed=pairs[0]).float()
+        theirs = moes[0](inputs.live[0], *peer_args(0)).float()
+        rel = ((theirs - ours).norm() / ours.norm()).item()
+        times = {name: [] for name in fns}
+        for _ in range(rounds):
+            for name, (fn, srcs) in fns.items():
+                def prepare(i, srcs=srcs):
+                    for src in srcs:
+                        src.prepare(i)
+                times[name].append(time_fn(fn, replays, repeats * n,
+                                           prepare=prepare).median_us)
+        for name in fns:
+            us = min(times[name])
+            rows.append({
+                "model": model, "batch": batch, "variant": name, "us": us,
+                "runs": " ".join(f"{t:.1f}" for t in times[name]),
+                "bytes": nbytes, "experts": experts, "tbps": nbytes / us / 1e6,
+                "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
+                "tile": (config_name(moes[0].config) + ("-naive" if naive else "")
+                         if name.startswith("vllm")
+                         else knobs_name(knobs) or "default"),
+                "peer_rel_err": rel, "copies": n, "layers_per_graph": repeats * n,
+                "routing_draws": s.routing_draws, "vllm_kernel": peer.VLLM_VERSION,
+                "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
+                "date": prov["date"], "git_sha": prov["git_sha"]})
+        ours_us, peer_us = min(times["ours routed"]), min(times["vllm routed"])
+        print(f"{model:16s} {batch:4d} logits {min(times['ours logits']):8.1f}  routed "
+              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  "
+              f"{config_name(moes[0].config)}{' naive' if naive else ''}  rel {rel:.1e}  "
+              f"{time.time() - t0:.0f}s", flush=True)
+        write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
+        del moes, weights
     return 0
 
 
