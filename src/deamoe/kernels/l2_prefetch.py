@@ -6,11 +6,10 @@ TB/s against a 4.57 TB/s read roofline).  Once the routing and align are done, ~
 ~50 us GEMM, the expert grouping is known, and the spare HBM bandwidth can pull the first routed
 experts' gate/up weights into L2 -- bytes expert_up then reads from L2 instead of HBM.
 
-One program per block of the expert alignment (and per weight tensor): the first block of each
-group among the first `n_blocks` blocks issues Hopper bulk prefetches
-(`cp.async.bulk.prefetch.L2`) over that group's whole weight matrix, in CHUNK-byte pieces.  They
-are fire-and-forget: the kernel exits at once and the copies proceed.  A hint only -- nothing the
-layer computes depends on it.  Needs sm_90 and real PTX, so it is skipped under Triton's
+The first block of each group among the first `n_blocks` blocks of the expert alignment issues
+Hopper bulk prefetches (`cp.async.bulk.prefetch.L2`, CHUNK bytes each) over that group's whole
+weight matrices, one program per PIECE bytes.  They are fire-and-forget: the kernel exits once
+they are issued and the copies proceed.  A hint only -- nothing the layer computes depends on it.  Needs sm_90 and real PTX, so it is skipped under Triton's
 interpreter (`available()`).
 """
 
@@ -24,7 +23,11 @@ import triton.language as tl
 
 from deamoe.kernels.align import Alignment
 
-CHUNK = 64 * 1024  # bytes per bulk prefetch (a multiple of 16; addresses stay 16-byte aligned)
+CHUNK = 32 * 1024  # bytes per bulk prefetch (a multiple of 16; addresses stay 16-byte aligned)
+# bytes per program: v46 issued a whole expert matrix from one program, and one SM's bulk copy
+# unit then took longer than the GEMM it was meant to hide behind; spread over many programs,
+# the SMs the dense GEMM leaves free share the issuing
+PIECE = 256 * 1024
 
 
 # the PTX of one lane: $1 address, $2 on/off, $3 bytes; the policy keeps the lines through the
@@ -52,8 +55,9 @@ def _bulk_prefetch_l2(addr, on, nbytes, EVICT_LAST: tl.constexpr):
 
 @triton.jit(do_not_specialize=["n_blocks"])
 def _prefetch_groups_kernel(w0_ptr, w1_ptr, block_group_ptr, nblocks_ptr, n_blocks, group_bytes,
-                            CHUNK_BYTES: tl.constexpr, N_CHUNKS: tl.constexpr,
+                            pieces, CHUNK_BYTES: tl.constexpr, N_CHUNKS: tl.constexpr,
                             EVICT_LAST: tl.constexpr):
+    # program (b, w * pieces + i): piece i (N_CHUNKS chunks) of weight tensor w of block b's group
     b = tl.program_id(0)
     if b >= n_blocks:
         return
@@ -63,14 +67,15 @@ def _prefetch_groups_kernel(w0_ptr, w1_ptr, block_group_ptr, nblocks_ptr, n_bloc
     if b > 0:  # one prefetch per group: only its first block issues it
         if tl.load(block_group_ptr + b - 1).to(tl.int64) == g:
             return
+    which = tl.program_id(1) // pieces
+    piece = tl.program_id(1) % pieces
     base = w0_ptr.to(tl.pointer_type(tl.int8))
-    if tl.program_id(1) == 1:
+    if which == 1:
         base = w1_ptr.to(tl.pointer_type(tl.int8))
-    c = tl.arange(0, N_CHUNKS).to(tl.int64)
-    off = g * group_bytes + c * CHUNK_BYTES
-    on = c * CHUNK_BYTES < group_bytes
-    nbytes = tl.minimum(group_bytes - c * CHUNK_BYTES, CHUNK_BYTES).to(tl.int32)
-    _bulk_prefetch_l2(base + off, on, nbytes, EVICT_LAST)
+    start = (piece * N_CHUNKS + tl.arange(0, N_CHUNKS)).to(tl.int64) * CHUNK_BYTES
+    on = start < group_bytes
+    nbytes = tl.minimum(group_bytes - start, CHUNK_BYTES).to(tl.int32)
+    _bulk_prefetch_l2(base + g * group_bytes + start, on, nbytes, EVICT_LAST)
 
 
 def available(device) -> bool:
@@ -97,9 +102,10 @@ def prefetch_groups(weights: tuple[torch.Tensor, ...], al: Alignment, n_blocks: 
     group_bytes = w0[0].numel() * w0.element_size()
     if group_bytes % 16:
         raise ValueError("prefetch_groups: a group's bytes must be a multiple of 16")
-    n_chunks = triton.next_power_of_2(triton.cdiv(group_bytes, CHUNK))
-    _prefetch_groups_kernel[(n_blocks, len(weights))](
-        w0, weights[-1], al.block_group, al.num_blocks, n_blocks, group_bytes,
+    n_chunks = triton.next_power_of_2(max(1, PIECE // CHUNK))
+    pieces = triton.cdiv(group_bytes, n_chunks * CHUNK)
+    _prefetch_groups_kernel[(n_blocks, len(weights) * pieces)](
+        w0, weights[-1], al.block_group, al.num_blocks, n_blocks, group_bytes, pieces,
         CHUNK_BYTES=CHUNK, N_CHUNKS=n_chunks, EVICT_LAST=evict_last,
         num_warps=max(1, min(8, n_chunks // 32)),
     )
