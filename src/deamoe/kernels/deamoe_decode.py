@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.kernels import l2_prefetch
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
@@ -49,12 +48,6 @@ FUSED_OPERATORS = ("silu", "gelu", "none")
 # half the bytes of S per N tile; S and out still share one zeroed buffer.  fp32 S elsewhere:
 # Triton's interpreter has no bf16 atomics, and fp32 layers keep fp32 partial sums.
 S_BF16 = True
-# > 0: with dense_dept_up, after align the routing stream prefetches into L2 the whole gate/up
-# matrices of the experts owning the first PREFETCH_BLOCKS blocks of the expert grouping, while
-# the dense department GEMM still streams (l2_prefetch.py; NOTES.md v46).  An A/B switch, off
-# by default; sm_90+ only (skipped elsewhere).  PREFETCH_EVICT_LAST: the lines' L2 policy.
-PREFETCH_BLOCKS = 0
-PREFETCH_EVICT_LAST = True
 
 
 @dataclass(frozen=True)
@@ -179,9 +172,6 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     if tiles.dense_dept_up:
         dense = [lambda: dept_up_stage_gemm(dense=True)] + ([] if fused else [apply_operator])
         routed = [launch for _, launch, _ in head]
-        if PREFETCH_BLOCKS > 0 and l2_prefetch.available(dev):
-            routed.append(lambda: l2_prefetch.prefetch_groups(
-                (expert_gate, expert_up), st["al"][1], PREFETCH_BLOCKS, PREFETCH_EVICT_LAST))
 
         def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
             run_parallel([routed, dense], dev)
