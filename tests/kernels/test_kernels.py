@@ -343,3 +343,34 @@ def test_gpu_bf16(name):
         row = check_case(Case(name, SHAPES[name], tokens, "random", seed), "cuda", torch.bfloat16)
         assert row["ok"], row
 
+
+
+def test_layer_output_buffer_holds_lead_words_then_out():
+    # align zeroes the one float32 buffer; out follows the lead words (DeaMoE's S).  The bf16
+    # output sum (OUT_BF16) needs CUDA: on the CPU out stays float32 with the switch on
+    from deamoe.bench.microbench import module_switches
+    from deamoe.kernels.grouped_gemm import layer_output
+
+    x = torch.zeros(3, 8)
+    acc, out = layer_output(x, lead_words=5)
+    assert acc.dtype == torch.float32 and acc.numel() == 5 + 24 and out.shape == (3, 8)
+    assert out.data_ptr() == acc.data_ptr() + 5 * 4
+    with module_switches({"deamoe.kernels.grouped_gemm.OUT_BF16": True}):
+        acc, out = layer_output(x.bfloat16())
+    assert out.dtype == torch.float32 and acc.numel() == 24
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_gpu_bf16_output_sum(name):
+    from deamoe.bench.microbench import module_switches
+    from deamoe.kernels.grouped_gemm import layer_output
+
+    with module_switches({"deamoe.kernels.grouped_gemm.OUT_BF16": True}):
+        acc, out = layer_output(torch.zeros(3, 8, dtype=torch.bfloat16, device="cuda"))
+        assert out.dtype == torch.bfloat16 and acc.numel() == 12
+        for seed, tokens in enumerate((1, 37, 256)):
+            row = check_case(Case(name, SHAPES[name], tokens, "random", seed), "cuda",
+                             torch.bfloat16)
+            assert row["ok"], row

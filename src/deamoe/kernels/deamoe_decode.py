@@ -7,11 +7,12 @@ once, however many of its experts the token picked) and (token, expert) pairs by
                                                                            input row (t, dept(e)))
   3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
-Launches: align (1, its spare programs zero S and out), four GEMMs (4), cast (1) -- two more
-GEMMs than the baseline, the only structural difference.  Department weights are loaded once
-per step for all tokens that use them, which is where the byte saving comes from.  With
-split_launches=n the departments (and their experts) are cut into n contiguous parts, each
-part's four GEMMs on its own CUDA stream (streams.py; the baseline's option too, NOTES.md v13).
+Launches: align (1, its spare programs zero S and out), four GEMMs (4), cast (1; none with
+grouped_gemm.OUT_BF16) -- two more GEMMs than the baseline, the only structural difference.
+Department weights are loaded once per step for all tokens that use them, which is where the
+byte saving comes from.  With split_launches=n the departments (and their experts) are cut into
+n contiguous parts, each part's four GEMMs on its own CUDA stream (streams.py; the baseline's
+option too, NOTES.md v13).
 With dense_dept_up, GEMM 1 runs for every (token, department) -- no routing needed, since at
 >= 4 tokens nearly every department is used anyway -- on a side stream while the main stream
 runs the router, routing and align (given as `route`), so the layer's head hides behind
@@ -38,6 +39,7 @@ from deamoe.kernels.grouped_gemm import (
     ROW_TOKEN,
     TileConfig,
     grouped_gemm,
+    layer_output,
 )
 from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
@@ -115,8 +117,8 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
     s_bf16 = S_BF16 and fused and f % 2 == 0 and x.is_cuda and x.dtype == torch.bfloat16
     s_words = T * n_dept * f // 2 if s_bf16 else T * n_dept * f
-    acc = torch.empty(s_words + T * h, dtype=torch.float32, device=dev)
-    s, out = acc[:s_words], acc[s_words:].view(T, h)
+    acc, out = layer_output(x, s_words)
+    s = acc[:s_words]
     s = (s.view(torch.bfloat16) if s_bf16 else s).view(T * n_dept, f)
     st = {}  # the routing and what depends on its size, set by take_routing
 

@@ -2,7 +2,8 @@
 
   align ids by expert -> [x @ gate^T, x @ up^T] -> silu(g) * u  (one GEMM, SwiGLU epilogue)
                       -> h @ down^T * w[p], atomically summed over the token's k experts
-Launches: align (1, its spare programs zero the fp32 output), two GEMMs (2), cast to x.dtype (1).
+Launches: align (1, its spare programs zero the fp32 output), two GEMMs (2), cast to x.dtype (1;
+none with grouped_gemm.OUT_BF16, where w2 sums in bf16).
 With split_launches=n the experts are cut into n contiguous parts, each part's two GEMMs on its
 own CUDA stream (the parts share only the atomically summed output), so one part's launch ramp
 and tail overlap another's work (NOTES.md v13); the same option as DeaMoE's.
@@ -23,6 +24,7 @@ from deamoe.kernels.grouped_gemm import (
     ROW_TOKEN,
     TileConfig,
     grouped_gemm,
+    layer_output,
 )
 from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
@@ -51,11 +53,11 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
     x = x.contiguous()
     weights = weights.contiguous()
     hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
-    out = torch.empty(T, h, dtype=torch.float32, device=x.device)
+    acc, out = layer_output(x)
     al = []
 
     def do_align():  # also zeroes `out`, the atomic accumulator of w2
-        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=out)
+        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=acc)
 
     # each GEMM once; `groups` restricts it to some experts
     def w13(groups=None):

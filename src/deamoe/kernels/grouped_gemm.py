@@ -39,6 +39,24 @@ ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+# True: bf16 layers on CUDA sum their output (the last GEMM's atomic sum over the experts, or the
+# departments) in bf16, so neither layer needs a cast launch at its end (NOTES.md v47).  An A/B
+# switch, off by default; fp32 otherwise (the interpreter has no bf16 atomics).
+OUT_BF16 = False
+
+
+def layer_output(x: torch.Tensor, lead_words: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(zeroed-by-align float32 buffer, out [T, h]) for a layer whose last GEMM atomically sums
+    into out: the buffer holds `lead_words` float32 words first (DeaMoE's S), then out -- in
+    x's dtype when OUT_BF16 applies (then the layer's final `.to(x.dtype)` is no copy), else in
+    float32."""
+    T, h = x.shape
+    bf16 = (OUT_BF16 and x.is_cuda and x.dtype == torch.bfloat16 and h % 2 == 0
+            and not _INTERPRETING)
+    acc = torch.empty(lead_words + (T * h // 2 if bf16 else T * h), dtype=torch.float32,
+                      device=x.device)
+    out = acc[lead_words:]
+    return acc, (out.view(torch.bfloat16) if bf16 else out).view(T, h)
 
 
 @triton.jit
