@@ -348,10 +348,16 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.stage_benchmark import stage_times
 
+    from deamoe.kernels.grouped_gemm import layer_output
+
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
+    # where the layer sums its output in fp32 (none when it sums in x's dtype: OUT_BF16)
+    parts = [("router+route", lambda: step_routing(shape, w, x, compiled))]
+    if layer_output(x)[1].dtype != x.dtype:
+        parts.append(("cast", lambda: torch.empty(x.shape, dtype=torch.float32,
+                                                  device=x.device).to(x.dtype)))
     fixed = []
-    for name, fn in (("router+route", lambda: step_routing(shape, w, x, compiled)),
-                     ("cast", lambda: torch.empty(x.shape, dtype=torch.float32, device=x.device).to(x.dtype))):
+    for name, fn in parts:
         try:
             t = time_fn(fn, 30)
             fixed.append({"stage": name, "us": t.median_us, "bytes": 0, "tbps": float("nan")})

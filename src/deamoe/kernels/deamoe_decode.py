@@ -7,8 +7,9 @@ once, however many of its experts the token picked) and (token, expert) pairs by
                                                                            input row (t, dept(e)))
   3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
-Launches: align (1, its spare programs zero S and out), four GEMMs (4), cast (1; none with
-grouped_gemm.OUT_BF16) -- two more GEMMs than the baseline, the only structural difference.
+Launches: align (1, its spare programs zero S and out), four GEMMs (4), a cast (1) only where out
+is summed in fp32 (grouped_gemm.OUT_BF16) -- two more GEMMs than the baseline, the only
+structural difference.
 Department weights are loaded once per step for all tokens that use them, which is where the
 byte saving comes from.  With split_launches=n the departments (and their experts) are cut into
 n contiguous parts, each part's four GEMMs on its own CUDA stream (streams.py; the baseline's

@@ -2,8 +2,8 @@
 
   align ids by expert -> [x @ gate^T, x @ up^T] -> silu(g) * u  (one GEMM, SwiGLU epilogue)
                       -> h @ down^T * w[p], atomically summed over the token's k experts
-Launches: align (1, its spare programs zero the fp32 output), two GEMMs (2), cast to x.dtype (1;
-none with grouped_gemm.OUT_BF16, where w2 sums in bf16).
+Launches: align (1, its spare programs zero the output), two GEMMs (2); a cast to x.dtype (1) only
+where the output is summed in fp32 (grouped_gemm.OUT_BF16: bf16 layers on CUDA sum in bf16).
 With split_launches=n the experts are cut into n contiguous parts, each part's two GEMMs on its
 own CUDA stream (the parts share only the atomically summed output), so one part's launch ramp
 and tail overlap another's work (NOTES.md v13); the same option as DeaMoE's.
