@@ -7,7 +7,7 @@
 # MODELS=a,b runs those models only and SKIP=battery,decode skips parts (a search with
 # final_tile_pass needs two 10-minute device calls for the three models, NOTES.md v25; merge the
 # two outputs with scripts/import_h200.py DIR1 DIR2).
-# Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [ROUTING_CHECK=1] [TRACE=1] [READ_SIZES=1] bash scripts/h200_microbench.sh
+# Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [TILES_FROM=microbench.csv] [ROUTING_CHECK=1] [TRACE=1] [READ_SIZES=1] bash scripts/h200_microbench.sh
 set -uo pipefail
 # the device's copy of the repository does not carry the current .git (v14 found its HEAD at the
 # session's first commit): write the local `git rev-parse HEAD` into the device command literally
@@ -27,7 +27,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
     echo "read sizes exit at ${SECONDS}s"
   fi
   timeout "${T_MB:-520}" python3 -m deamoe.bench microbench --config scripts/h200_v7_final.yaml \
-    --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"}
+    --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"} ${TILES_FROM:+--tiles-from "$TILES_FROM"}
   echo "microbench exit $? at ${SECONDS}s"
   if [ "${TRACE:-0}" = 1 ]; then
     timeout 60 python3 scripts/h200_trace.py "$OUT/microbench.csv" "$OUT" 2>&1 | grep -E "span|no kernel"

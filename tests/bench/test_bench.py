@@ -324,6 +324,33 @@ def test_cli_rejects_unknown_config_key(tmp_path):
     assert r.returncode == 2 and "microbench.batchez" in r.stderr
 
 
+def test_cli_tiles_from_names_a_missing_file(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("microbench:\n  batches: [4]\n")
+    r = subprocess.run([sys.executable, "-m", "deamoe", "microbench", "--config", str(cfg),
+                        "--out", str(tmp_path / "o"), "--tiles-from", str(tmp_path / "no.csv")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--tiles-from" in r.stderr and "no.csv" in r.stderr
+
+
+def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():
+    from deamoe.bench.run import decode_tiles
+
+    def row(model, batch, base, dea):
+        return {"model": model, "batch": batch, "baseline_tile": base, "deamoe_tile": dea}
+    ours = [row("Baseline-7B", 8, "w13=n64-k64-w4-s3;split_launches=2", "failed")]
+    other = [row("Baseline-7B", 8, "w13=n128-k64-w4-s3", "split_launches=4"),
+             row("Baseline-7B", 16, "block_m=32", "dense_dept_up=1"),
+             row("Qwen3-235B-A22B", 16, "library", "library")]
+    best = decode_tiles(ours, other)
+    assert set(best) == {("baseline", "Baseline-7B", 8), ("baseline", "Baseline-7B", 16),
+                         ("deamoe", "Baseline-7B", 16)}
+    assert best[("baseline", "Baseline-7B", 8)].split_launches == 2  # this run's pick wins
+    assert best[("baseline", "Baseline-7B", 8)].w13.block_n == 64
+    assert best[("baseline", "Baseline-7B", 16)].block_m == 32
+    assert best[("deamoe", "Baseline-7B", 16)].dense_dept_up is True
+
+
 def test_schema_matches_settings():
     import dataclasses
     from pathlib import Path

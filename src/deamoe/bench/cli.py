@@ -19,6 +19,8 @@ def register(sub) -> None:
     p.add_argument("--batches", help="comma-separated batch sizes (overrides microbench.batches)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
+    p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
+                   "picks the decode benchmark uses for models this run does not measure")
     p.set_defaults(func=cmd_microbench)
 
 
@@ -44,6 +46,11 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         from deamoe.errors import ConfigError
 
         raise ConfigError(f"--skip: unknown part(s) {', '.join(sorted(unknown))}")
+    tiles_from = Path(args.tiles_from) if args.tiles_from else None
+    if tiles_from is not None and not tiles_from.is_file():
+        from deamoe.errors import ConfigError
+
+        raise ConfigError(f"--tiles-from: no such file {tiles_from}")
     out = Path(args.out)
     if not torch.cuda.is_available():
         write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
@@ -52,4 +59,4 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         return 0
     from deamoe.bench.run import run_all
 
-    return run_all(s, out, skip)
+    return run_all(s, out, skip, tiles_from)

@@ -43,7 +43,24 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     return {"status": "ok", "points": len(points)}
 
 
-def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
+def decode_tiles(rows: list[dict], extra: list[dict] = ()) -> dict:
+    """{(kind, model, batch): tiles} for the decode benchmark: this run's per-layer picks, and for
+    (model, batch) points this run did not measure, those of `extra` (rows of another
+    microbench.csv, e.g. a committed table)."""
+    from deamoe.config import table1_row
+
+    seen = {(r["model"], r["batch"]) for r in rows}
+    best = {}
+    for r in [*rows, *(r for r in extra if (r["model"], r["batch"]) not in seen)]:
+        row = table1_row(r["model"])
+        for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
+            name = r[f"{kind}_tile"]
+            if isinstance(name, str) and name not in ("failed", "library"):
+                best[(kind, r["model"], int(r["batch"]))] = make_tiles(shape, parse_knobs(name))
+    return best
+
+
+def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path | None = None) -> int:
     import triton
     from tqdm import tqdm
 
@@ -97,15 +114,8 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
         status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
-        from deamoe.config import table1_row
-
-        best = {}
-        for r in rows:  # reuse the per-layer tile search for the same shapes
-            row = table1_row(r["model"])
-            for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
-                name = r[f"{kind}_tile"]
-                if name not in ("failed", "library"):
-                    best[(kind, r["model"], r["batch"])] = make_tiles(shape, parse_knobs(name))
+        extra = pd.read_csv(tiles_from).to_dict("records") if tiles_from is not None else []
+        best = decode_tiles(rows, extra)
         dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
         with tqdm(total=2 * len(s.decode_models) * len(s.batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.batches, dec, s.decode_replays, tiles=best,
@@ -114,6 +124,7 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str]) -> int:
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]
               .to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
-        status["parts"]["decode"] = {"rows": len(table), "s": time.time() - t0}
+        status["parts"]["decode"] = {"rows": len(table), "s": time.time() - t0,
+                                     "tiles_from": str(tiles_from) if extra else "this run"}
     write_json(out / "status.json", status)
     return 0 if status["status"] == "ok" else 1
