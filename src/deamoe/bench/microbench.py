@@ -346,9 +346,8 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     from deamoe.bench.layer_step import step_routing
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
-    from deamoe.kernels.stage_benchmark import stage_times
-
     from deamoe.kernels.grouped_gemm import layer_output
+    from deamoe.kernels.stage_benchmark import stage_times
 
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
     # where the layer sums its output in fp32 (none when it sums in x's dtype: OUT_BF16)

@@ -12,8 +12,9 @@ Epilogues (act = silu | gelu | none, applied before the routing weight):
   EPI_ACT       act(A @ Bg^T)
   EPI_SWIGLU    silu(Ag @ Bg^T) * (Au @ Bu^T)         (GATED; Au = A shifted by a_up_off cols)
   EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
-WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32) instead
-of storing, which is how the sum over a token's experts (or departments) happens.  SWAP_AB (a
+WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32, or bf16
+on the GPU: `OUT_BF16`, deamoe_decode.S_BF16) instead of storing, which is how the sum over a
+token's experts (or departments) happens.  SWAP_AB (a
 tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
