@@ -346,13 +346,13 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     from deamoe.bench.layer_step import step_routing
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
-    from deamoe.kernels.grouped_gemm import layer_output
+    from deamoe.kernels.grouped_gemm import output_dtype
     from deamoe.kernels.stage_benchmark import stage_times
 
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
     # where the layer sums its output in fp32 (none when it sums in x's dtype: OUT_BF16)
     parts = [("router+route", lambda: step_routing(shape, w, x, compiled))]
-    if layer_output(x)[1].dtype != x.dtype:
+    if output_dtype(x) != x.dtype:
         parts.append(("cast", lambda: torch.empty(x.shape, dtype=torch.float32,
                                                   device=x.device).to(x.dtype)))
     fixed = []

@@ -47,14 +47,20 @@ _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 OUT_BF16 = True
 
 
+def output_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype a layer with input x sums its output in: x's (bf16) where OUT_BF16 applies,
+    else float32 (and the layer casts at its end)."""
+    bf16 = (OUT_BF16 and x.is_cuda and x.dtype == torch.bfloat16 and x.shape[-1] % 2 == 0
+            and not _INTERPRETING)
+    return torch.bfloat16 if bf16 else torch.float32
+
+
 def layer_output(x: torch.Tensor, lead_words: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(zeroed-by-align float32 buffer, out [T, h]) for a layer whose last GEMM atomically sums
-    into out: the buffer holds `lead_words` float32 words first (DeaMoE's S), then out -- in
-    x's dtype when OUT_BF16 applies (then the layer's final `.to(x.dtype)` is no copy), else in
-    float32."""
+    into out: the buffer holds `lead_words` float32 words first (DeaMoE's S), then out in
+    `output_dtype(x)` (bf16: the layer's final `.to(x.dtype)` is no copy)."""
     T, h = x.shape
-    bf16 = (OUT_BF16 and x.is_cuda and x.dtype == torch.bfloat16 and h % 2 == 0
-            and not _INTERPRETING)
+    bf16 = output_dtype(x) == torch.bfloat16
     acc = torch.empty(lead_words + (T * h // 2 if bf16 else T * h), dtype=torch.float32,
                       device=x.device)
     out = acc[lead_words:]
