@@ -349,7 +349,7 @@ def test_layer_output_buffer_holds_lead_words_then_out():
     # align zeroes the one float32 buffer; out follows the lead words (DeaMoE's S).  The bf16
     # output sum (OUT_BF16) needs CUDA: on the CPU out stays float32 with the switch on
     from deamoe.bench.microbench import module_switches
-    from deamoe.kernels.grouped_gemm import layer_output, output_dtype
+    from deamoe.kernels.grouped_gemm import bf16_atomics, layer_output, output_dtype
 
     x = torch.zeros(3, 8)
     acc, out = layer_output(x, lead_words=5)
@@ -358,6 +358,7 @@ def test_layer_output_buffer_holds_lead_words_then_out():
     with module_switches({"deamoe.kernels.grouped_gemm.OUT_BF16": True}):
         acc, out = layer_output(x.bfloat16())
         assert output_dtype(x.bfloat16()) == torch.float32
+    assert not bf16_atomics(x.bfloat16())  # the same rule keeps DeaMoE's S in fp32 here
     assert out.dtype == torch.float32 and acc.numel() == 24
 
 

@@ -9,11 +9,10 @@ once, however many of its experts the token picked) and (token, expert) pairs by
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
 Launches: align (1, its spare programs zero S and out), four GEMMs (4), a cast (1) only where out
 is summed in fp32 (grouped_gemm.OUT_BF16) -- two more GEMMs than the baseline, the only
-structural difference.
-Department weights are loaded once per step for all tokens that use them, which is where the
-byte saving comes from.  With split_launches=n the departments (and their experts) are cut into
-n contiguous parts, each part's four GEMMs on its own CUDA stream (streams.py; the baseline's
-option too, NOTES.md v13).
+structural difference.  Department weights are loaded once per step for all tokens that use
+them, which is where the byte saving comes from.  With split_launches=n the departments (and
+their experts) are cut into n contiguous parts, each part's four GEMMs on its own CUDA stream
+(streams.py; the baseline's option too, NOTES.md v13).
 With dense_dept_up, GEMM 1 runs for every (token, department) -- no routing needed, since at
 >= 4 tokens nearly every department is used anyway -- on a side stream while the main stream
 runs the router, routing and align (given as `route`), so the layer's head hides behind
@@ -39,6 +38,7 @@ from deamoe.kernels.grouped_gemm import (
     ROW_TOKDEPT,
     ROW_TOKEN,
     TileConfig,
+    bf16_atomics,
     grouped_gemm,
     layer_output,
 )
@@ -48,8 +48,8 @@ from deamoe.kernels.streams import run_parallel, split_ranges
 FUSED_OPERATORS = ("silu", "gelu", "none")
 # S in bf16 for bf16 layers on CUDA (NOTES.md v45: 0.4-15 us faster per layer, rel err 4.1e-3 to
 # 4.6e-3 against 3.7e-3 to 3.9e-3): expert_down adds into S with bf16 atomics and dept_down reads
-# half the bytes of S per N tile; S and out still share one zeroed buffer.  fp32 S elsewhere:
-# Triton's interpreter has no bf16 atomics, and fp32 layers keep fp32 partial sums.
+# half the bytes of S per N tile; S and out still share one zeroed buffer.  fp32 S elsewhere
+# (grouped_gemm.bf16_atomics: no bf16 atomics under the interpreter; fp32 layers keep fp32).
 S_BF16 = True
 
 
@@ -116,7 +116,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
     dev = x.device
     common = dict(n_dept=n_dept, per_group=per)
     a1 = torch.empty(T * n_dept, 2 * f, dtype=x.dtype, device=dev)
-    s_bf16 = S_BF16 and fused and f % 2 == 0 and x.is_cuda and x.dtype == torch.bfloat16
+    s_bf16 = S_BF16 and fused and f % 2 == 0 and bf16_atomics(x)
     s_words = T * n_dept * f // 2 if s_bf16 else T * n_dept * f
     acc, out = layer_output(x, s_words)
     s = acc[:s_words]

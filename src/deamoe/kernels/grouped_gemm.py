@@ -14,8 +14,8 @@ Epilogues (act = silu | gelu | none, applied before the routing weight):
   EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
 WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32, or bf16
 on the GPU: `OUT_BF16`, deamoe_decode.S_BF16) instead of storing, which is how the sum over a
-token's experts (or departments) happens.  SWAP_AB (a
-tile option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
+token's experts (or departments) happens.  SWAP_AB (a tile option, `TileConfig.swap`) computes
+the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
 that share a weight tile run together and the second read comes from L2; or, with N_FASTEST (a
@@ -47,11 +47,17 @@ _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 OUT_BF16 = True
 
 
+def bf16_atomics(x: torch.Tensor) -> bool:
+    """Whether a bf16 layer on x's device can sum in bf16 with atomics: bf16 input on a real
+    GPU (Triton's interpreter has no bf16 atomics).  The one rule behind OUT_BF16 and
+    deamoe_decode.S_BF16."""
+    return x.is_cuda and x.dtype == torch.bfloat16 and not _INTERPRETING
+
+
 def output_dtype(x: torch.Tensor) -> torch.dtype:
     """The dtype a layer with input x sums its output in: x's (bf16) where OUT_BF16 applies,
     else float32 (and the layer casts at its end)."""
-    bf16 = (OUT_BF16 and x.is_cuda and x.dtype == torch.bfloat16 and x.shape[-1] % 2 == 0
-            and not _INTERPRETING)
+    bf16 = OUT_BF16 and bf16_atomics(x) and x.shape[-1] % 2 == 0
     return torch.bfloat16 if bf16 else torch.float32
 
 
