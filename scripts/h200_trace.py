@@ -1,7 +1,8 @@
 """Kernel timeline of one decode layer inside its CUDA graph (NOTES.md v8), on the H200.
 
-usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA).  For each model and batch
-(4, 16, 64, 128), the layer (router GEMM + routing + kernels + cast) with the tiles the
+usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA; TRACE_MODELS=a,b and
+TRACE_BATCHES=4,128 restrict the run).  For each model and batch (4, 16, 64, 128), the layer
+(router GEMM + routing + kernels, + cast where the output sums in fp32) with the tiles the
 microbenchmark chose, 4 layer copies in one graph, replayed under torch.profiler: every
 kernel's stream, start, duration and the idle gap before it (time when no kernel of any stream
 runs).  Tells how much of a layer's time is spent between launches (the fixed cost that
@@ -10,6 +11,7 @@ alone, and which launches overlap on parallel streams.  Writes trace.csv.
 """
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,12 +26,14 @@ mb = pd.read_csv(sys.argv[1])
 out = Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 rows = []
-for model in ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"):
+models = os.environ.get("TRACE_MODELS", "Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B").split(",")
+batches = [int(b) for b in os.environ.get("TRACE_BATCHES", "4,16,64,128").split(",")]
+for model in models:
     row = table1_row(model)
     for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
         copies = 4 if model == "Baseline-7B" else 1
         ws = [random_weights(shape, "cuda", seed=c) for c in range(copies)]
-        for T in (4, 16, 64, 128):
+        for T in batches:
             sel = mb[(mb.model == model) & (mb.batch == T)]
             if sel.empty:
                 continue

@@ -54,20 +54,30 @@ def _group_and_keep(ids_ptr, p, ok, k_top, PER: tl.constexpr, DEDUP: tl.constexp
 
 @triton.jit
 def _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M: tl.constexpr,
-                  BLOCK_G: tl.constexpr):
-    """Exclusive scan of the padded group sizes -> each group's first slot; each group's padding
-    slots get the sentinel P (only those: slots past the used blocks are never read, so no
-    fill of the whole buffer)."""
+                  BLOCK_G: tl.constexpr, PAD_STORE: tl.constexpr):
+    """Exclusive scan of the padded group sizes -> each group's first slot.  PAD_STORE: each
+    group's padding slots get the sentinel P here (a [BLOCK_G, BLOCK_M] masked store); without
+    it the whole buffer was filled with P before the scatter (`_fill_sentinel`)."""
     offs_g = tl.arange(0, BLOCK_G)
     c = tl.load(counts_ptr + offs_g, mask=offs_g < G, other=0, volatile=True)
     padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, 0) - padded
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
-    pad = tl.arange(0, BLOCK_M)
-    tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
-             tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
-             mask=(offs_g < G)[:, None] & (pad[None, :] < (padded - c)[:, None]))
+    if PAD_STORE:
+        pad = tl.arange(0, BLOCK_M)
+        tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
+                 tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
+                 mask=(offs_g < G)[:, None] & (pad[None, :] < (padded - c)[:, None]))
     return start
+
+
+@triton.jit
+def _fill_sentinel(sorted_ptr, P, max_slots, FILL: tl.constexpr):
+    """Every slot of the buffer <- the sentinel P, in contiguous (vector) stores; the pairs
+    scattered after the next barrier overwrite theirs, so what stays P is the padding."""
+    for s0 in range(0, max_slots, FILL):
+        o = s0 + tl.arange(0, FILL)
+        tl.store(sorted_ptr + o, tl.full([FILL], 0, tl.int32) + P, mask=o < max_slots)
 
 
 @triton.jit
@@ -75,10 +85,12 @@ def _align_one(
     ids_ptr, P, k_top, G,
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     PER: tl.constexpr, DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr,
-    BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
+    BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr, PAD_STORE: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
+    if not PAD_STORE:  # ordered before the scatter by this barrier (same program)
+        _fill_sentinel(sorted_ptr, P, max_slots, BLOCK_P)
     tl.debug_barrier()
     # 1. rank of each pair inside its group and the group sizes: an atomic histogram whose
     #    returned old value is the rank.  v3-v6 blamed these atomics (8 hot counters for
@@ -92,7 +104,8 @@ def _align_one(
         g, ok = _group_and_keep(ids_ptr, p, p < P, k_top, PER, DEDUP, K_MAX)
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.debug_barrier()
-        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
+        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G,
+                              PAD_STORE)
         # group, rank and keep flag are still in registers and the group starts are gathered
         # from registers: no reload of ranks, ids and offsets through memory (three dependent
         # round trips, v24)
@@ -107,7 +120,8 @@ def _align_one(
                               sem="relaxed")
             tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
         tl.debug_barrier()
-        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G)
+        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G,
+                              PAD_STORE)
         tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
         tl.debug_barrier()
         for p0 in range(0, P, BLOCK_P):
@@ -131,16 +145,17 @@ def _align_kernel(
     B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
     B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
+    PAD_STORE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup,
                    a_nblocks, a_max_slots, A_PER, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G,
-                   K_MAX, ONE_PASS)
+                   K_MAX, ONE_PASS, PAD_STORE)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup,
                    b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
-                   K_MAX, ONE_PASS)
+                   K_MAX, ONE_PASS, PAD_STORE)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -201,6 +216,9 @@ ZERO_BLOCK = 4096
 # True: phase 3 reloads ranks, ids and group offsets through memory even when all pairs fit one
 # pass (the path for > 2048 pairs; before v24 the only one) -- for the v24 A/B and the tests
 MEMORY_PHASES = False
+# False: fill the sorted buffer with the sentinel in contiguous stores before the scatter,
+# instead of a masked [groups, BLOCK_M] store of each group's padding after the scan (v48 A/B)
+PAD_STORE = True
 
 
 def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
@@ -233,7 +251,8 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
-        ONE_PASS=P <= block_p and not MEMORY_PHASES, num_warps=8, **consts)
+        ONE_PASS=P <= block_p and not MEMORY_PHASES, PAD_STORE=PAD_STORE, num_warps=8,
+        **consts)
     return tuple(al for al, _ in made)
 
 
