@@ -17,7 +17,7 @@ stage processes each (token, department) once however many of its experts the to
 One launch does up to two alignments (program 0: task A, program 1: task B): DeaMoE needs the
 department and the expert grouping of the same routing, the baseline only the expert grouping.
 Within a task a single program does the work: P <= a few thousand pairs, so a block-wide counting
-sort (atomic histogram -> exclusive scan + padding -> scatter) costs a few microseconds.  When
+sort (sentinel fill, atomic histogram -> exclusive scan -> scatter) costs a few microseconds.  When
 all pairs fit one pass (<= 2048: any decode step up to ~200 tokens) ranks, groups and group
 starts stay in registers between the phases (v24); beyond that, or with MEMORY_PHASES, they go
 through memory.
@@ -53,21 +53,16 @@ def _group_and_keep(ids_ptr, p, ok, k_top, PER: tl.constexpr, DEDUP: tl.constexp
 
 
 @triton.jit
-def _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M: tl.constexpr,
-                  BLOCK_G: tl.constexpr, PAD_STORE: tl.constexpr):
-    """Exclusive scan of the padded group sizes -> each group's first slot.  PAD_STORE: each
-    group's padding slots get the sentinel P here (a [BLOCK_G, BLOCK_M] masked store); without
-    it the whole buffer was filled with P before the scatter (`_fill_sentinel`)."""
+def _scan(counts_ptr, G, nblocks_ptr, BLOCK_M: tl.constexpr, BLOCK_G: tl.constexpr):
+    """Exclusive scan of the padded group sizes -> each group's first slot (and the block
+    count).  The padding slots need no store here: `_fill_sentinel` wrote the sentinel
+    everywhere before the scatter (v48: the masked [BLOCK_G, BLOCK_M] store of each group's
+    padding it replaced cost ~1700 instructions per thread at 1024 groups)."""
     offs_g = tl.arange(0, BLOCK_G)
     c = tl.load(counts_ptr + offs_g, mask=offs_g < G, other=0, volatile=True)
     padded = (c + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     start = tl.cumsum(padded, 0) - padded
     tl.store(nblocks_ptr, tl.sum(padded, 0) // BLOCK_M)
-    if PAD_STORE:
-        pad = tl.arange(0, BLOCK_M)
-        tl.store(sorted_ptr + (start + c)[:, None] + pad[None, :],
-                 tl.full([BLOCK_G, BLOCK_M], 0, tl.int32) + P,
-                 mask=(offs_g < G)[:, None] & (pad[None, :] < (padded - c)[:, None]))
     return start
 
 
@@ -85,27 +80,25 @@ def _align_one(
     ids_ptr, P, k_top, G,
     counts_ptr, rank_ptr, offs_ptr, sorted_ptr, block_group_ptr, nblocks_ptr, max_slots,
     PER: tl.constexpr, DEDUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_P: tl.constexpr,
-    BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr, PAD_STORE: tl.constexpr,
+    BLOCK_G: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
 ):
     offs_g = tl.arange(0, BLOCK_G)
     tl.store(counts_ptr + offs_g, tl.zeros([BLOCK_G], dtype=tl.int32), mask=offs_g < G)
-    if not PAD_STORE:  # ordered before the scatter by this barrier (same program)
-        _fill_sentinel(sorted_ptr, P, max_slots, BLOCK_P)
+    _fill_sentinel(sorted_ptr, P, max_slots, BLOCK_P)  # ordered before the scatter by the barrier
     tl.debug_barrier()
     # 1. rank of each pair inside its group and the group sizes: an atomic histogram whose
     #    returned old value is the rank.  v3-v6 blamed these atomics (8 hot counters for
     #    departments) for DeaMoE's 17-37 us align and tried prefix sums instead; v7 measured the
     #    cause: an int64 division of the ids by the experts per department (now int32).  Atomics
     #    are the fastest of the three once that is gone (NOTES.md v7).
-    # 2. the scan and the padding (_scan_and_pad)
+    # 2. the scan (_scan); the padding is what the fill left
     # 3. scatter each kept pair to its slot; every used block gets its group id
     if ONE_PASS:  # BLOCK_P covers every pair (up to 2048: any decode step up to ~200 tokens)
         p = tl.arange(0, BLOCK_P)
         g, ok = _group_and_keep(ids_ptr, p, p < P, k_top, PER, DEDUP, K_MAX)
         r = tl.atomic_add(counts_ptr + g, tl.full([BLOCK_P], 1, tl.int32), mask=ok, sem="relaxed")
         tl.debug_barrier()
-        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G,
-                              PAD_STORE)
+        start = _scan(counts_ptr, G, nblocks_ptr, BLOCK_M, BLOCK_G)
         # group, rank and keep flag are still in registers and the group starts are gathered
         # from registers: no reload of ranks, ids and offsets through memory (three dependent
         # round trips, v24)
@@ -120,8 +113,7 @@ def _align_one(
                               sem="relaxed")
             tl.store(rank_ptr + p, tl.where(ok, r, -1), mask=p < P)
         tl.debug_barrier()
-        start = _scan_and_pad(counts_ptr, G, sorted_ptr, nblocks_ptr, P, BLOCK_M, BLOCK_G,
-                              PAD_STORE)
+        start = _scan(counts_ptr, G, nblocks_ptr, BLOCK_M, BLOCK_G)
         tl.store(offs_ptr + offs_g, start, mask=offs_g < G)
         tl.debug_barrier()
         for p0 in range(0, P, BLOCK_P):
@@ -145,17 +137,16 @@ def _align_kernel(
     B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
     B_BLOCK_G: tl.constexpr, B_BLOCK_P: tl.constexpr,
     N_TASKS: tl.constexpr, ZERO_BLOCK: tl.constexpr, K_MAX: tl.constexpr, ONE_PASS: tl.constexpr,
-    PAD_STORE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid == 0:
         _align_one(ids_ptr, P, k_top, a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup,
                    a_nblocks, a_max_slots, A_PER, A_DEDUP, A_BLOCK_M, A_BLOCK_P, A_BLOCK_G,
-                   K_MAX, ONE_PASS, PAD_STORE)
+                   K_MAX, ONE_PASS)
     elif pid < N_TASKS:
         _align_one(ids_ptr, P, k_top, b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup,
                    b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
-                   K_MAX, ONE_PASS, PAD_STORE)
+                   K_MAX, ONE_PASS)
     else:
         # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
         offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
@@ -216,9 +207,6 @@ ZERO_BLOCK = 4096
 # True: phase 3 reloads ranks, ids and group offsets through memory even when all pairs fit one
 # pass (the path for > 2048 pairs; before v24 the only one) -- for the v24 A/B and the tests
 MEMORY_PHASES = False
-# False: fill the sorted buffer with the sentinel in contiguous stores before the scatter,
-# instead of a masked [groups, BLOCK_M] store of each group's padding after the scan (v48 A/B)
-PAD_STORE = True
 
 
 def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None) -> tuple[Alignment, ...]:
@@ -251,8 +239,7 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
     _align_kernel[(len(specs) + n_zero,)](
         ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
-        ONE_PASS=P <= block_p and not MEMORY_PHASES, PAD_STORE=PAD_STORE, num_warps=8,
-        **consts)
+        ONE_PASS=P <= block_p and not MEMORY_PHASES, num_warps=8, **consts)
     return tuple(al for al, _ in made)
 
 

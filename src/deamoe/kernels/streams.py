@@ -45,4 +45,4 @@ def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device) ->
             for launch in seq:
                 launch()
     for side in sides:
-        main.wait_stream(side)  # join: the cast reads the summed output
+        main.wait_stream(side)  # join: what follows reads the summed output
