@@ -214,6 +214,12 @@ def test_time_knob_sets_sets_module_switches_only_while_its_set_runs(monkeypatch
     runs = microbench.time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=1, replays=1)
     assert seen == [False, True] and align.MEMORY_PHASES is False
     assert runs["on"][0] > 0 and math.isnan(runs["typo"][0])
+    # a switch whose default is None takes the value as given (v49: NUM_WARPS=4 got NaN)
+    from deamoe.kernels import routing_topk
+
+    with microbench.module_switches({"deamoe.kernels.routing_topk.NUM_WARPS": 4}):
+        assert routing_topk.NUM_WARPS == 4
+    assert routing_topk.NUM_WARPS is None
 
 
 def test_point_parser_reads_points_and_rejects_a_bad_number(capsys):

@@ -227,8 +227,10 @@ def module_switches(switches: dict):
             mod = importlib.import_module(mod_name)
             if not hasattr(mod, attr):
                 raise ValueError(f"switch {path!r}: module {mod_name} has no {attr}")
-            saved.append((mod, attr, getattr(mod, attr)))
-            setattr(mod, attr, type(saved[-1][2])(value))
+            old = getattr(mod, attr)
+            saved.append((mod, attr, old))
+            # a switch that is None by default (routing_topk.NUM_WARPS) takes the value as given
+            setattr(mod, attr, value if old is None else type(old)(value))
         yield
     finally:
         for mod, attr, value in reversed(saved):
