@@ -1,6 +1,6 @@
 """A/B/C... of knob sets on the committed picks (NOTES.md v23, v31) on the H200.
 
-usage: python scripts/h200_variants.py OUT_DIR [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] [...]
+usage: [ROUNDS=2] python scripts/h200_variants.py OUT_DIR [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] [...]
        MODEL:BATCH [...]
 For each point: the baseline layer on its committed knobs (reports/measured/h200/microbench.csv)
 timed twice (its spread is the noise) and on each `moe/` variant, and the DeaMoE layer on its
@@ -14,6 +14,7 @@ dot is a module switch set while that variant runs (`deamoe.kernels.align.MEMORY
 microbench.time_knob_sets).  CUDA only.
 """
 
+import os
 import sys
 from pathlib import Path
 
@@ -45,7 +46,8 @@ for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(poin
         sets["committed again"] = knobs
     sets.update({name: apply(knobs, v) for name, v in variants[shape.kind].items()})
 
-    runs = time_knob_sets(shape, weights, inputs, sets, s, label=f"{model} {batch}")
+    runs = time_knob_sets(shape, weights, inputs, sets, s, rounds=int(os.environ.get("ROUNDS", 2)),
+                          label=f"{model} {batch}")
     for name, r in runs.items():
         rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
                      "variant": name, "us": min(r), "runs": r})
