@@ -3,8 +3,9 @@
 This is the token-indexing half of the grouped-GEMM primitive (`grouped_gemm.py`): it turns the
 router's top-k ids [T, k] into
   sorted_pairs [max_slots] int32  pair index p = t * k + slot, grouped by group id, each group
-                                  padded to a multiple of BLOCK_M with the sentinel P (slots
-                                  past num_blocks * BLOCK_M are left unwritten)
+                                  padded to a multiple of BLOCK_M with the sentinel P (the
+                                  slots past num_blocks * BLOCK_M hold P too: the whole buffer
+                                  is filled with it before the scatter)
   block_group  [max_blocks] int32 the group (expert or department) that owns each BLOCK_M block
   num_blocks   [1] int32          how many blocks are in use (the GEMM grid is sized by the
                                   host-side bound `max_blocks`; programs past num_blocks exit)
