@@ -1,7 +1,8 @@
 """Kernel timeline of one decode layer inside its CUDA graph (NOTES.md v8), on the H200.
 
 usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA; TRACE_MODELS=a,b and
-TRACE_BATCHES=4,128 restrict the run).  For each model and batch (4, 16, 64, 128), the layer
+TRACE_BATCHES=4,128 restrict the run; TRACE_COPIES=n sets the layer copies per graph, default
+4 for Baseline-7B and 1 for the big models, whose first layer shows first-in-graph effects).  For each model and batch (4, 16, 64, 128), the layer
 (router GEMM + routing + kernels, + cast where the output sums in fp32) with the tiles the
 microbenchmark chose, 4 layer copies in one graph, replayed under torch.profiler: every
 kernel's stream, start, duration and the idle gap before it (time when no kernel of any stream
@@ -26,12 +27,14 @@ mb = pd.read_csv(sys.argv[1])
 out = Path(sys.argv[2])
 out.mkdir(parents=True, exist_ok=True)
 rows = []
+copies_of = {}
 models = os.environ.get("TRACE_MODELS", "Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B").split(",")
 batches = [int(b) for b in os.environ.get("TRACE_BATCHES", "4,16,64,128").split(",")]
 for model in models:
     row = table1_row(model)
     for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
-        copies = 4 if model == "Baseline-7B" else 1
+        copies = copies_of[model] = int(os.environ.get("TRACE_COPIES",
+                                                       4 if model == "Baseline-7B" else 1))
         ws = [random_weights(shape, "cuda", seed=c) for c in range(copies)]
         for T in batches:
             sel = mb[(mb.model == model) & (mb.batch == T)]
@@ -90,6 +93,6 @@ for model in models:
 df = pd.DataFrame(rows)
 for (m, k, T), g in df.groupby(["model", "kind", "batch"]):
     if T in (4, 128):
-        first = g[g.i < len(g) // (4 if m == "Baseline-7B" else 1)]
+        first = g[g.i < len(g) // copies_of[m]]
         print(m, k, T, " | ".join(f"{r.kernel[:22]} {r.dur_us:.1f} (+{r.gap_before_us:.1f})"
                                   for r in first.itertuples()))
