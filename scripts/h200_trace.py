@@ -1,14 +1,15 @@
 """Kernel timeline of one decode layer inside its CUDA graph (NOTES.md v8), on the H200.
 
-usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA; TRACE_MODELS=a,b and
-TRACE_BATCHES=4,128 restrict the run; TRACE_COPIES=n sets the layer copies per graph, default
-4 for Baseline-7B and 1 for the big models, whose first layer shows first-in-graph effects).  For each model and batch (4, 16, 64, 128), the layer
-(router GEMM + routing + kernels, + cast where the output sums in fp32) with the tiles the
-microbenchmark chose, 4 layer copies in one graph, replayed under torch.profiler: every
-kernel's stream, start, duration and the idle gap before it (time when no kernel of any stream
-runs).  Tells how much of a layer's time is spent between launches (the fixed cost that
-separates DeaMoE from its ideal at small batch), whether a GEMM runs slower in the chain than
-alone, and which launches overlap on parallel streams.  Writes trace.csv.
+usage: python scripts/h200_trace.py MICROBENCH_CSV OUT_DIR   (CUDA)
+  TRACE_MODELS=a,b and TRACE_BATCHES=4,128 restrict the run (default: the three plotted models
+  at 4 / 16 / 64 / 128 tokens); TRACE_COPIES=n sets the layer copies per graph (default 4 for
+  Baseline-7B and 1 for the big models, whose single layer shows first-in-graph effects).
+For each model and batch, the layer (router GEMM + routing + kernels, + cast where the output
+sums in fp32) with the tiles the microbenchmark chose, the copies in one graph, replayed under
+torch.profiler: every kernel's stream, start, duration and the idle gap before it (time when
+no kernel of any stream runs).  Tells how much of a layer's time is spent between launches (the
+fixed cost that separates DeaMoE from its ideal at small batch), whether a GEMM runs slower in
+the chain than alone, and which launches overlap on parallel streams.  Writes trace.csv.
 """
 
 import json
