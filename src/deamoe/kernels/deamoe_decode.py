@@ -51,12 +51,6 @@ FUSED_OPERATORS = ("silu", "gelu", "none")
 # half the bytes of S per N tile; S and out still share one zeroed buffer.  fp32 S elsewhere
 # (grouped_gemm.bf16_atomics: no bf16 atomics under the interpreter; fp32 layers keep fp32).
 S_BF16 = True
-# A/B switches (NOTES.md v51): with dense_dept_up, DENSE_FIRST captures the dense department GEMM
-# before the routing head (on the main stream, the head on the side one), DENSE_PRIORITY gives
-# its side stream that CUDA priority (-1 = higher) -- both so that its programs take their SMs
-# before the router GEMM's do.
-DENSE_FIRST = False
-DENSE_PRIORITY = 0
 
 
 @dataclass(frozen=True)
@@ -183,10 +177,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         routed = [launch for _, launch, _ in head]
 
         def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
-            if DENSE_FIRST:
-                run_parallel([dense, routed], dev)
-            else:
-                run_parallel([routed, dense], dev, side_priority=DENSE_PRIORITY)
+            run_parallel([routed, dense], dev)
         head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
 
     if fused and tiles.split_launches > 1:

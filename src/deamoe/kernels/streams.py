@@ -24,11 +24,7 @@ def split_ranges(n: int, parts: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]
 
 
-def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device,
-                 side_priority: int = 0) -> None:
-    """Run sequences[0] on the current stream and each other one on a side stream (fork after
-    what is queued so far, join before what follows).  side_priority: the side streams' CUDA
-    priority (lower is higher; a graph's kernel nodes keep their stream's priority)."""
+def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device) -> None:
     device = torch.device(device)
     if device.type != "cuda" or len(sequences) == 1:
         for seq in sequences:
@@ -38,9 +34,9 @@ def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device,
     main = torch.cuda.current_stream(device)
     sides = []
     for i in range(len(sequences) - 1):
-        key = (device.index, i, side_priority)
+        key = (device.index, i)
         if key not in _SIDE:
-            _SIDE[key] = torch.cuda.Stream(device, priority=side_priority)
+            _SIDE[key] = torch.cuda.Stream(device)
         sides.append(_SIDE[key])
     for side in sides:
         side.wait_stream(main)  # fork: after everything queued so far (align)
