@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from deamoe.analysis.budget import loaded_expert_params
 from deamoe.bench.layer_step import step_bytes
 from deamoe.config import table1_row
 from deamoe.io import write_csv
@@ -25,7 +26,8 @@ draws = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 rows = []
 for model in ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"):
     shape = table1_row(model).deamoe
-    dept_up_bytes = 2 * 2 * shape.h * shape.h_ffn  # gate + up, bf16
+    # the dense GEMM streams a department's gate and up: 2 of its backbone's 3 matrices, bf16
+    dept_up_bytes = 2 * loaded_expert_params(shape, 0, 1) * 2 // 3
     gen = torch.Generator().manual_seed(0)
     for batch in (4, 8, 16):
         depts, nbytes = 0, 0
