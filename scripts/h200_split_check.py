@@ -1,7 +1,7 @@
 """GPU correctness of the stream options (NOTES.md v13, v14): the battery's cases with the
 groups in 2 and 4 parts on parallel CUDA streams (split_launches, both layers) and, for DeaMoE,
 the dense department up-projection on a side stream beside the routing (dense_dept_up, alone,
-with 2 parts, with 64-row blocks), bf16 against the float32 reference; then the timed layer step
+with 2 parts, with 64-row blocks, dense in 1 of 2 parts: dense_parts), bf16 against the float32 reference; then the timed layer step
 with dense_dept_up, captured in a CUDA graph, against the same step run eagerly without it.
 
 usage: python scripts/h200_split_check.py OUT_DIR   (CUDA) -> split_battery.csv
@@ -26,7 +26,8 @@ out.mkdir(parents=True, exist_ok=True)
 VARIANTS = {"moe": [{"split_launches": 2}, {"split_launches": 4}],
             "deamoe": [{"split_launches": 2}, {"split_launches": 4}, {"dense_dept_up": True},
                        {"dense_dept_up": True, "split_launches": 2},
-                       {"dense_dept_up": True, "dense_block_m": 64}]}
+                       {"dense_dept_up": True, "dense_block_m": 64},
+                       {"dense_dept_up": True, "split_launches": 2, "dense_parts": 1}]}
 
 
 def tiles(shape, variant):
@@ -64,7 +65,9 @@ for model in ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3"):
     for tokens in (4, 64):
         x = torch.randn(tokens, shape.h, device="cuda", dtype=torch.bfloat16)
         ref = ffn_step(shape, w, x, tiles=DeaMoETiles()).float()
-        for variant in ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2}):
+        for variant in ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2},
+                        {"dense_dept_up": True, "split_launches": 4, "dense_parts": 1},
+                        {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3}):
             rows += [{**r, "variant": label(variant) + ";graph"} for r in graph_replay_rows(
                 shape, w, x, DeaMoETiles(**variant), ref, case=f"{model} graph")]
     del w

@@ -384,3 +384,28 @@ def test_gpu_bf16_output_sum(name):
             row = check_case(Case(name, SHAPES[name], tokens, "random", seed), "cuda",
                              torch.bfloat16)
             assert row["ok"], row
+
+
+@pytest.mark.parametrize("parts,dense_parts", [(2, 1), (4, 1), (4, 3)])
+def test_dense_parts_match_reference(parts, dense_parts):
+    # the first parts' department up-projection dense, the others routed in their own chains:
+    # the same layer, also where a routed part's departments are all unchosen ("same": every
+    # token on one expert)
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    tiles = DeaMoETiles(dense_dept_up=True, split_launches=parts, dense_parts=dense_parts)
+    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (9, "same"))):
+        row = check_case(Case("deamoe-small", SHAPES["deamoe-small"], tokens, pattern, seed=seed),
+                         tiles=tiles)
+        assert row["ok"], row
+
+
+@pytest.mark.parametrize("knobs", [dict(dense_parts=1, split_launches=2),  # no dense GEMM
+                                   dict(dense_dept_up=True, dense_parts=2, split_launches=2),
+                                   dict(dense_dept_up=True, dense_parts=1)])
+def test_dense_parts_outside_the_split_is_an_error(knobs):
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    with pytest.raises(ValueError, match="dense_parts"):
+        check_case(Case("deamoe-small", SHAPES["deamoe-small"], 3, "random", seed=0),
+                   tiles=DeaMoETiles(**knobs))

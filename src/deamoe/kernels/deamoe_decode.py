@@ -17,6 +17,9 @@ With dense_dept_up, GEMM 1 runs for every (token, department) -- no routing need
 >= 4 tokens nearly every department is used anyway -- on a side stream while the main stream
 runs the router, routing and align (given as `route`), so the layer's head hides behind
 weight streaming (NOTES.md v14; the baseline's w13 needs its routing: it has no such option).
+It streams every department, chosen or not (at 4 tokens ~0.2 of 8 go unchosen: NOTES.md v52);
+with dense_parts only the first parts' departments are dense, and the other parts run a routed
+GEMM 1 in their chains as soon as the routing is known (streams.run_forked).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
@@ -43,7 +46,7 @@ from deamoe.kernels.grouped_gemm import (
     layer_output,
 )
 from deamoe.kernels.routing_topk import route_layer
-from deamoe.kernels.streams import run_parallel, split_ranges
+from deamoe.kernels.streams import run_forked, run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
 # S in bf16 for bf16 layers on CUDA (NOTES.md v45: 0.4-15 us faster per layer, rel err 4.1e-3 to
@@ -70,6 +73,11 @@ class DeaMoETiles:
     # rows per block of the dense GEMM (0: dept_block_m); with all of a department's tokens in
     # one block its weights stream once, and fewer programs leave SMs to the routing (v14c)
     dense_block_m: int = 0
+    # with dense_dept_up and split_launches = n: only the first dense_parts of the n parts take
+    # their department up-projection from the dense GEMM; the others run it routed at the head
+    # of their own chain, which starts once the routing is known, beside the dense GEMM's tail
+    # and without reading their unchosen departments (NOTES.md v53).  0: every part is dense
+    dense_parts: int = 0
 
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
@@ -172,6 +180,30 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
     head = [] if route is None else [("route", do_route, ())]
     head.append(("align", do_align, ()))
+    mixed = tiles.dense_parts and fused and tiles.split_launches > 1
+    if tiles.dense_parts and (not tiles.dense_dept_up or not 0 < tiles.dense_parts
+                              < min(tiles.split_launches, n_dept)):
+        raise ValueError(f"deamoe_forward: dense_parts={tiles.dense_parts} needs dense_dept_up "
+                         f"and 0 < dense_parts < split_launches={tiles.split_launches}")
+    if mixed:  # dense GEMM for the first parts, routed department GEMM in the others
+        ranges = split_ranges(n_dept, tiles.split_launches)
+        n_dense = tiles.dense_parts
+        dense_hi = ranges[n_dense - 1][1]
+
+        def chain(lo, hi, routed_up):  # one part's GEMMs, departments lo..hi-1
+            up = [lambda: dept_up_stage_gemm((lo, hi))] if routed_up else []
+            return up + [lambda: expert_up_gemm((lo * per, hi * per)),
+                         lambda: expert_down_gemm((lo * per, hi * per)),
+                         lambda: dept_down_stage_gemm((lo, hi))]
+
+        def dense_then_parts():
+            run_forked([launch for _, launch, _ in head],
+                       [lambda: dept_up_stage_gemm((0, dense_hi), dense=True)],
+                       [chain(lo, hi, True) for lo, hi in ranges[n_dense:]],
+                       [chain(lo, hi, False) for lo, hi in ranges[:n_dense]], dev)
+        return out, [("route+align | dense dept_up of some parts, then all parts",
+                      dense_then_parts, (dept_gate, dept_up, expert_gate, expert_up,
+                                         expert_down, dept_down))]
     if tiles.dense_dept_up:
         dense = [lambda: dept_up_stage_gemm(dense=True)] + ([] if fused else [apply_operator])
         routed = [launch for _, launch, _ in head]
