@@ -58,6 +58,32 @@ def test_search_tries_dense_dept_up_for_deamoe_only():
     assert not any("dense_dept_up" in k for k in tried)
 
 
+def test_search_tries_dense_parts_at_the_dense_picks_split():
+    # v53: with the dense pick split in 4 parts, 1..3 dense parts are tried on it (and only
+    # there); a count that pays is kept and survives the grid-order trials, which drop it
+    # where they change the split
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16, final_tile_pass=False)
+    tried = []
+
+    def cost(k):
+        tried.append(dict(k))
+        if "dense_parts" in k:
+            assert k.get("dense_dept_up") and 0 < k["dense_parts"] < k["split_launches"]
+        t = -2 if k.get("dense_dept_up") and k.get("split_launches") == 4 else 0
+        return t - {3: 1, 2: 0.5}.get(k.get("dense_parts"), 0)
+    best = search_tiles(DEA, cost, s)
+    assert best["dense_dept_up"] == 1 and best["split_launches"] == 4
+    assert best["dense_parts"] == 3 and make_tiles(DEA, best).dense_parts == 3
+    assert parse_knobs(knobs_name(best)) == best
+    plain = [k for k in tried if not any(str(v).endswith("-nf") for v in k.values())]
+    assert sorted(k["dense_parts"] for k in plain if "dense_parts" in k) == [1, 2, 3]
+    tried.clear()
+    search_tiles(DEA, cost, MicrobenchSettings(tiles=["n64-k64-w4-s1"], dense_parts=False))
+    assert not any("dense_parts" in k for k in tried)
+    with pytest.raises(ConfigError, match="dense_parts"):
+        MicrobenchSettings(dense_parts=1)
+
+
 def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
     # expert_down's best tile changes once dense_dept_up is on (as v21 measured for DeaMoE-7B):
     # only the pass after the dense step finds it

@@ -80,6 +80,7 @@ class MicrobenchSettings:
     coordinate_search: bool = True
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
+    dense_parts: bool = True  # with a dense pick split in n parts, try 1..n-1 of them dense
     final_tile_pass: bool = True
     grid_order: bool = True
     # a microbench.csv whose picks join each point's finalists ("" = none): NOTES.md v37b
@@ -130,6 +131,9 @@ class MicrobenchSettings:
             raise ConfigError(f"microbench.vllm_peer: {self.vllm_peer!r}: must be true or false")
         if not isinstance(self.grid_order, bool):
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
+        if not isinstance(self.dense_parts, bool):
+            raise ConfigError(f"microbench.dense_parts: {self.dense_parts!r}: "
+                              "must be true or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
@@ -344,7 +348,7 @@ def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
 def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
-        tiles = dataclasses.replace(tiles, dense_dept_up=False)
+        tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
     from deamoe.bench.layer_step import step_routing
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages

@@ -25,7 +25,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
     coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
-    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c);
+    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c),
+    then with s.dense_parts each count of dense parts at the dense pick's split (v53);
     with s.grid_order, the N-tile-fastest grid order (-nf) on every GEMM or on the expert
     GEMMs, each with the split found and with none (v36); with s.final_tile_pass, one more
     coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
@@ -84,6 +85,16 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
                 t = measure(trial)
                 if t is not None and (dense_t is None or t < dense_t):
                     dense, dense_t = trial, t
+        # only the first parts dense, the others routed in their own chains (v53: at 4-8
+        # tokens the routed parts skip unchosen departments and start beside the dense tail)
+        split = (dense or {}).get("split_launches", 1)
+        if s.dense_parts and dense is not None and split > 1:
+            base = dict(dense)
+            for n_dense in range(1, split):
+                trial = {**base, "dense_parts": n_dense}
+                t = measure(trial)
+                if t is not None and t < dense_t:
+                    dense, dense_t = trial, t
         if dense is not None and dense_t < best_t:
             best, best_t = dense, dense_t
     if s.grid_order:
@@ -103,6 +114,7 @@ def grid_order_trials(shape, measure, best: dict, best_t: float):
             trial = {**start, **{g: _with_nf(start[g]) for g in stages}}
             if parts != start.get("split_launches", 1):
                 trial["split_launches"] = parts
+                trial.pop("dense_parts", None)  # a count of the split's parts
             if trial == start:
                 continue
             t = measure(trial)
