@@ -174,6 +174,35 @@ def test_finalists_are_timed_by_the_final_measure():
     assert sorted(finals) == sorted([a, b])  # each finalist once
 
 
+def test_dense_parts_of_the_pick_are_timed_by_the_final_measure():
+    # v53b: the trials never favour dense_parts, the reported graph does (2 of 4 parts dense):
+    # the pick's dense-part counts are timed the reported way; not for the baseline, and not
+    # with the setting off
+    from deamoe.bench.search import search_point
+
+    a = "n64-k64-w4-s1"
+    s = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1, 4],
+                           final_tile_pass=False)
+    finals = []
+
+    def measure(k, replays=1):
+        return -1.0 if k.get("dense_dept_up") and k.get("split_launches") == 4 else 0.0
+
+    def final_measure(k):
+        finals.append(k.get("dense_parts", 0))
+        return {2: -2.0}.get(k.get("dense_parts"), measure(k))
+    pick = search_point(DEA, measure, s, 4, final_measure=final_measure)
+    assert pick["dense_parts"] == 2 and pick["split_launches"] == 4
+    assert sorted(finals) == [0, 1, 2, 3]  # the pick (sole finalist, so not re-timed) + 3 counts
+    finals.clear()
+    off = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1, 4],
+                             final_tile_pass=False, dense_parts=False)
+    assert "dense_parts" not in search_point(DEA, measure, off, 4, final_measure=final_measure)
+    assert finals == []
+    finals.clear()
+    assert "dense_parts" not in search_point(MOE, measure, s, 4, final_measure=final_measure)
+
+
 def test_previous_pick_is_always_a_finalist(tmp_path):
     # v37b: the search lost a pick the previous table had (noise in its few-replay trials);
     # the previous pick joins the finalists, re-timed with the full replay count, and wins here

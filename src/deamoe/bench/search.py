@@ -165,7 +165,23 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     # a previous pick that no longer runs is no candidate
     must = [k for k in prior or [] if logged(k) is not None]
     final = final_measure or (lambda k: measure(k, s.replays))
-    return pick_finalist(tried, s.finalists, final, must) or knobs
+    pick = pick_finalist(tried, s.finalists, final, must) or knobs
+    return dense_parts_pass(shape, pick, final, s)
+
+
+def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings"):
+    """The pick and its 1..n-1 dense parts (at its split n), timed by the final measure: the
+    fastest.  DeaMoE picks with dense_dept_up and a split only (v53b: at Qwen3 @4 the search's
+    one-layer trials did not rank s4dp3 among its finalists, which the A/B on >= 8-layer
+    graphs timed 0.5% faster in every round)."""
+    split = (pick or {}).get("split_launches", 1)
+    if not (s.dense_parts and shape.kind == "deamoe" and pick and pick.get("dense_dept_up")
+            and split > 1):
+        return pick
+    plain = {k: v for k, v in pick.items() if k != "dense_parts"}
+    candidates = [plain] + [{**plain, "dense_parts": n} for n in range(1, split)]
+    timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
+    return candidates[min(timed)[1]] if timed else pick
 
 
 def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
