@@ -87,10 +87,9 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
                     dense, dense_t = trial, t
         # only the first parts dense, the others routed in their own chains (v53: at 4-8
         # tokens the routed parts skip unchosen departments and start beside the dense tail)
-        split = (dense or {}).get("split_launches", 1)
-        if s.dense_parts and dense is not None and split > 1:
-            base = dict(dense)
-            for n_dense in range(1, split):
+        if s.dense_parts and dense is not None:
+            base = dense
+            for n_dense in range(1, base.get("split_launches", 1)):
                 trial = {**base, "dense_parts": n_dense}
                 t = measure(trial)
                 if t is not None and t < dense_t:

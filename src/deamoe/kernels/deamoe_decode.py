@@ -178,29 +178,27 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         op = _torch_operator(operator)
         a1.copy_(op(a1.view(T * n_dept, 2, f).float()).view(T * n_dept, 2 * f))
 
+    def part(lo, hi, routed_up):  # the GEMMs of departments lo..hi-1 and their experts
+        up = [lambda: dept_up_stage_gemm((lo, hi))] if routed_up else []
+        return up + [lambda: expert_up_gemm((lo * per, hi * per)),
+                     lambda: expert_down_gemm((lo * per, hi * per)),
+                     lambda: dept_down_stage_gemm((lo, hi))]
+
     head = [] if route is None else [("route", do_route, ())]
     head.append(("align", do_align, ()))
-    mixed = tiles.dense_parts and fused and tiles.split_launches > 1
     if tiles.dense_parts and (not tiles.dense_dept_up or not 0 < tiles.dense_parts
                               < min(tiles.split_launches, n_dept)):
         raise ValueError(f"deamoe_forward: dense_parts={tiles.dense_parts} needs dense_dept_up "
                          f"and 0 < dense_parts < split_launches={tiles.split_launches}")
-    if mixed:  # dense GEMM for the first parts, routed department GEMM in the others
+    if tiles.dense_parts and fused:  # dense GEMM for the first parts, routed in the others
         ranges = split_ranges(n_dept, tiles.split_launches)
         n_dense = tiles.dense_parts
-        dense_hi = ranges[n_dense - 1][1]
-
-        def chain(lo, hi, routed_up):  # one part's GEMMs, departments lo..hi-1
-            up = [lambda: dept_up_stage_gemm((lo, hi))] if routed_up else []
-            return up + [lambda: expert_up_gemm((lo * per, hi * per)),
-                         lambda: expert_down_gemm((lo * per, hi * per)),
-                         lambda: dept_down_stage_gemm((lo, hi))]
 
         def dense_then_parts():
             run_forked([launch for _, launch, _ in head],
-                       [lambda: dept_up_stage_gemm((0, dense_hi), dense=True)],
-                       [chain(lo, hi, True) for lo, hi in ranges[n_dense:]],
-                       [chain(lo, hi, False) for lo, hi in ranges[:n_dense]], dev)
+                       [lambda: dept_up_stage_gemm((0, ranges[n_dense - 1][1]), dense=True)],
+                       [part(lo, hi, True) for lo, hi in ranges[n_dense:]],
+                       [part(lo, hi, False) for lo, hi in ranges[:n_dense]], dev)
         return out, [("route+align | dense dept_up of some parts, then all parts",
                       dense_then_parts, (dept_gate, dept_up, expert_gate, expert_up,
                                          expert_down, dept_down))]
@@ -213,15 +211,9 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
         head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
 
     if fused and tiles.split_launches > 1:
-        def part(lo, hi):  # the GEMMs of departments lo..hi-1 and their experts
-            up = [] if tiles.dense_dept_up else [lambda: dept_up_stage_gemm((lo, hi))]
-            return up + [lambda: expert_up_gemm((lo * per, hi * per)),
-                         lambda: expert_down_gemm((lo * per, hi * per)),
-                         lambda: dept_down_stage_gemm((lo, hi))]
-
         def split():
-            run_parallel([part(lo, hi) for lo, hi in split_ranges(n_dept, tiles.split_launches)],
-                         dev)
+            run_parallel([part(lo, hi, not tiles.dense_dept_up)
+                          for lo, hi in split_ranges(n_dept, tiles.split_launches)], dev)
         return out, head + [("gemms", split, (dept_gate, dept_up, expert_gate, expert_up,
                                               expert_down, dept_down))]
 
