@@ -47,7 +47,7 @@ def write_results(root: Path, *, eval_=True, serve=True, microbench_gpu=False) -
         {"variant": v, "operator": o, "init": i, "dept_topk": d, "loss_last_n": 5.0 + k / 10,
          "steps": 40, "tokens": 81920, "paper_loss": 2.5 + k / 100}
         for k, (v, o, i, d) in enumerate(variants)])
-    runs = [f"ablation-no{i}" for i in range(1, 7)] + ["pretrain-baseline", "pretrain-deamoe"]
+    runs = [f"ablation-no{i}-s0" for i in range(1, 7)] + ["pretrain-tiny-baseline-s0", "pretrain-tiny-deamoe-s0"]
     for k, run in enumerate(runs):
         d = res / "train" / run
         steps = np.arange(1, 41)

@@ -19,9 +19,10 @@ def small_config(tmp_path, **train) -> str:
         "train": {"seq_len": 16, "batch_size": 4, "micro_batch_size": 2, "steps": 6,
                   "warmup_steps": 2, "checkpoint_every": 0, "eval_batches": 2, "threads": 1, **train},
         "ablation": {"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2, "k_expert": 3, "last_n": 3},
-        "pretrain": {"baseline": {"h_ffn": 16, "n_expert": 8, "k_expert": 4},
-                     "deamoe": {"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2, "k_expert": 4},
-                     "max_budget_deviation": 0.05},
+        "pretrain": {"sizes": {"t": {"baseline": {"h_ffn": 16, "n_expert": 8, "k_expert": 4},
+                                     "deamoe": {"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2,
+                                                "k_expert": 4}}},
+                     "seeds": [0], "max_budget_deviation": 0.05},
     }
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "config.yaml"

@@ -19,7 +19,7 @@ def _settings(tmp_path, make_config, **train):
 
 def test_killed_and_restarted_run_ends_exactly_like_an_uninterrupted_one(tmp_path, make_config, shards):
     s = _settings(tmp_path, make_config, checkpoint_every=2)
-    for name in ("ablation-no6", "pretrain-baseline"):
+    for name in ("ablation-no6-s0", "pretrain-t-baseline-s0"):
         spec = run_spec(s, name)
         full = train_run(s, spec, shards, tmp_path / name / "full", progress=False)
         assert train_run(s, spec, shards, tmp_path / name / "cut", stop_after=3, progress=False) is None
@@ -35,9 +35,9 @@ def test_killed_and_restarted_run_ends_exactly_like_an_uninterrupted_one(tmp_pat
 
 def test_resume_state_from_another_configuration_is_refused(tmp_path, make_config, shards):
     s = _settings(tmp_path, make_config)
-    train_run(s, run_spec(s, "ablation-no1"), shards, tmp_path / "run", stop_after=2, progress=False)
+    train_run(s, run_spec(s, "ablation-no1-s0"), shards, tmp_path / "run", stop_after=2, progress=False)
     with pytest.raises(DeaMoEError, match=r"written by another configuration \(differs in: model\)"):
-        train_run(s, run_spec(s, "ablation-no3"), shards, tmp_path / "run", progress=False)
+        train_run(s, run_spec(s, "ablation-no3-s0"), shards, tmp_path / "run", progress=False)
 
 
 def test_final_checkpoint_loads_with_transformers_and_reproduces_val_loss(tmp_path, make_config, shards):
@@ -47,7 +47,7 @@ def test_final_checkpoint_loads_with_transformers_and_reproduces_val_loss(tmp_pa
     from deamoe.train.data import TokenData
 
     s = _settings(tmp_path, make_config)
-    summary = train_run(s, run_spec(s, "pretrain-deamoe"), shards, tmp_path / "run", progress=False)
+    summary = train_run(s, run_spec(s, "pretrain-t-deamoe-s0"), shards, tmp_path / "run", progress=False)
     ckpt = tmp_path / "run" / "checkpoint"
     model = AutoModelForCausalLM.from_pretrained(ckpt).eval()
     tok = AutoTokenizer.from_pretrained(ckpt)
@@ -66,7 +66,7 @@ def test_final_checkpoint_loads_with_transformers_and_reproduces_val_loss(tmp_pa
 
 def test_loss_falls(tmp_path, make_config, shards):
     s = _settings(tmp_path, make_config, steps=40, lr=0.01, warmup_steps=4)
-    train_run(s, run_spec(s, "ablation-no1"), shards, tmp_path / "run", progress=False)
+    train_run(s, run_spec(s, "ablation-no1-s0"), shards, tmp_path / "run", progress=False)
     loss = pd.read_csv(tmp_path / "run" / "log.csv")["loss"]
     assert loss.tail(5).mean() < loss.head(3).mean() - 0.5
 
@@ -82,22 +82,25 @@ def test_ablation_and_pretrain_summaries(tmp_path, make_config, shards):
     config = make_config(tmp_path, steps=3)
     s = load_settings(config)
     for v in ("no1", "no2", "no3", "no4", "no5", "no6"):
-        train_run(s, run_spec(s, f"ablation-{v}"), shards, tmp_path / "runs" / f"ablation-{v}", progress=False)
+        train_run(s, run_spec(s, f"ablation-{v}-s0"), shards, tmp_path / "runs" / f"ablation-{v}-s0", progress=False)
     for m in ("baseline", "deamoe"):
-        train_run(s, run_spec(s, f"pretrain-{m}"), shards, tmp_path / "runs" / f"pretrain-{m}", progress=False)
+        train_run(s, run_spec(s, f"pretrain-t-{m}-s0"), shards, tmp_path / "runs" / f"pretrain-t-{m}-s0",
+                  progress=False)
     from deamoe.cli import main
 
     assert main(["ablation", "--config", config, "--runs", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "ablation" / "summary.csv")]) == 0
     table = pd.read_csv(tmp_path / "ablation" / "summary.csv")
-    assert list(table.columns[:8]) == ["variant", "operator", "init", "dept_topk", "loss_last_n",
-                                       "last_n", "steps", "tokens"]
+    assert list(table.columns[:11]) == ["run", "variant", "seed", "size", "operator", "init", "dept_topk",
+                                        "loss_last_n", "last_n", "steps", "tokens"]
     assert list(table["paper_loss"]) == [2.504, 2.510, 2.536, 2.508, 2.530, 2.519]
     assert (tmp_path / "ablation" / "curves.csv").is_file()
     assert main(["pretrain", "--config", config, "--runs", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "pretrain" / "summary.csv")]) == 0
     pre = pd.read_csv(tmp_path / "pretrain" / "summary.csv")
     assert list(pre["model"]) == ["baseline", "deamoe"] and (pre["val_loss"] > 0).all()
+    assert list(pre["run"]) == ["pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"]
+    assert (pre["tokens"] == 3 * 4 * 16).all() and (pre["seed"] == 0).all()
     # a missing run is a one-line error naming it
     assert main(["ablation", "--config", config, "--runs", str(tmp_path / "nowhere"),
                  "--out", str(tmp_path / "x.csv")]) == 2
@@ -108,7 +111,7 @@ def test_fsdp2_on_two_gloo_processes_matches_one_process(tmp_path, make_config, 
     one = make_config(tmp_path / "one", steps=4)
     two = make_config(tmp_path / "two", steps=4, nproc_per_node=2, device="cpu")
     for cfg, out in ((one, "r1"), (two, "r2")):
-        proc = subprocess.run([sys.executable, "-m", "deamoe", "train", "--config", cfg, "--run", "ablation-no1",
+        proc = subprocess.run([sys.executable, "-m", "deamoe", "train", "--config", cfg, "--run", "ablation-no1-s0",
                                "--data", str(shards), "--out", str(tmp_path / out)],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -124,13 +127,13 @@ def test_more_processes_than_gpus_is_an_error(tmp_path, make_config, shards):
     cfg = make_config(tmp_path, nproc_per_node=64, device="cuda")
     from deamoe.cli import main
 
-    assert main(["train", "--config", cfg, "--run", "ablation-no1", "--data", str(shards),
+    assert main(["train", "--config", cfg, "--run", "ablation-no1-s0", "--data", str(shards),
                  "--out", str(tmp_path / "r")]) == 2
 
 
 def test_time_box_stops_early_and_says_so(tmp_path, make_config, shards):
     s = _settings(tmp_path, make_config, steps=500)
-    summary = train_run(s, run_spec(s, "ablation-no1"), shards, tmp_path / "run", progress=False,
+    summary = train_run(s, run_spec(s, "ablation-no1-s0"), shards, tmp_path / "run", progress=False,
                         max_seconds=1e-9)
     assert summary["stopped_early"] and summary["planned_steps"] == 500 and summary["steps"] <= 1
     assert (tmp_path / "run" / "checkpoint" / "config.json").is_file()
@@ -140,9 +143,9 @@ def test_measurement_tables(tmp_path, make_config, shards):
     from deamoe.train.measure import collect
 
     s = _settings(tmp_path, make_config)
-    for name in ("pretrain-baseline", "pretrain-deamoe"):
-        train_run(s, run_spec(s, name), shards, tmp_path / "runs" / name.split("-")[1], progress=False)
+    for name in ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"):
+        train_run(s, run_spec(s, name), shards, tmp_path / "runs" / name.split("-")[2], progress=False)
     collect(tmp_path / "runs", tmp_path / "m")
     table = pd.read_csv(tmp_path / "m" / "train_gpu.csv")
-    assert set(table["run"]) == {"pretrain-baseline", "pretrain-deamoe"}
+    assert set(table["run"]) == {"pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"}
     assert (table["deamoe_over_baseline_step_time"] > 0).all()

@@ -90,6 +90,13 @@ def test_params_trigger_reruns_exactly_the_rules_whose_section_changed(snakemake
     assert _planned(forced) == {"loading": 1}
 
 
+def _given(resolved, value) -> bool:
+    """`value` reached the resolved config (which adds schema defaults inside nested mappings)."""
+    if isinstance(value, dict) and isinstance(resolved, dict):
+        return all(k in resolved and _given(resolved[k], v) for k, v in value.items())
+    return resolved == value
+
+
 @pytest.mark.parametrize("profile, name", [("gpu", "gpu"), ("slurm", "paper")])
 def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, profile, name):
     folder = workdir / "workflow" / "profiles" / profile
@@ -106,9 +113,39 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
         for section, values in (yaml.safe_load((workdir / path).read_text()) or {}).items():
             if isinstance(values, dict):
                 for key, value in values.items():
-                    assert resolved[section][key] == value, (path, section, key)
+                    assert _given(resolved[section][key], value), (path, section, key)
             else:
                 assert resolved[section] == values, (path, section)
+
+
+@pytest.mark.parametrize("target, jobs", [
+    ("quality_small", {"data": 1, "train": 6, "eval": 6, "quality": 1, "quality_small": 1}),
+    ("quality_medium", {"data": 1, "train": 6, "eval": 6, "quality": 1, "quality_medium": 1}),
+    ("quality_large", {"data": 1, "train": 4, "eval": 4, "quality": 1, "quality_large": 1}),
+    ("ablation_seeds", {"data": 1, "train": 12, "ablation": 1, "ablation_seeds": 1}),
+])
+def test_gpu_profile_targets_are_one_size_each(snakemake, workdir, target, jobs):
+    folder = workdir / "workflow" / "profiles" / "gpu"
+    if not (workdir.parent / "shared" / "data" / "corpus" / "gutenberg").is_dir():
+        pytest.skip("the gpu profile trains on ../shared/data/corpus/gutenberg (not beside this checkout)")
+    proc = snakemake(workdir, "-n", "-p", "--workflow-profile", str(folder), target)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert _job_counts(out) == jobs
+    # seed 0 of each pair gets the downstream tasks (eval.seeds), the other seeds perplexity only
+    evals = [line for line in out.splitlines() if " eval --config" in line]
+    assert len([e for e in evals if "--perplexity-only" not in e]) == (2 if jobs.get("eval") else 0)
+    # small runs share the GPU: 12 slots / runs_per_gpu
+    slots = {"quality_small": 2, "quality_medium": 4, "quality_large": 6, "ablation_seeds": 4}[target]
+    assert f"gpu_slots={slots}" in out
+
+
+def test_bad_ladder_size_stops_before_any_job(snakemake, workdir):
+    proc = snakemake(workdir, "--cores", "1", "--config",
+                     "pretrain={'sizes': {'a': {'deamoe': {'h_ffn': 24, 'n_dept': 8}}}}")
+    assert proc.returncode != 0
+    assert "config: pretrain.sizes.a.deamoe: missing key n_expert" in proc.stderr
+    assert not (workdir / "logs").exists()
 
 
 def test_missing_corpus_file_is_named_before_any_job(snakemake, workdir, tmp_path):

@@ -126,9 +126,6 @@ def section(name):
     return RESOLVED.get(name, {})
 
 
-# Table 4's variants No.1..No.6 (ablation.variants may pick a subset) and the pre-training pair
-ABLATION_RUNS = [f"ablation-{v}" for v in
-                 section("ablation").get("variants", [f"no{i}" for i in range(1, 7)])]
 
 
 # The interpreter that runs Snakemake runs the stage commands, unless --sdm conda supplies one:

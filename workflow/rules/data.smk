@@ -35,6 +35,8 @@ rule data:
         "../../envs/train.yaml"
     log:
         "logs/data/data.log",
+    # the tokenizer library's thread pool (BPE training, batch encoding of the books)
     threads: 1
     shell:
-        "{DEAMOE} data --config {params.config} --out results/data > {log} 2>&1"
+        "RAYON_NUM_THREADS={threads} RAYON_RS_NUM_CPUS={threads}"
+        " {DEAMOE} data --config {params.config} --out results/data > {log} 2>&1"

@@ -1,4 +1,6 @@
 # Tables 2 and 3: lm-evaluation-harness on the pre-trained checkpoints (offline, shipped data).
+# Every run of the ladder gets the perplexity corpora; the seeds in eval.seeds (all when empty)
+# get the downstream tasks too.
 
 
 def _eval_data(wildcards):
@@ -7,30 +9,41 @@ def _eval_data(wildcards):
     return [] if ev.get("online") else [ev.get("data_dir", "data/eval")]
 
 
+def _eval_args(wildcards):
+    r = _runs.parse_run(wildcards.run)
+    chosen = section("eval").get("seeds") or []
+    only_ppl = bool(chosen) and r["seed"] not in chosen
+    return f"--model {r['model']}" + (" --perplexity-only" if only_ppl else "")
+
+
 rule eval:
     input:
-        checkpoint="results/train/pretrain-{model}/checkpoint",
+        checkpoint="results/train/{run}/checkpoint",
         data=_eval_data,
     output:
-        "results/eval/{model}/lm_eval.json",
+        "results/eval/{run}/lm_eval.json",
     params:
         config=RESOLVED_CONFIG,
         eval=section("eval"),
+        args=_eval_args,
     conda:
         "../../envs/eval.yaml"
+    wildcard_constraints:
+        run=r"pretrain-[a-z0-9]+-(baseline|deamoe)-s\d+",
     log:
-        "logs/eval/{model}.log",
+        "logs/eval/{run}.log",
     threads: 1
     resources:
         gpu=0,
+        gpu_slots=gpu_slots,
     shell:
         "{DEAMOE} eval --config {params.config} --checkpoint {input.checkpoint}"
-        " --model {wildcards.model} --out results/eval/{wildcards.model} > {log} 2>&1"
+        " {params.args} --out results/eval/{wildcards.run} > {log} 2>&1"
 
 
 rule eval_tables:
     input:
-        expand("results/eval/{model}/lm_eval.json", model=PRETRAIN_MODELS),
+        expand("results/eval/{run}/lm_eval.json", run=PRETRAIN_RUNS),
     output:
         downstream="results/eval/downstream.csv",
         perplexity="results/eval/perplexity.csv",

@@ -1,9 +1,39 @@
-# Training runs: Table 4's six ablation variants and the DeaMoE-vs-baseline pre-training pair.
-# One rule, one command; the run name picks the variant.
+# Training runs: Table 4's six ablation variants x seeds, and the pre-training ladder (sizes x
+# {baseline, deamoe} x seeds).  One rule, one command; the run name picks size, model and seed.
+
+from deamoe.errors import ConfigError as _ConfigError
+from deamoe.train import runs as _runs
+from deamoe.train.settings import load_settings as _load_settings
+
+# The ladder resolved once at parse time: a bad size, an unmatched pair or a missing key stops
+# Snakemake with one line naming the key, before any job runs.
+try:
+    _TRAIN = _load_settings(doc=RESOLVED)
+    SIZES = {name: _runs.size(_TRAIN, name) for name in _TRAIN.pretrain.sizes}
+except _ConfigError as _exc:
+    raise WorkflowError(f"config: {_exc}") from None
+PRETRAIN_RUNS = _runs.pretrain_run_names(_TRAIN)
+ABLATION_RUNS = _runs.ablation_run_names(_TRAIN)
+ABLATION_SIZE = _runs.ablation_size(_TRAIN)
+# The checkpoints served (Figure 3) and shown first: the first size's first seed
+SERVED_RUN = {m: f"pretrain-{next(iter(SIZES))}-{m}-s{_runs.seeds(_TRAIN, 'pretrain')[0]}"
+              for m in PRETRAIN_MODELS}
+
+# A GPU is GPU_SLOTS `gpu_slots` (the gpu profile declares that many per GPU): a run of a size with
+# runs_per_gpu N takes GPU_SLOTS / N of them, so small runs share the GPU and large ones own it.
+GPU_SLOTS = 12
+
+
+def gpu_slots(wildcards):
+    r = _runs.parse_run(wildcards.run)
+    per_gpu = SIZES[r.get("size", ABLATION_SIZE)].runs_per_gpu
+    return max(1, GPU_SLOTS // per_gpu)
+
 
 wildcard_constraints:
-    run="ablation-no[1-6]|pretrain-(baseline|deamoe)",
+    run=r"ablation-no[1-6]-s\d+|pretrain-[a-z0-9]+-(baseline|deamoe)-s\d+",
     model="baseline|deamoe",
+    size="[a-z0-9]+",
 
 
 def _run_section(wildcards):
@@ -29,7 +59,8 @@ rule train:
     # tiny: two 1-thread runs side by side on a 2-core laptop; the profiles raise it
     threads: 1
     resources:
-        gpu=0,  # the GPU/SLURM profiles set this to match train.nproc_per_node
+        gpu=0,  # the SLURM profile sets this to match train.nproc_per_node
+        gpu_slots=gpu_slots,
     # An interrupted run resumes from its last periodic checkpoint (kept beside, not in, the
     # declared outputs, so Snakemake's cleanup of incomplete outputs leaves it).  With
     # train.nproc_per_node > 1 the command itself re-launches under torchrun (FSDP2).
@@ -40,7 +71,7 @@ rule train:
 
 rule pretrain:
     input:
-        expand("results/train/pretrain-{model}/summary.json", model=PRETRAIN_MODELS),
+        expand("results/train/{run}/summary.json", run=PRETRAIN_RUNS),
     output:
         "results/pretrain/summary.csv",
     params:

@@ -10,7 +10,7 @@ SERVE_ENV = "../../envs/serve-cpu.yaml" if RESOLVED.get("profile", "tiny") == "t
 
 rule serve:
     input:
-        checkpoint="results/train/pretrain-{model}/checkpoint",
+        checkpoint=lambda wc: f"results/train/{SERVED_RUN[wc.model]}/checkpoint",
     output:
         directory("results/serve/{model}"),  # c<N>.json per concurrency, written by the command
     params:

@@ -9,7 +9,9 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, help="pipeline config YAML (section eval)")
     p.add_argument("--checkpoint", required=True, help="HF checkpoint directory (model + tokenizer)")
     p.add_argument("--model", required=True, help="model name in the tables: deamoe or baseline")
-    p.add_argument("--out", required=True, help="output directory, e.g. results/eval/deamoe")
+    p.add_argument("--out", required=True, help="output directory, e.g. results/eval/pretrain-tiny-deamoe-s0")
+    p.add_argument("--perplexity-only", action="store_true",
+                   help="only the perplexity corpora among eval.tasks (runs outside eval.seeds)")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("eval-tables", help="downstream.csv + perplexity.csv with the paper's values beside")
@@ -38,6 +40,12 @@ def cmd_eval(args) -> int:
     from deamoe.eval.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
+    if args.perplexity_only:
+        import dataclasses
+
+        from deamoe.eval.settings import PERPLEXITY_TASKS
+
+        s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
     results = run_eval(s, args.checkpoint, args.model, args.out, profile=_profile(args.config))
     print(f"eval: {args.model}: {len(results['results'])} tasks/groups "
           f"in {results['deamoe']['wall_seconds']} s -> {args.out}/lm_eval.json")

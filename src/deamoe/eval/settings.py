@@ -32,6 +32,7 @@ class EvalSettings:
     device: str = "cpu"  # cpu | cuda | cuda:N | auto
     dtype: str = "float32"  # float32 | bfloat16 | float16
     seed: int = 1234
+    seeds: tuple[int, ...] = ()  # pre-training seeds that get the downstream tasks (empty: all); others perplexity
     log_samples: bool = False  # keep per-document outputs in lm_eval.json (large)
     bootstrap_iters: int = 1000  # the harness's stderr bootstrap for perplexity-free metrics
 

@@ -22,6 +22,7 @@ PROVENANCE = ("git_sha", "date", "device", "profile", "lm_eval", "torch", "limit
 DOWNSTREAM_COLUMNS = ["model", "task", "metric", "value", "stderr", "n", "paper_value", "table_metric"]
 PERPLEXITY_COLUMNS = ["model", "dataset", "word_perplexity", "byte_perplexity", "bits_per_byte", "n",
                       "paper_value"]
+RUN_COLUMNS = ["run", "size", "seed"]  # which training run of the ladder (from the folder name)
 
 
 def _number(x) -> float:
@@ -33,7 +34,7 @@ def _number(x) -> float:
 
 
 def load_results(in_dir: str | Path) -> dict[str, dict]:
-    """model name -> lm_eval.json contents, for every <in_dir>/<model>/lm_eval.json."""
+    """run (folder name) -> lm_eval.json contents, for every <in_dir>/<run>/lm_eval.json."""
     found = {}
     for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
         try:
@@ -42,8 +43,7 @@ def load_results(in_dir: str | Path) -> dict[str, dict]:
             raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
         if "results" not in doc:
             raise DataError(f"{path}: no 'results' key (not an lm-eval output)")
-        model = doc.get("deamoe", {}).get("model") or path.parent.name
-        found[model] = doc
+        found[path.parent.name] = doc
     if not found:
         raise DataError(f"{in_dir}: no */lm_eval.json found (run `python -m deamoe eval` first)")
     return found
@@ -93,13 +93,28 @@ def perplexity_rows(model: str, doc: dict) -> list[dict]:
     return rows
 
 
+def _run_fields(run: str) -> dict:
+    from deamoe.errors import ConfigError
+    from deamoe.train.runs import parse_run
+
+    try:
+        r = parse_run(run)
+    except ConfigError:  # a folder named after the model alone (evaluated outside the ladder)
+        return {"run": run, "size": None, "seed": None}
+    return {"run": run, "size": r.get("size"), "seed": r["seed"]}
+
+
 def build_tables(in_dir: str | Path):
     import pandas as pd
 
     results = load_results(in_dir)
-    down = [r for m, d in results.items() for r in downstream_rows(m, d)]
-    ppl = [r for m, d in results.items() for r in perplexity_rows(m, d)]
-    extra = list(PROVENANCE)
+    down, ppl = [], []
+    for run, doc in results.items():
+        model = doc.get("deamoe", {}).get("model") or run
+        where = _run_fields(run)
+        down += [{**r, **where} for r in downstream_rows(model, doc)]
+        ppl += [{**r, **where} for r in perplexity_rows(model, doc)]
+    extra = list(PROVENANCE) + RUN_COLUMNS
     return (pd.DataFrame(down, columns=DOWNSTREAM_COLUMNS + extra),
             pd.DataFrame(ppl, columns=PERPLEXITY_COLUMNS + extra))
 

@@ -103,7 +103,7 @@ def figure2(results: Path, profile: str | None) -> Artifact:
 
 def table2(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "eval" / "downstream.csv", required=("model", "task", "value"),
-                   profile=profile, scale_records=run_summaries(results, _pretrain_runs()))
+                   profile=profile, scale_records=run_summaries(results, _runs(results, "pretrain")))
     rows = []
     if src.ok:
         df = src.frame.copy()
@@ -137,7 +137,7 @@ def table2(results: Path, profile: str | None) -> Artifact:
 
 def table3(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "eval" / "perplexity.csv", required=("model", "dataset"),
-                   profile=profile, scale_records=run_summaries(results, _pretrain_runs()))
+                   profile=profile, scale_records=run_summaries(results, _runs(results, "pretrain")))
     rows = []
     if src.ok:
         df = src.frame
@@ -161,17 +161,14 @@ def table3(results: Path, profile: str | None) -> Artifact:
                     [paper.PAPER_SCALE["table3"]])
 
 
-def _ablation_runs() -> list[str]:
-    return [f"ablation-no{i}" for i in range(1, 7)]
-
-
-def _pretrain_runs() -> list[str]:
-    return ["pretrain-deamoe", "pretrain-baseline"]
+def _runs(results: Path, kind: str) -> list[str]:
+    """The training runs of one kind (ablation, pretrain) that left a folder under results/train."""
+    return sorted(p.name for p in (Path(results) / "train").glob(f"{kind}-*") if p.is_dir())
 
 
 def table4(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "ablation" / "summary.csv", required=("variant", "loss_last_n"),
-                   profile=profile, scale_records=run_summaries(results, _ablation_runs()))
+                   profile=profile, scale_records=run_summaries(results, _runs(results, "ablation")))
     paper_rows = pd.DataFrame(paper.TABLE4, columns=["variant", "operator", "init", "dept_topk",
                                                      "paper_loss"])
     if src.ok:
@@ -185,17 +182,17 @@ def table4(results: Path, profile: str | None) -> Artifact:
     else:
         table = paper_rows.assign(loss_last_n=NOT_RUN)[
             ["variant", "operator", "init", "dept_topk", "loss_last_n", "paper_loss"]]
-    logs = training_logs(results, _ablation_runs())
+    logs = training_logs(results, _runs(results, "ablation"))
     return Artifact("table4", "Table 4: ablation, mean training loss over the last N steps",
                     table, [src], [paper.TABLE4_SCALE], data=logs)
 
 
 def pretrain(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "pretrain" / "summary.csv", profile=profile,
-                   scale_records=run_summaries(results, _pretrain_runs()))
+                   scale_records=run_summaries(results, _runs(results, "pretrain")))
     table = src.frame if src.ok else pd.DataFrame({"model": ["deamoe", "baseline"],
                                                    "final loss": [NOT_RUN, NOT_RUN]})
-    logs = training_logs(results, _pretrain_runs())
+    logs = training_logs(results, _runs(results, "pretrain"))
     return Artifact("pretrain", "Pre-training: DeaMoE vs budget-matched baseline", table, [src],
                     ["same data, optimiser, schedule and seed for both models"], data=logs)
 
@@ -213,7 +210,7 @@ def tpot_metric(df: pd.DataFrame) -> str:
 def figure3(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "serve" / "tpot.csv",
                    required=("model", "concurrency", "tpot_mean_ms"), profile=profile,
-                   scale_records=run_summaries(results, _pretrain_runs()))
+                   scale_records=run_summaries(results, _runs(results, "pretrain")))
     if src.ok:
         df = src.frame.assign(model=lambda d: d["model"].str.lower())
         metric = tpot_metric(df)
@@ -233,7 +230,7 @@ def figure3(results: Path, profile: str | None) -> Artifact:
 
 def figure3_slo(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "serve" / "slo.csv", profile=profile,
-                   scale_records=run_summaries(results, _pretrain_runs()))
+                   scale_records=run_summaries(results, _runs(results, "pretrain")))
     paper_rows = pd.DataFrame(paper.FIG3_SLO, columns=["tpot_budget_ms", "paper baseline batch",
                                                        "paper deamoe batch", "paper gain"])
     if src.ok:

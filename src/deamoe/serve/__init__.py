@@ -13,7 +13,7 @@
   settings.py     the `serve` config section (workflow/schemas/serve.schema.yaml)
 
 Commands:
-  python -m deamoe serve --config C --checkpoint results/train/pretrain-MODEL/checkpoint \\
+  python -m deamoe serve --config C --checkpoint results/train/pretrain-tiny-MODEL-s0/checkpoint \\
       --model MODEL --out results/serve/MODEL
   python -m deamoe serve-tables --config C --in results/serve --out results/serve
 

@@ -3,7 +3,7 @@
 vLLM calls `register()` in every process it starts (API server, engine core, workers), so a
 checkpoint written by the pre-training stage is served as it is:
 
-    python -m vllm.entrypoints.openai.api_server --model results/train/pretrain-deamoe/checkpoint
+    python -m vllm.entrypoints.openai.api_server --model results/train/pretrain-tiny-deamoe-s0/checkpoint
 
 Both the DeaMoE and the baseline checkpoints carry `architectures: ["DeaMoEForCausalLM"]` and
 `model_type: "deamoe"`; the config's `ffn_type` picks the FFN, as in the Hugging Face class.

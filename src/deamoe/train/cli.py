@@ -11,11 +11,11 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output directory, e.g. results/data")
     p.set_defaults(func=cmd_data)
 
-    p = sub.add_parser("train", help="train one run (ablation-no1..no6, pretrain-baseline, pretrain-deamoe)")
+    p = sub.add_parser("train", help="train one run (ablation-<no1..no6>-s<seed>, pretrain-<size>-<baseline|deamoe>-s<seed>)")
     p.add_argument("--config", required=True)
-    p.add_argument("--run", required=True, help="run name, e.g. ablation-no1 or pretrain-deamoe")
+    p.add_argument("--run", required=True, help="run name, e.g. ablation-no1-s0 or pretrain-tiny-deamoe-s0")
     p.add_argument("--data", required=True, help="directory written by `deamoe data`")
-    p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1")
+    p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1-s0")
     p.add_argument("--steps", type=int, default=0, help="override the run's step count (smoke tests)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop after this much training wall time (time-boxed GPU measurements)")
@@ -27,10 +27,13 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="summary CSV, e.g. results/ablation/summary.csv")
     p.set_defaults(func=cmd_ablation)
 
-    p = sub.add_parser("pretrain", help="DeaMoE vs budget-matched baseline pre-training summary")
+    p = sub.add_parser("pretrain", help="DeaMoE vs budget-matched baseline: one row per run of the ladder")
     p.add_argument("--config", required=True)
     p.add_argument("--runs", required=True)
     p.add_argument("--out", required=True, help="summary CSV, e.g. results/pretrain/summary.csv")
+    p.add_argument("--size", default="", help="only this size of pretrain.sizes (default: all)")
+    p.add_argument("--eval", dest="eval_dir", default="",
+                   help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
     p.set_defaults(func=cmd_pretrain)
 
 
@@ -72,10 +75,6 @@ def cmd_train(args) -> int:
         if args.max_seconds:
             argv += ["--max-seconds", str(args.max_seconds)]
         return parallel.launch(nproc, argv)
-    if spec.kind == "pretrain":
-        from deamoe.train.runs import pretrain_budget
-
-        pretrain_budget(s)  # refuse an unmatched pair before spending compute
     from deamoe.train.trainer import train_run
 
     summary = train_run(s, spec, args.data, args.out, max_seconds=args.max_seconds)
@@ -95,5 +94,5 @@ def cmd_ablation(args) -> int:
 def cmd_pretrain(args) -> int:
     from deamoe.train.summaries import pretrain_summary
 
-    pretrain_summary(args.config, args.runs, args.out)
+    pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir)
     return 0

@@ -38,9 +38,10 @@ def collect(runs: Path, out: Path) -> None:
         curves.append(log[log["step"] % 10 == 0][["step", "tokens", "loss"]].assign(run_dir=run.name))
     table = pd.DataFrame(rows)
     single = table[table["world_size"] == 1].sort_values("steps").drop_duplicates("run", keep="last")
-    times = dict(zip(single["run"], single["median_step_time_s"]))
-    if {"pretrain-baseline", "pretrain-deamoe"} <= set(times):
-        table["deamoe_over_baseline_step_time"] = times["pretrain-deamoe"] / times["pretrain-baseline"]
+    pre = single[single["run"].str.startswith("pretrain-")]
+    times = dict(zip(pre["ffn_type"], pre["median_step_time_s"]))  # the pair: moe and deamoe
+    if {"moe", "deamoe"} <= set(times):
+        table["deamoe_over_baseline_step_time"] = times["deamoe"] / times["moe"]
     table.to_csv(out / "train_gpu.csv", index=False)
     pd.concat(curves).to_csv(out / "train_curves.csv", index=False)
     pair = [runs / n for n in ("one40", "two40")]

@@ -1,20 +1,25 @@
-"""The eight training runs, built from the config: Table 4's variants and the pre-training pair.
+"""The training runs, built from the config: Table 4's variants and the pre-training ladder.
 
-  ablation-no1 .. ablation-no6   one DeaMoE FFN (config `ablation`), varying one choice each
-  pretrain-baseline              the scaled Baseline-7B-family MoE (config `pretrain.baseline`)
-  pretrain-deamoe                its budget-matched DeaMoE (config `pretrain.deamoe`)
+  ablation-{no1..no6}-s{seed}           one DeaMoE FFN (config `ablation`), varying one choice each,
+                                        on the decoder of the size `ablation.size`
+  pretrain-{size}-baseline-s{seed}      Baseline-7B's expert shape at that size (`pretrain.sizes`)
+  pretrain-{size}-deamoe-s{seed}        its budget-matched DeaMoE (deamoe.analysis.budget.search)
 
-All runs share the decoder (`model`), the data and the optimiser/schedule/seed (`train`).
+Every size runs through the same code: its decoder dimensions and FFN pair are data.  All runs
+share the data and the optimiser/schedule (`train`); a seed sets the initialisation and the batch
+order, and the two models of a pair share it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, fields
 
 from deamoe import paper
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
-from deamoe.train.settings import Settings
+from deamoe.settings import from_dict
+from deamoe.train.settings import Settings, SizeSettings
 
 # Table 4 of the paper (deamoe.paper) keyed by variant: (operator, expert init, department top-k,
 # reported loss) in the config's spelling ("No.2", "RMSNorm" -> "no2", "rmsnorm").
@@ -23,10 +28,17 @@ TABLE4 = {
     for variant, op, init, topk, loss in paper.TABLE4
 }
 PAPER_DISTINCT_DEPARTMENTS_NO1 = paper.DISTINCT_DEPARTMENTS_NO1
-RUN_NAMES = tuple(f"ablation-{v}" for v in TABLE4) + ("pretrain-baseline", "pretrain-deamoe")
+MODELS = ("baseline", "deamoe")
+# Baseline-7B's expert shape (Table 1): h_ffn / h = 384 / 1024, 32 routed experts, top-8 here
+BASELINE_H_FFN_RATIO = 384 / 1024
+BASELINE_N_EXPERT, BASELINE_K_EXPERT = 32, 8
+DECODER_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+PRETRAIN_RUN = re.compile(r"pretrain-(?P<size>[a-z0-9]+)-(?P<model>baseline|deamoe)-s(?P<seed>\d+)")
+ABLATION_RUN = re.compile(r"ablation-(?P<variant>no[1-6])-s(?P<seed>\d+)")
 
 _MOE_KEYS = {"h_ffn", "n_expert", "k_expert", "routed_scaling"}
 _DEAMOE_KEYS = _MOE_KEYS | {"n_dept", "k_dept", "operator", "expert_init", "dept_topk"}
+_DEAMOE_REQUIRED = ("h_ffn", "n_dept", "n_expert", "k_dept", "k_expert")
 
 
 @dataclass(frozen=True)
@@ -34,64 +46,152 @@ class RunSpec:
     name: str
     kind: str  # ablation | pretrain
     ffn_type: str  # moe | deamoe
-    ffn: dict = field(default_factory=dict)  # FFN fields of DeaMoEConfig (h comes from model)
+    ffn: dict = field(default_factory=dict)  # FFN fields of DeaMoEConfig (h comes from the decoder)
     steps: int = 0
     paper: dict = field(default_factory=dict)  # the paper's numbers for this run, if any
+    size: str = ""
+    seed: int = 0
+    decoder: dict = field(default_factory=dict)  # hidden_size, layers, heads, kv heads
+    lr: float = 0.0  # 0: train.lr
 
-    def shape(self, hidden_size: int) -> MoEShape | DeaMoEShape:
+    def shape(self, hidden_size: int | None = None) -> MoEShape | DeaMoEShape:
         cls = DeaMoEShape if self.ffn_type == "deamoe" else MoEShape
-        return cls(h=hidden_size, **self.ffn)
+        return cls(h=hidden_size or self.decoder["hidden_size"], **self.ffn)
 
 
-def _ffn(section: str, values: dict, keys: set[str]) -> dict:
+@dataclass(frozen=True)
+class Size:
+    """One resolved rung of the ladder."""
+
+    name: str
+    decoder: dict
+    baseline: MoEShape
+    deamoe: DeaMoEShape
+    budget: dict  # deamoe.analysis.budget.budget(baseline, deamoe)
+    steps: int
+    lr: float
+    runs_per_gpu: int
+    seeds: tuple[int, ...]
+
+
+def seeds(settings: Settings, kind: str) -> tuple[int, ...]:
+    chosen = getattr(settings, kind).seeds
+    return tuple(chosen) or (settings.train.seed,)
+
+
+def _ffn(where: str, values: dict, keys: set[str]) -> dict:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where} must be a mapping of FFN fields, got {values!r}")
     bad = sorted(set(values) - keys)
     if bad:
-        raise ConfigError(f"unknown key {section}.{bad[0]} (known: {', '.join(sorted(keys))})")
+        raise ConfigError(f"unknown key {where}.{bad[0]} (known: {', '.join(sorted(keys))})")
     return dict(values)
 
 
-def run_spec(settings: Settings, name: str) -> RunSpec:
-    """The RunSpec called `name` (one of RUN_NAMES)."""
-    if name not in RUN_NAMES:
-        raise ConfigError(f"unknown run {name!r}; choose from {', '.join(RUN_NAMES)}")
-    train_steps = settings.train.steps
-    if name.startswith("ablation-"):
-        a = settings.ablation
-        variant = name.removeprefix("ablation-")
-        op, init, topk, loss = TABLE4[variant]
-        ffn = dict(h_ffn=a.h_ffn, n_dept=a.n_dept, n_expert=a.n_expert, k_dept=a.k_dept,
-                   k_expert=a.k_expert, operator=op, expert_init=init, dept_topk=topk)
-        paper = {"paper_loss": loss}
-        if variant == "no1":
-            paper["paper_mean_distinct_departments"] = PAPER_DISTINCT_DEPARTMENTS_NO1
-        spec = RunSpec(name, "ablation", "deamoe", ffn, a.steps or train_steps, paper)
+def _shape(cls, where: str, **values):
+    try:
+        return cls(**values)
+    except (ConfigError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def size(settings: Settings, name: str) -> Size:
+    """Size `name` of pretrain.sizes, its FFN pair resolved and checked against the budget."""
+    from deamoe.analysis.budget import budget, search
+
+    p = settings.pretrain
+    if name not in p.sizes:
+        raise ConfigError(f"unknown size {name!r}; pretrain.sizes has {', '.join(p.sizes)}")
+    where = f"pretrain.sizes.{name}"
+    z = from_dict(SizeSettings, p.sizes[name], where)
+    decoder = {k: getattr(z, k) or getattr(settings.model, k) for k in DECODER_KEYS}
+    h = decoder["hidden_size"]
+    if h % decoder["num_attention_heads"] or decoder["num_attention_heads"] % decoder["num_key_value_heads"]:
+        raise ConfigError(f"{where}: hidden_size {h} must split into num_attention_heads "
+                          f"{decoder['num_attention_heads']}, a multiple of num_key_value_heads "
+                          f"{decoder['num_key_value_heads']}")
+    base = {"h_ffn": max(1, round(h * BASELINE_H_FFN_RATIO)), "n_expert": BASELINE_N_EXPERT,
+            "k_expert": BASELINE_K_EXPERT, **_ffn(f"{where}.baseline", z.baseline, _MOE_KEYS)}
+    baseline = _shape(MoEShape, f"{where}.baseline", h=h, **base)
+    dea = _ffn(f"{where}.deamoe", z.deamoe, _DEAMOE_KEYS)
+    if dea:
+        missing = [k for k in _DEAMOE_REQUIRED if k not in dea]
+        if missing:
+            raise ConfigError(f"{where}.deamoe: missing key {missing[0]} (give all of "
+                              f"{', '.join(_DEAMOE_REQUIRED)}, or none for the budget search's pick)")
+        deamoe = _shape(DeaMoEShape, f"{where}.deamoe", h=h, **dea)
     else:
-        p = settings.pretrain
-        which = name.removeprefix("pretrain-")
-        if which == "baseline":
-            ffn = _ffn("pretrain.baseline", p.baseline, _MOE_KEYS)
-            spec = RunSpec(name, "pretrain", "moe", ffn, p.steps or train_steps)
-        else:
-            ffn = _ffn("pretrain.deamoe", p.deamoe, _DEAMOE_KEYS)
-            spec = RunSpec(name, "pretrain", "deamoe", ffn, p.steps or train_steps)
-    spec.shape(settings.model.hidden_size)  # ConfigError now, naming the bad FFN field
-    return spec
-
-
-def pretrain_budget(settings: Settings) -> dict:
-    """Budget of the pre-training pair (deamoe.analysis.budget); checks it is ~matched."""
-    from deamoe.analysis.budget import budget
-
-    h = settings.model.hidden_size
-    b = budget(run_spec(settings, "pretrain-baseline").shape(h), run_spec(settings, "pretrain-deamoe").shape(h))
-    tol = settings.pretrain.max_budget_deviation
+        found = search(baseline)
+        if not found:
+            raise ConfigError(f"{where}: the budget search finds no DeaMoE within 2% of the baseline "
+                              f"{baseline}; give {where}.deamoe explicitly")
+        deamoe = found[0]["shape"]
+    b = budget(baseline, deamoe)
+    tol = p.max_budget_deviation
     for key in ("params_ratio", "flops_ratio"):
-        if abs(b[key] - 1) > tol:
-            raise ConfigError(
-                f"pretrain.deamoe is not budget-matched to pretrain.baseline: {key}={b[key]:.3f} "
-                f"(allowed 1 +- pretrain.max_budget_deviation={tol})"
-            )
-    return b
+        if abs(b[key] - 1) > tol + 1e-12:
+            raise ConfigError(f"{where}.deamoe is not budget-matched to its baseline: {key}={b[key]:.4f} "
+                              f"(allowed 1 +- pretrain.max_budget_deviation={tol})")
+    if z.runs_per_gpu < 1:
+        raise ConfigError(f"{where}.runs_per_gpu must be >= 1, got {z.runs_per_gpu}")
+    if len(set(z.seeds)) != len(z.seeds) or any(x < 0 for x in z.seeds):
+        raise ConfigError(f"{where}.seeds must be distinct integers >= 0, got {list(z.seeds)}")
+    return Size(name, decoder, baseline, deamoe, b, z.steps or p.steps or settings.train.steps,
+                z.lr or settings.train.lr, z.runs_per_gpu, tuple(z.seeds) or seeds(settings, "pretrain"))
+
+
+def _ffn_fields(shape) -> dict:
+    return {f.name: getattr(shape, f.name) for f in fields(shape) if f.name != "h"}
+
+
+def ablation_size(settings: Settings) -> str:
+    return settings.ablation.size or next(iter(settings.pretrain.sizes))
+
+
+def pretrain_run_names(settings: Settings, sizes=None) -> list[str]:
+    return [f"pretrain-{z}-{m}-s{seed}" for z in (sizes or settings.pretrain.sizes)
+            for seed in size(settings, z).seeds for m in MODELS]
+
+
+def ablation_run_names(settings: Settings) -> list[str]:
+    return [f"ablation-{v}-s{seed}" for v in settings.ablation.variants for seed in seeds(settings, "ablation")]
+
+
+def parse_run(name: str) -> dict:
+    """{kind, size, model, seed} (pretrain) or {kind, variant, seed} (ablation) of a run name."""
+    m = PRETRAIN_RUN.fullmatch(name)
+    if m:
+        return {"kind": "pretrain", "size": m["size"], "model": m["model"], "seed": int(m["seed"])}
+    m = ABLATION_RUN.fullmatch(name)
+    if m:
+        return {"kind": "ablation", "variant": m["variant"], "seed": int(m["seed"])}
+    raise ConfigError(f"bad run name {name!r}: expected pretrain-<size>-<baseline|deamoe>-s<seed> "
+                      "or ablation-<no1..no6>-s<seed>")
+
+
+def run_spec(settings: Settings, name: str) -> RunSpec:
+    """The RunSpec called `name` (pretrain-{size}-{model}-s{seed} or ablation-{variant}-s{seed})."""
+    r = parse_run(name)
+    if r["kind"] == "ablation":
+        a = settings.ablation
+        z = size(settings, ablation_size(settings))
+        op, init, topk, loss = TABLE4[r["variant"]]
+        ffn = {k: getattr(a, k) or getattr(z.deamoe, k) for k in _DEAMOE_REQUIRED}
+        ffn.update(operator=op, expert_init=init, dept_topk=topk)
+        paper_values = {"paper_loss": loss}
+        if r["variant"] == "no1":
+            paper_values["paper_mean_distinct_departments"] = PAPER_DISTINCT_DEPARTMENTS_NO1
+        spec = RunSpec(name, "ablation", "deamoe", ffn, a.steps or settings.train.steps, paper_values,
+                       z.name, r["seed"], z.decoder, z.lr)
+        _shape(DeaMoEShape, "ablation", h=z.decoder["hidden_size"], **ffn)  # names the bad field now
+        return spec
+    z = size(settings, r["size"])
+    if r["seed"] not in z.seeds:
+        raise ConfigError(f"run {name}: seed {r['seed']} is not among the seeds of size {z.name} "
+                          f"({', '.join(map(str, z.seeds))})")
+    shape = z.baseline if r["model"] == "baseline" else z.deamoe
+    return RunSpec(name, "pretrain", shape.kind, _ffn_fields(shape), z.steps, {}, z.name, r["seed"],
+                   z.decoder, z.lr)
 
 
 def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
@@ -101,10 +201,7 @@ def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
     m = settings.model
     return DeaMoEConfig(
         vocab_size=vocab_size,
-        hidden_size=m.hidden_size,
-        num_hidden_layers=m.num_hidden_layers,
-        num_attention_heads=m.num_attention_heads,
-        num_key_value_heads=m.num_key_value_heads,
+        **spec.decoder,
         max_position_embeddings=max(m.max_position_embeddings, settings.train.seq_len),
         rope_theta=m.rope_theta,
         rms_norm_eps=m.rms_norm_eps,

@@ -8,11 +8,15 @@ workflow/schemas/<section>.schema.yaml describe the same keys for the workflow's
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deamoe.errors import ConfigError
 from deamoe.settings import from_dict, read_config
+
+
+SIZE_NAME = re.compile(r"[a-z0-9]+")  # size names go into run names: pretrain-{size}-{model}-s{seed}
 
 
 @dataclass(frozen=True)
@@ -71,28 +75,46 @@ class TrainSettings:
 class AblationSettings:
     """Table 4: variants No.1-No.6 of one DeaMoE FFN, identical except for the varied choice."""
 
-    h_ffn: int = 32
-    n_dept: int = 8
-    n_expert: int = 48
-    k_dept: int = 4
-    k_expert: int = 8
+    size: str = ""  # the decoder: a name in pretrain.sizes ("" = the first)
+    # The DeaMoE FFN (0 = that size's budget-matched DeaMoE, field by field)
+    h_ffn: int = 0
+    n_dept: int = 0
+    n_expert: int = 0
+    k_dept: int = 0
+    k_expert: int = 0
     steps: int = 0  # 0: train.steps
     last_n: int = 50  # Table 4's loss: mean training loss over the last N steps (paper: 200)
     variants: tuple[str, ...] = ("no1", "no2", "no3", "no4", "no5", "no6")
+    seeds: tuple[int, ...] = ()  # one run per variant and seed (empty: train.seed)
+
+
+@dataclass(frozen=True)
+class SizeSettings:
+    """One rung of the pre-training ladder: its decoder and FFN pair (0 / empty = derived)."""
+
+    hidden_size: int = 0  # 0: model.hidden_size (likewise the three below)
+    num_hidden_layers: int = 0
+    num_attention_heads: int = 0
+    num_key_value_heads: int = 0
+    # Baseline MoE FFN fields (h_ffn, n_expert, k_expert, routed_scaling); missing ones follow
+    # Baseline-7B's expert shape: h_ffn = hidden_size * 384 / 1024, 32 experts, top-8.
+    baseline: dict = field(default_factory=dict)
+    # DeaMoE FFN fields; empty: the best budget-matched shape of deamoe.analysis.budget.search.
+    deamoe: dict = field(default_factory=dict)
+    seeds: tuple[int, ...] = ()  # empty: pretrain.seeds
+    steps: int = 0  # 0: pretrain.steps (0: train.steps)
+    lr: float = 0.0  # 0: train.lr (the pair always shares it)
+    runs_per_gpu: int = 1  # runs of this size that share one GPU at a time (the workflow's gpu_slots)
 
 
 @dataclass(frozen=True)
 class PretrainSettings:
-    """DeaMoE against its budget-matched baseline (the Baseline-7B family of Table 1, scaled)."""
+    """The ladder: DeaMoE against its budget-matched baseline at each size and seed."""
 
-    baseline: dict = field(
-        default_factory=lambda: {"h_ffn": 32, "n_expert": 32, "k_expert": 8}
-    )
-    deamoe: dict = field(
-        default_factory=lambda: {"h_ffn": 32, "n_dept": 8, "n_expert": 48, "k_dept": 4, "k_expert": 8}
-    )
+    sizes: dict = field(default_factory=lambda: {"tiny": {}})  # name -> SizeSettings fields
+    seeds: tuple[int, ...] = ()  # every pair is trained once per seed (empty: train.seed)
     steps: int = 0  # 0: train.steps
-    max_budget_deviation: float = 0.05  # |params ratio - 1| and |FLOPs ratio - 1| allowed
+    max_budget_deviation: float = 0.02  # |params ratio - 1| and |FLOPs ratio - 1| allowed
 
 
 SECTIONS = {
@@ -135,12 +157,17 @@ def _check(section: str, s) -> None:
         need(s.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         need(s.lr > 0, "lr", "must be > 0")
     elif section == "pretrain":
-        for key in ("baseline", "deamoe"):
-            need(isinstance(getattr(s, key), dict), key, "must be a mapping of FFN fields")
+        need(isinstance(s.sizes, dict) and len(s.sizes) > 0, "sizes", "must map at least one size name to its settings")
+        for name, values in s.sizes.items():
+            if not (isinstance(name, str) and SIZE_NAME.fullmatch(name)):
+                raise ConfigError(f"pretrain.sizes: bad size name {name!r} (lower-case letters and digits only)")
+            from_dict(SizeSettings, values, f"pretrain.sizes.{name}")
+        need(len(set(s.seeds)) == len(s.seeds) and all(x >= 0 for x in s.seeds), "seeds", "must be distinct integers >= 0")
     elif section == "ablation":
         bad = [v for v in s.variants if v not in ("no1", "no2", "no3", "no4", "no5", "no6")]
         need(not bad, "variants", "must list names among no1..no6")
         need(s.last_n >= 1, "last_n", "must be >= 1")
+        need(len(set(s.seeds)) == len(s.seeds) and all(x >= 0 for x in s.seeds), "seeds", "must be distinct integers >= 0")
 
 
 @dataclass(frozen=True)
@@ -157,7 +184,11 @@ def load_settings(path: str | Path | None = None, doc: dict | None = None) -> Se
     """Parse the training sections of the pipeline config (a file path or an already-read dict)."""
     if doc is None:
         doc = read_config(path) if path is not None else {}
-    return Settings(
+    s = Settings(
         profile=str(doc.get("profile", "tiny")),
         **{name: parse_section(name, doc.get(name)) for name in SECTIONS},
     )
+    if s.ablation.size and s.ablation.size not in s.pretrain.sizes:
+        raise ConfigError(f"ablation.size {s.ablation.size!r} is not in pretrain.sizes "
+                          f"({', '.join(s.pretrain.sizes)})")
+    return s

@@ -1,7 +1,7 @@
 """Summaries of finished runs with the paper's values beside them (Table 4; pre-training).
 
-Each writes a summary CSV and, next to it, `curves.csv` (tidy: run, step, tokens, loss) for the
-report's loss-curve figures.
+Each writes a summary CSV (one row per run, with its provenance) and, next to it, `curves.csv`
+(tidy: run, step, tokens, loss, ...) for the report's loss-curve figures.
 """
 
 from __future__ import annotations
@@ -37,69 +37,127 @@ def _curves(frames: list, out_csv: Path) -> None:
 
 
 def ablation_summary(config: str, runs_dir: str, out_csv: str):
+    """One row per run (variant x seed); ranks order the variants within each seed."""
     import pandas as pd
+
+    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     rows, frames = [], []
-    for variant in s.ablation.variants:
-        name = f"ablation-{variant}"
+    n = s.ablation.last_n
+    for name in ablation_run_names(s):
         summ, curve = _load_run(runs_dir, name)
+        r = parse_run(name)
+        variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
-        n = s.ablation.last_n
         rows.append({
-            "variant": f"No.{variant[2:]}", "operator": op, "init": init, "dept_topk": topk,
+            "run": name, "variant": f"No.{variant[2:]}", "seed": r["seed"], "size": ablation_size(s),
+            "operator": op, "init": init, "dept_topk": topk,
             "loss_last_n": float(curve["loss"].tail(n).mean()), "last_n": n,
             "steps": int(curve["step"].iloc[-1]), "tokens": int(curve["tokens"].iloc[-1]),
             "val_loss": summ.get("val_loss"),
             "mean_distinct_departments": float(curve["mean_distinct_departments"].tail(n).mean()),
-            "k_dept": summ.get("k_dept"), "paper_loss": paper,
+            "k_dept": summ.get("k_dept"), "h": summ.get("hidden_size"),
+            "num_hidden_layers": summ.get("num_hidden_layers"), "params": summ.get("params"),
+            "paper_loss": paper,
             "paper_mean_distinct_departments": 3.95 if variant == "no1" else None,
             "paper_last_n": 200, "paper_tokens_last_n": 210_000_000,
-            "profile": s.profile, "device": summ.get("device"), "git_sha": summ.get("git_sha"),
-            "date": summ.get("date"),
+            "profile": s.profile, **_provenance(summ),
         })
-        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, variant=f"No.{variant[2:]}"))
+        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, variant=f"No.{variant[2:]}",
+                                                               seed=r["seed"]))
     table = pd.DataFrame(rows)
     # Ranks make the comparison with the paper scale-free: the paper's ordering is the claim.
-    table["rank"] = table["loss_last_n"].rank(method="min").astype(int)
-    table["paper_rank"] = table["paper_loss"].rank(method="min").astype(int)
+    table["rank"] = table.groupby("seed")["loss_last_n"].rank(method="min").astype(int)
+    table["paper_rank"] = table.groupby("seed")["paper_loss"].rank(method="min").astype(int)
     write_csv(out_csv, table)
     _curves(frames, out_csv)
-    print(table[["variant", "operator", "init", "dept_topk", "loss_last_n", "paper_loss"]].to_string(index=False))
+    print(table[["variant", "seed", "operator", "init", "dept_topk", "loss_last_n", "paper_loss"]].to_string(index=False))
     return table
 
 
-def pretrain_summary(config: str, runs_dir: str, out_csv: str):
+PROVENANCE = ("device", "torch", "python", "git_sha", "date")
+
+
+def _provenance(summ: dict) -> dict:
+    return {k: summ.get(k) for k in PROVENANCE}
+
+
+def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dict]]:
+    """Word perplexity per corpus and the table metric per task, as columns of the run's row;
+    and the long downstream/perplexity rows.  A run without lm_eval.json gets none."""
+    from deamoe.eval.tables import downstream_rows, perplexity_rows
+
+    path = eval_dir / name / "lm_eval.json"
+    if not path.is_file():
+        raise DataError(f"run {name}: {path} is missing (evaluate it first: python -m deamoe eval)")
+    doc = json.loads(path.read_text())
+    cols, long = {}, []
+    for r in perplexity_rows(model, doc):
+        cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]
+        long.append({"run": name, "kind": "perplexity", "task": r["dataset"], "metric": "word_perplexity",
+                     "value": r["word_perplexity"], "stderr": None, "n": r["n"], "paper_value": r["paper_value"]})
+    for r in downstream_rows(model, doc):
+        if r["table_metric"]:
+            cols[f"acc_{r['task']}"] = r["value"]
+        long.append({"run": name, "kind": "downstream", "task": r["task"], "metric": r["metric"],
+                     "value": r["value"], "stderr": r["stderr"], "n": r["n"], "paper_value": r["paper_value"]})
+    meta = doc.get("deamoe", {})
+    cols.update(eval_limit_per_task=meta.get("limit_per_task"), eval_ppl_max_chars=meta.get("ppl_max_chars"),
+                lm_eval=meta.get("lm_eval"))
+    return cols, long
+
+
+def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", eval_dir: str = ""):
+    """One row per pre-training run (size x model x seed): shapes, budget, tokens, losses, and
+    with `eval_dir` the run's perplexities and task accuracies; curves.csv beside it, and with
+    `eval_dir` also evals.csv (one row per run, task and metric)."""
     import pandas as pd
 
-    from deamoe.train.runs import pretrain_budget
+    from deamoe.train import runs as runlib
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
-    b = pretrain_budget(s)
-    rows, frames = [], []
-    for which in ("baseline", "deamoe"):
-        name = f"pretrain-{which}"
+    sizes = [size] if size else list(s.pretrain.sizes)
+    rows, frames, evals = [], [], []
+    n = s.ablation.last_n
+    for name in runlib.pretrain_run_names(s, sizes):
+        r = runlib.parse_run(name)
+        z = runlib.size(s, r["size"])
+        which = r["model"]
         summ, curve = _load_run(runs_dir, name)
-        n = s.ablation.last_n
-        rows.append({
-            "model": which, "ffn_type": summ["ffn_type"], "h": summ["hidden_size"],
+        tokens = int(curve["tokens"].iloc[-1])
+        row = {
+            "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],
+            "h": summ["hidden_size"], "num_hidden_layers": summ["num_hidden_layers"],
+            "num_attention_heads": summ.get("num_attention_heads"),
+            "num_key_value_heads": summ.get("num_key_value_heads"),
             "h_ffn": summ.get("h_ffn"), "n_expert": summ.get("n_expert"), "k_expert": summ.get("k_expert"),
             "n_dept": summ.get("n_dept"), "k_dept": summ.get("k_dept"),
-            "params": summ["params"], "ffn_params_per_layer": b[f"{which}_params"],
-            "ffn_flops_per_token_layer": b[f"{which}_flops"],
-            "params_ratio": b["params_ratio"], "flops_ratio": b["flops_ratio"],
-            "steps": int(curve["step"].iloc[-1]), "tokens": int(curve["tokens"].iloc[-1]),
+            "params": summ["params"], "ffn_params_per_layer": z.budget[f"{which}_params"],
+            "ffn_flops_per_token_layer": z.budget[f"{which}_flops"],
+            "params_ratio": z.budget["params_ratio"], "flops_ratio": z.budget["flops_ratio"],
+            "steps": int(curve["step"].iloc[-1]), "planned_steps": summ.get("planned_steps"),
+            "tokens": tokens, "tokens_per_param": tokens / summ["params"], "lr": summ.get("lr"),
             "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
-            "val_loss": summ["val_loss"], "tokens_per_s": summ["tokens_per_s"],
+            "last_n": n, "val_loss": summ["val_loss"],
+            "mean_distinct_departments": summ.get("mean_distinct_departments"),
+            "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
             "paper_params_ratio": 1.017, "paper_flops_ratio": 1.014,
-            "profile": s.profile, "device": summ.get("device"), "git_sha": summ.get("git_sha"),
-            "date": summ.get("date"),
-        })
-        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, model=which))
+            "profile": s.profile, **_provenance(summ),
+        }
+        if eval_dir:
+            cols, long = _eval_columns(Path(eval_dir), name, which)
+            row.update(cols)
+            evals += [{"size": r["size"], "model": which, "seed": r["seed"], **e} for e in long]
+        rows.append(row)
+        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, size=r["size"], model=which,
+                                                               seed=r["seed"]))
     table = pd.DataFrame(rows)
     write_csv(out_csv, table)
     _curves(frames, out_csv)
-    print(table[["model", "params", "final_loss", "val_loss", "params_ratio", "flops_ratio"]].to_string(index=False))
+    if eval_dir:
+        write_csv(out_csv.with_name("evals.csv"), pd.DataFrame(evals))
+    print(table[["run", "params", "tokens", "final_loss", "val_loss", "params_ratio", "flops_ratio"]].to_string(index=False))
     return table

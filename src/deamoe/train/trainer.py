@@ -10,6 +10,7 @@ OUT/checkpoint/ (Hugging Face format: safetensors, config, tokenizer).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from contextlib import nullcontext
@@ -175,6 +176,9 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     from deamoe.provenance import provenance
     from deamoe.train import tokenizer as toklib
 
+    # The run's seed (initialisation and batch order) and its size's learning rate
+    settings = dataclasses.replace(settings, train=dataclasses.replace(
+        settings.train, seed=spec.seed, lr=spec.lr or settings.train.lr))
     t = settings.train
     out = Path(out_dir)
     d = parallel.setup(t.device)
@@ -312,6 +316,8 @@ def _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, prov) 
         mfu = flops_tok * tok_s / (H200_DENSE_BF16_TFLOPS * 1e12 * d.world)
     return {
         "run": spec.name, "kind": spec.kind, "ffn_type": spec.ffn_type, **spec.ffn,
+        "size": spec.size, "seed": t.seed, "lr": t.lr, "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
         "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
         "vocab_size": cfg.vocab_size, "params": n_params,
         "ffn_params_per_layer": ffn_params(cfg.ffn_shape()),

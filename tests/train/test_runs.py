@@ -1,0 +1,135 @@
+"""The pre-training ladder and the ablation seeds as data: run names, sizes, budget matching."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from deamoe.analysis.budget import ffn_flops, ffn_params
+from deamoe.errors import ConfigError
+from deamoe.train import runs
+from deamoe.train.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Key-by-key merge, as Snakemake merges --configfile files over config.yaml."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def profile_doc(name: str | None) -> dict:
+    doc = yaml.safe_load((ROOT / "config.yaml").read_text())
+    if name:
+        for part in ("pipeline.yaml", "train-sections.yaml"):
+            doc = _merge(doc, yaml.safe_load((ROOT / "workflow" / "profiles" / name / part).read_text()))
+    return doc
+
+
+def test_tiny_default_is_one_size_one_seed():
+    s = load_settings(doc=profile_doc(None))
+    assert runs.pretrain_run_names(s) == ["pretrain-tiny-baseline-s0", "pretrain-tiny-deamoe-s0"]
+    assert runs.ablation_run_names(s) == [f"ablation-no{i}-s0" for i in range(1, 7)]
+    z = runs.size(s, "tiny")
+    assert z.decoder == {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                         "num_key_value_heads": 2}
+    assert (z.baseline.h_ffn, z.baseline.n_expert, z.baseline.k_expert) == (24, 32, 8)  # 64 * 384 / 1024
+
+
+# exact FFN budgets per layer (deamoe.analysis.budget's formulas, by hand): baseline
+# params 32 * 3 h f + 32 h, flops 2 (8 * 3 h f + 32 h); DeaMoE (8 depts, 64 experts, k_dept 5,
+# k_expert 8) params 8 * 3 h f + 64 * 3 f^2 + 64 h, flops 2 (5 * 3 h f + 8 * 3 f^2 + 64 h)
+GPU_SIZES = {
+    # name: (h, layers, heads, kv heads, h_ffn, baseline params, DeaMoE params, baseline flops, DeaMoE flops)
+    "small": (256, 2, 4, 2, 96, 2_367_488, 2_375_680, 1_196_032, 1_212_416),
+    "medium": (512, 4, 8, 2, 192, 9_453_568, 9_469_952, 4_751_360, 4_784_128),
+    "large": (1024, 4, 16, 4, 384, 37_781_504, 37_814_272, 18_939_904, 19_005_440),
+}
+
+
+@pytest.mark.parametrize("name", list(GPU_SIZES))
+def test_gpu_profile_sizes_are_budget_matched_within_2_percent(name):
+    s = load_settings(doc=profile_doc("gpu"))
+    h, layers, heads, kv, f, bp, dp, bf, df = GPU_SIZES[name]
+    z = runs.size(s, name)
+    assert z.decoder == {"hidden_size": h, "num_hidden_layers": layers, "num_attention_heads": heads,
+                         "num_key_value_heads": kv}
+    assert (z.baseline.h_ffn, z.baseline.n_expert, z.baseline.k_expert) == (f, 32, 8)
+    assert (z.deamoe.h_ffn, z.deamoe.n_dept, z.deamoe.n_expert, z.deamoe.k_dept, z.deamoe.k_expert) == (f, 8, 64, 5, 8)
+    assert (ffn_params(z.baseline), ffn_params(z.deamoe), ffn_flops(z.baseline), ffn_flops(z.deamoe)) == (bp, dp, bf, df)
+    assert abs(dp / bp - 1) <= 0.02 and abs(df / bf - 1) <= 0.02
+    assert z.budget["params_ratio"] == dp / bp and z.budget["flops_ratio"] == df / bf
+
+
+def test_gpu_profile_ladder_spans_20x_with_the_planned_seeds():
+    s = load_settings(doc=profile_doc("gpu"))
+    names = runs.pretrain_run_names(s)
+    assert len(names) == 2 * (3 + 3 + 2)
+    assert "pretrain-large-deamoe-s1" in names and "pretrain-large-deamoe-s2" not in names
+    # total parameters: embeddings (tied, vocab 8192) + attention + FFN per layer + norms
+    def total(name):
+        h, layers, heads, kv, _, bp, *_ = GPU_SIZES[name]
+        kv_dim = kv * h // heads
+        return 8192 * h + layers * (2 * h * h + 2 * h * kv_dim + 2 * h + bp) + h
+    assert total("large") >= 170_000_000 and total("large") / total("small") >= 20
+    assert runs.ablation_run_names(s)[:2] == ["ablation-no1-s0", "ablation-no1-s1"]
+    assert len(runs.ablation_run_names(s)) == 12
+    spec = runs.run_spec(s, "ablation-no2-s1")
+    assert spec.size == "medium" and spec.seed == 1 and spec.decoder["hidden_size"] == 512
+    assert spec.ffn["operator"] == "rmsnorm" and spec.ffn["h_ffn"] == 192 and spec.ffn["k_dept"] == 5
+
+
+def test_run_spec_carries_seed_size_and_lr():
+    s = load_settings(doc=profile_doc("gpu"))
+    spec = runs.run_spec(s, "pretrain-small-deamoe-s2")
+    assert (spec.size, spec.seed, spec.lr, spec.steps, spec.ffn_type) == ("small", 2, 2.0e-3, 1000, "deamoe")
+    assert runs.parse_run("pretrain-small-deamoe-s2") == {"kind": "pretrain", "size": "small",
+                                                          "model": "deamoe", "seed": 2}
+
+
+def _tiny(**pretrain) -> dict:
+    doc = profile_doc(None)
+    doc["pretrain"] = {**doc["pretrain"], **pretrain}
+    return doc
+
+
+@pytest.mark.parametrize("pretrain, message", [
+    ({"sizes": {"Big-1": {}}}, "pretrain.sizes: bad size name 'Big-1'"),
+    ({"sizes": {}}, "pretrain.sizes must map at least one size"),
+    ({"sizes": {"a": {"hidden": 3}}}, "unknown key pretrain.sizes.a.hidden"),
+    ({"sizes": {"a": {"deamoe": {"h_ffn": 24, "n_dept": 8}}}}, "pretrain.sizes.a.deamoe: missing key n_expert"),
+    ({"sizes": {"a": {"deamoe": {"h_ffn": 24, "n_dept": 8, "n_expert": 48, "k_dept": 4, "k_expert": 8}}}},
+     "pretrain.sizes.a.deamoe is not budget-matched to its baseline: params_ratio="),
+    ({"sizes": {"a": {"baseline": {"n_experts": 4}}}}, "unknown key pretrain.sizes.a.baseline.n_experts"),
+    ({"sizes": {"a": {"hidden_size": 60, "num_attention_heads": 8}}}, "pretrain.sizes.a: hidden_size 60"),
+    ({"sizes": {"a": {"seeds": [1, 1]}}}, "pretrain.sizes.a.seeds must be distinct"),
+    ({"seeds": [0, 0]}, "pretrain.seeds must be distinct integers"),
+])
+def test_bad_ladder_is_one_line_naming_the_key(pretrain, message):
+    with pytest.raises(ConfigError) as err:
+        s = load_settings(doc=_tiny(**pretrain))
+        for name in s.pretrain.sizes:
+            runs.size(s, name)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_ablation_size_must_be_a_ladder_size():
+    doc = _tiny()
+    doc["ablation"]["size"] = "huge"
+    with pytest.raises(ConfigError, match=r"ablation.size 'huge' is not in pretrain.sizes \(tiny\)"):
+        load_settings(doc=doc)
+
+
+def test_unknown_run_names_are_refused():
+    s = load_settings(doc=profile_doc(None))
+    with pytest.raises(ConfigError, match="bad run name 'pretrain-deamoe'"):
+        runs.run_spec(s, "pretrain-deamoe")
+    with pytest.raises(ConfigError, match="unknown size 'big'"):
+        runs.run_spec(s, "pretrain-big-deamoe-s0")
+    with pytest.raises(ConfigError, match="seed 3 is not among the seeds of size tiny"):
+        runs.run_spec(s, "pretrain-tiny-deamoe-s3")
