@@ -10,8 +10,8 @@ import yaml
 
 # every rule of the pipeline, and how many jobs of each the default DAG has
 EXPECTED_JOBS = {"table1": 1, "loading": 1, "data": 1, "train": 8, "ablation": 1, "pretrain": 1,
-                 "eval": 2, "eval_tables": 1, "serve": 2, "serve_tables": 1, "microbench": 1,
-                 "report": 1, "all": 1}
+                 "eval": 2, "eval_tables": 1, "quality": 1, "serve": 2, "serve_tables": 1,
+                 "microbench": 1, "report": 1, "all": 1}
 
 
 def _job_counts(text: str) -> dict[str, int]:
@@ -33,7 +33,8 @@ def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(snakemake,
     path = workdir / "results" / "config.resolved.yaml"
     resolved = yaml.safe_load(path.read_text())
     assert resolved["profile"] == "tiny"
-    assert resolved["report"] == {"measured_gpu": "h200", "dpi": 150}  # schema defaults filled
+    assert resolved["report"] == {"measured_gpu": "h200", "dpi": 150,  # schema defaults filled
+                                  "quality_sizes": ["small", "medium", "large"]}
     mtime = path.stat().st_mtime_ns
     assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
     assert path.stat().st_mtime_ns == mtime  # unchanged content: file left alone

@@ -19,6 +19,10 @@ REPORT_TABLES = [
     ("table3", "Table 3 - perplexity", "Table 3: perplexity"),
     ("table4", "Table 4 - ablation", "Table 4: ablation losses"),
     ("pretrain", "Pre-training", "Pre-training summary"),
+    ("pretrain_gpu", "Quality at GPU scale", "Pre-training ladder: held-out loss over seeds"),
+    ("table2_gpu", "Quality at GPU scale", "Table 2 at GPU scale"),
+    ("table3_gpu", "Quality at GPU scale", "Table 3 at GPU scale"),
+    ("table4_gpu", "Quality at GPU scale", "Table 4 at GPU scale"),
 ]
 REPORT_FIGURES = [
     ("figure2_loading", "Figure 2 - weight loading", "figure2", "Figure 2"),
@@ -26,6 +30,8 @@ REPORT_FIGURES = [
     ("figure4_5_microbench", "Figures 4-5 - decode kernels", "figure4_5", "Figures 4/5"),
     ("table4_loss_curves", "Table 4 - ablation", "table4_loss_curves", "Ablation loss curves"),
     ("pretrain_loss_curves", "Pre-training", "pretrain_loss_curves", "Pre-training loss curves"),
+    ("quality_gap", "Quality at GPU scale", "quality_gap", "Held-out loss gap against size"),
+    ("quality_loss_curves", "Quality at GPU scale", "quality_loss_curves", "Loss curves per pair"),
 ]
 
 
@@ -67,7 +73,7 @@ def _report_outputs():
 def _measured_inputs(wildcards):
     """Committed GPU tables, when present (they are what the report shows without a GPU)."""
     folder = Path("reports/measured") / section("report").get("measured_gpu", "h200")
-    return sorted(str(p) for p in folder.glob("*.csv"))
+    return sorted(str(p) for p in [*folder.glob("*.csv"), *folder.glob("quality/*/*.csv")])
 
 
 rule report:
@@ -82,6 +88,7 @@ rule report:
         slo="results/serve/slo.csv",
         microbench="results/microbench",
         measured=_measured_inputs,
+        quality=expand("results/quality/{size}/runs.csv", size=SIZES),
     output:
         **_report_outputs(),
     params:

@@ -15,10 +15,11 @@ import pandas as pd
 from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
-from deamoe.report import figures, tables
+from deamoe.report import figures, ladder, tables
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "vllm_peer",
-          "table2", "table3", "table4", "pretrain")
+          "table2", "table3", "table4", "pretrain", "pretrain_gpu", "table2_gpu", "table3_gpu",
+          "table4_gpu")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
 # "Scale and hardware" section, instead of in every row of the displayed table
@@ -36,6 +37,7 @@ class ReportSettings:
 
     measured_gpu: str = "h200"
     dpi: int = 150
+    quality_sizes: tuple[str, ...] = ("small", "medium", "large")  # the GPU ladder's sizes, in order
 
     @classmethod
     def from_config(cls, cfg: dict) -> "ReportSettings":
@@ -132,7 +134,8 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
     results, out = Path(results), Path(out)
     measured = Path(measured_root) / settings.measured_gpu
     profile = profile or resolved_profile(results)
-    arts = {a.key: a for a in tables.build_all(results, measured, profile)}
+    arts = {a.key: a for a in tables.build_all(results, measured, profile)
+            + ladder.build(results, measured, profile, tuple(settings.quality_sizes))}
     written = []
     for key in TABLES:
         art = arts[key]
@@ -163,14 +166,15 @@ def _index(arts: dict, profile: str | None) -> str:
              "| artifact | status | table | figure |", "|---|---|---|---|"]
     fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
               "figure4_5": "figure4_5_microbench", "table4": "table4_loss_curves",
-              "pretrain": "pretrain_loss_curves"}
+              "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves")}
     for key in TABLES:
         art = arts[key]
         status = "reproduced" if art.status == "ok" else f"not run: {art.reason}"
         if art.status == "ok" and art.sources[0].reason:
             status = art.sources[0].reason
-        fig = f"[png](figures/{fig_of[key]}.png) [svg](figures/{fig_of[key]}.svg)" \
-            if key in fig_of else ""
+        names = fig_of.get(key, ())
+        fig = " ".join(f"[png](figures/{n}.png) [svg](figures/{n}.svg)"
+                       for n in ((names,) if isinstance(names, str) else names))
         lines.append(f"| {art.title} | {_cell(status)} | [md](tables/{key}.md) "
                      f"[csv](tables/{key}.csv) | {fig} |")
     return "\n".join(lines) + "\n"

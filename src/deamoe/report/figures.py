@@ -22,7 +22,7 @@ from deamoe import paper  # noqa: E402
 from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure4_5_microbench", "table4_loss_curves",
-           "pretrain_loss_curves")
+           "pretrain_loss_curves", "quality_gap", "quality_loss_curves")
 PANEL_MODELS = ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B")
 
 
@@ -157,6 +157,58 @@ def loss_curves(art: Artifact, title: str, paper_losses: dict[str, float] | None
     return fig
 
 
+def quality_gap(art: Artifact):
+    """Held-out loss, DeaMoE minus baseline, against model size: each seed's pair as a point,
+    the mean with a +-1 standard deviation bar over seeds."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    rows = art.rows
+    pairs = None
+    if rows is not None:
+        wide = rows.pivot_table(index=["size", "seed"], columns="model", values="val_loss", aggfunc="first")
+        params = rows[rows["model"] == "baseline"].groupby("size")["params"].max()
+        if {"baseline", "deamoe"} <= set(wide.columns):
+            pairs = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
+            pairs["params"] = pairs["size"].map(params)
+    if pairs is not None and len(pairs):
+        sns.lineplot(data=pairs, x="params", y="diff", errorbar="sd", err_style="bars", marker="o",
+                     err_kws={"capsize": 4}, color="C0", label="mean +- std over seeds", ax=ax)
+        sns.scatterplot(data=pairs, x="params", y="diff", color="C0", alpha=0.45, s=22,
+                        label="one seed's pair", ax=ax)
+        for size, x in pairs.groupby("size")["params"].first().items():
+            ax.annotate(size, (x, pairs[pairs["size"] == size]["diff"].max()), textcoords="offset points",
+                        xytext=(0, 8), ha="center", fontsize=8)
+        ax.set_xscale("log")
+    else:
+        _not_run(ax, art)
+    ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
+    ax.set_xlabel("total parameters (baseline of the pair)")
+    ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
+    ax.set_title("Held-out loss gap against model size (same tokens, optimiser and seed per pair)", fontsize=10)
+    ax.legend(fontsize=7)
+    _footer(fig, art)
+    return fig
+
+
+def ladder_curves(art: Artifact):
+    """Training loss of each pair, one panel per size: mean over seeds with a +-1 std band."""
+    data = art.data
+    sizes = list(dict.fromkeys(data["size"])) if data is not None else []
+    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(4.2 * max(len(sizes), 1), 4.2), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        d = data[data["size"] == size]
+        sns.lineplot(data=d, x="tokens", y="loss", hue="model", errorbar="sd", lw=0.9, ax=ax)
+        tail = d[d["step"] > d["step"].max() * 0.1]["loss"]
+        ax.set_ylim(tail.min() - 0.1, tail.quantile(0.99) + 0.2)
+        ax.set_title(f"{size} ({d['seed'].nunique()} seeds)", fontsize=10)
+        ax.set_xlabel("training tokens")
+        ax.set_ylabel("training loss")
+    if not sizes:
+        _not_run(axes[0][0], art)
+    fig.suptitle("Pre-training at GPU scale: training loss per pair", fontsize=11)
+    _footer(fig, art)
+    return fig
+
+
 def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[Path]:
     """Draw every figure in FIGURES (always all of them: the workflow declares each file)."""
     sns.set_theme(style="whitegrid", context="paper")
@@ -167,6 +219,8 @@ def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[P
         "figure4_5_microbench": figure45(arts["figure4_5"]),
         "table4_loss_curves": loss_curves(arts["table4"], "Table 4: ablation variants, training loss", paper_t4),
         "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),
+        "quality_gap": quality_gap(arts["pretrain_gpu"]),
+        "quality_loss_curves": ladder_curves(arts["pretrain_gpu"]),
     }
     paths = []
     for name in FIGURES:

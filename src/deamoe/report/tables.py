@@ -29,6 +29,7 @@ class Artifact:
     sources: list[Loaded] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     data: pd.DataFrame | None = None  # tidy data behind the figure, when there is one
+    rows: pd.DataFrame | None = None  # the per-run rows behind the table, when a figure needs them
 
     @property
     def status(self) -> str:

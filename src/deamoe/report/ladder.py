@@ -1,0 +1,242 @@
+"""Quality at GPU scale: the pre-training ladder and Tables 2-4 with their seed spread.
+
+Rows are the `quality_<size>` and `ablation` tables of a GPU run (results/quality/<size>/runs.csv,
+results/ablation/summary.csv).  Rows made on a GPU in this run are shown; otherwise the committed
+ones under reports/measured/<gpu>/quality/ (<size>/runs.csv, ablation/summary.csv); a size with
+neither is "not run".  Every figure in the text is computed from those rows.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe import paper
+from deamoe.errors import DataError
+from deamoe.report.sources import Loaded, not_run, read_csv
+from deamoe.report.tables import NOT_RUN, Artifact, _norm
+
+MODELS = ("baseline", "deamoe")
+HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU (README: "
+              "Quality at GPU scale), or commit their rows under reports/measured/{gpu}/quality/")
+
+
+# --- statistics ----------------------------------------------------------------------------
+
+def seed_spread(rows: pd.DataFrame, value: str, by=("size", "model")) -> pd.DataFrame:
+    """n, mean and sample standard deviation (ddof 1; NaN for one seed) of `value` per group."""
+    g = rows.dropna(subset=[value]).groupby(list(by), sort=False)[value]
+    return pd.DataFrame({"n": g.count(), "mean": g.mean(), "std": g.std(ddof=1)}).reset_index()
+
+
+def paired_difference(rows: pd.DataFrame, value: str) -> pd.DataFrame:
+    """DeaMoE minus baseline of `value` for each (size, seed) where both ran; then per size the
+    number of pairs, mean, sample std and standard error of the mean of that difference."""
+    wide = rows.pivot_table(index=["size", "seed"], columns="model", values=value, aggfunc="first")
+    if not set(MODELS) <= set(wide.columns):
+        return pd.DataFrame(columns=["size", "n", "mean", "std", "se"])
+    diff = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
+    out = seed_spread(diff, "diff", by=("size",))
+    out["se"] = out["std"] / out["n"].map(math.sqrt)
+    return out
+
+
+def verdict(mean: float, se: float, n: int) -> str:
+    """Where the paired difference of held-out loss stands against its seed noise."""
+    if not n:
+        return NOT_RUN
+    if n < 2 or not math.isfinite(se):
+        return "one seed: no spread to judge against"
+    if abs(mean) <= 2 * se:
+        return "within seed noise (|mean| <= 2 standard errors)"
+    return ("DeaMoE behind (higher loss) beyond seed noise" if mean > 0
+            else "DeaMoE ahead (lower loss) beyond seed noise")
+
+
+# --- loading -------------------------------------------------------------------------------
+
+def _is_gpu(frame: pd.DataFrame) -> bool:
+    dev = frame.get("device")
+    return dev is not None and len(frame) > 0 and not dev.astype(str).str.startswith("CPU").any()
+
+
+def _load(fresh: list[Path], committed: list[Path], required: tuple[str, ...],
+          profile: str | None) -> tuple[pd.DataFrame | None, list[Loaded]]:
+    """Rows made on a GPU in this run where there are any, else the committed ones."""
+    for paths in (fresh, committed):
+        loaded = [read_csv(p, profile=profile) for p in paths]
+        loaded = [s for s in loaded if s.ok and _is_gpu(s.frame)]  # a CPU run's rows are not GPU scale
+        for s in loaded:
+            missing = [c for c in required if c not in s.frame.columns]
+            if missing:
+                raise DataError(f"{s.path}: missing column(s) {', '.join(missing)}")
+        if loaded:
+            return pd.concat([s.frame for s in loaded], ignore_index=True), loaded
+    return None, []
+
+
+def ladder_rows(results: Path, measured: Path, profile: str | None):
+    """The pre-training rows of every size (runs.csv) and their loss curves, with sources."""
+    fresh = sorted(Path(results).glob("quality/*/runs.csv"))
+    committed = sorted(p for p in Path(measured).glob("quality/*/runs.csv") if p.parent.name != "ablation")
+    rows, sources = _load(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
+    curves = None
+    if sources:
+        frames = [pd.read_csv(s.path.with_name("curves.csv")) for s in sources
+                  if s.path.with_name("curves.csv").exists()]
+        curves = pd.concat(frames, ignore_index=True) if frames else None
+    return rows, curves, sources
+
+
+def _missing(measured: Path) -> Loaded:
+    gpu = Path(measured).name
+    return not_run(Path(measured) / "quality", "no GPU-scale rows: " + HOW_TO_RUN.format(gpu=gpu))
+
+
+def _sizes(rows: pd.DataFrame | None, wanted: tuple[str, ...]) -> list[str]:
+    """The configured sizes first, then any other size in the rows, smallest model first."""
+    found = [] if rows is None else list(rows.groupby("size")["params"].min().sort_values().index)
+    return list(wanted) + [s for s in found if s not in wanted]
+
+
+# --- artifacts -----------------------------------------------------------------------------
+
+def pretrain_gpu(results: Path, measured: Path, profile: str | None,
+                 sizes: tuple[str, ...]) -> Artifact:
+    rows, curves, sources = ladder_rows(results, measured, profile)
+    out = []
+    for size in _sizes(rows, sizes):
+        r = rows[rows["size"] == size] if rows is not None else pd.DataFrame()
+        line = {"size": size}
+        if r.empty:
+            out.append({**line, "verdict": NOT_RUN})
+            continue
+        base, dea = (r[r["model"] == m] for m in MODELS)
+        spread = seed_spread(r, "val_loss").set_index("model")
+        diff = paired_difference(r, "val_loss")
+        d = diff.iloc[0] if len(diff) else pd.Series({"n": 0, "mean": math.nan, "std": math.nan, "se": math.nan})
+        b_mean = spread["mean"].get("baseline", math.nan)
+        line.update({
+            "params baseline": base["params"].max(), "params DeaMoE": dea["params"].max(),
+            "ffn params ratio": r["params_ratio"].iloc[0], "ffn flops ratio": r["flops_ratio"].iloc[0],
+            "tokens per run": r["tokens"].max(), "tokens per param": r["tokens"].max() / r["params"].max(),
+            "seeds": int(d["n"]),
+            "baseline held-out": b_mean, "baseline std": spread["std"].get("baseline", math.nan),
+            "DeaMoE held-out": spread["mean"].get("deamoe", math.nan),
+            "DeaMoE std": spread["std"].get("deamoe", math.nan),
+            "diff DeaMoE - baseline": d["mean"], "diff std": d["std"],
+            "diff %": 100 * d["mean"] / b_mean if b_mean else math.nan,
+            "baseline final train": base["final_loss"].mean(), "DeaMoE final train": dea["final_loss"].mean(),
+            "verdict": verdict(d["mean"], d["se"], int(d["n"])),
+        })
+        out.append(line)
+    table = pd.DataFrame(out)
+    notes = [claim_text(table), "std: sample standard deviation over seeds; diff: DeaMoE minus "
+             "baseline on the same seed (same initialisation stream and batch order), its mean and "
+             "std over seeds; within seed noise: |mean diff| <= 2 standard errors",
+             "paper: FFN params ratio 1.017, FLOPs ratio 1.014 (Baseline-7B row); 7.3B models, "
+             "110B tokens; the paper reports no seed spread"]
+    return Artifact("pretrain_gpu", "Pre-training at GPU scale: held-out loss, mean and spread over "
+                    "seeds", table, sources or [_missing(measured)], notes, data=curves, rows=rows)
+
+
+def claim_text(table: pd.DataFrame) -> str:
+    """What the rows say about the paper's claim (comparable quality at equal parameters and
+    FLOPs), in numbers; nothing here is fixed in advance."""
+    done = table[table["verdict"] != NOT_RUN] if "verdict" in table else table.iloc[0:0]
+    if done.empty:
+        return "The paper's quality claim is not tested at GPU scale here: no rows (not run)."
+    parts = []
+    for _, t in done.iterrows():
+        parts.append(f"{t['size']} ({t['params baseline'] / 1e6:.1f}M params, {t['tokens per run'] / 1e6:.1f}M "
+                     f"tokens, {int(t['seeds'])} seed{'s' if t['seeds'] != 1 else ''}): DeaMoE - baseline "
+                     f"held-out loss {t['diff DeaMoE - baseline']:+.4f}"
+                     + (f" +- {t['diff std']:.4f}" if math.isfinite(t["diff std"]) else "")
+                     + f" ({t['diff %']:+.2f}%), {t['verdict']}")
+    groups = {}
+    for _, t in done.iterrows():
+        groups.setdefault(t["verdict"], []).append(t["size"])
+    summary = "; ".join(f"{v}: {', '.join(s)}" for v, s in groups.items())
+    missing = table.loc[table["verdict"] == NOT_RUN, "size"].tolist()
+    tail = f" Not run: {', '.join(missing)}." if missing else ""
+    return ("Evidence on the paper's claim of comparable quality at equal FFN parameters and "
+            f"FLOPs, by size -- {'; '.join(parts)}. In short, {summary}.{tail}")
+
+
+def _metric_table(rows: pd.DataFrame | None, sizes: list[str], prefix: str, paper_table: dict,
+                  label: str) -> pd.DataFrame:
+    out = []
+    cols = [] if rows is None else [c for c in rows.columns if c.startswith(prefix)]
+    for size in sizes:
+        r = rows[rows["size"] == size] if rows is not None else pd.DataFrame()
+        present = [c for c in cols if not r.empty and r[c].notna().any()]
+        if not present:
+            out.append({"size": size, label: NOT_RUN})
+            continue
+        for col in present:
+            name = col.removeprefix(prefix)
+            spread = seed_spread(r, col).set_index("model")
+            diff = paired_difference(r, col)
+            out.append({
+                "size": size, label: name,
+                "DeaMoE": spread["mean"].get("deamoe"), "DeaMoE std": spread["std"].get("deamoe"),
+                "baseline": spread["mean"].get("baseline"), "baseline std": spread["std"].get("baseline"),
+                "seeds": int(spread["n"].min()),
+                "diff DeaMoE - baseline": diff["mean"].iloc[0] if len(diff) else None,
+                "diff std": diff["std"].iloc[0] if len(diff) else None,
+                "DeaMoE paper": paper_table["deamoe"].get(_norm(name)),
+                "baseline paper": paper_table["baseline"].get(_norm(name)),
+            })
+    return pd.DataFrame(out)
+
+
+def table2_gpu(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> Artifact:
+    rows, _, sources = ladder_rows(results, measured, profile)
+    table = _metric_table(rows, _sizes(rows, sizes), "acc_", paper.TABLE2, "task")
+    return Artifact("table2_gpu", "Table 2 at GPU scale: downstream accuracy (%), mean and spread "
+                    "over the evaluated seeds", table, sources or [_missing(measured)],
+                    [paper.PAPER_SCALE["table2"], "lm-evaluation-harness, zero-shot, the seeds in "
+                     "eval.seeds; the metric the paper's column is read as (acc or acc_norm)"])
+
+
+def table3_gpu(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> Artifact:
+    rows, _, sources = ladder_rows(results, measured, profile)
+    table = _metric_table(rows, _sizes(rows, sizes), "ppl_", paper.TABLE3, "dataset")
+    return Artifact("table3_gpu", "Table 3 at GPU scale: word perplexity, mean and spread over "
+                    "seeds", table, sources or [_missing(measured)],
+                    [paper.PAPER_SCALE["table3"], "every pre-training run, through the pipeline's "
+                     "perplexity tasks (lm-evaluation-harness)"])
+
+
+def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
+    req = ("variant", "seed", "loss_last_n")
+    rows, sources = _load([Path(results) / "ablation" / "summary.csv"],
+                          [Path(measured) / "quality" / "ablation" / "summary.csv"], req, profile)
+    paper_rows = pd.DataFrame(paper.TABLE4, columns=["variant", "operator", "init", "dept_topk", "paper_loss"])
+    if rows is None:
+        table = paper_rows.assign(loss_last_n=NOT_RUN)
+        return Artifact("table4_gpu", "Table 4 at GPU scale", table, [_missing(measured)], [paper.TABLE4_SCALE])
+    rows = rows.assign(model=rows["variant"])
+    last = seed_spread(rows, "loss_last_n", by=("variant",)).set_index("variant")
+    held = seed_spread(rows, "val_loss", by=("variant",)).set_index("variant")
+    dd = rows.groupby("variant")["mean_distinct_departments"].mean()
+    table = paper_rows.set_index("variant").assign(
+        **{"loss last N": last["mean"], "loss std": last["std"], "seeds": last["n"],
+           "held-out": held["mean"], "held-out std": held["std"], "mean distinct departments": dd})
+    table = table[table["seeds"].notna()].reset_index()
+    table["rank"] = table["loss last N"].rank(method="min").astype(int)
+    table["paper rank"] = table["paper_loss"].rank(method="min").astype(int)
+    size, n = rows.get("size", pd.Series(["?"])).iloc[0], int(rows["last_n"].iloc[0]) if "last_n" in rows else None
+    notes = [paper.TABLE4_SCALE, f"reproduced at size {size}: mean training loss over the last {n} "
+             "steps, held-out loss and distinct departments per token, mean and std over seeds; ranks "
+             "order the variants by mean loss (the paper's ordering is its claim)",
+             f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token"]
+    return Artifact("table4_gpu", "Table 4 at GPU scale: ablation, mean and spread over seeds",
+                    table, sources, notes, data=rows)
+
+
+def build(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> list[Artifact]:
+    return [pretrain_gpu(results, measured, profile, sizes), table2_gpu(results, measured, profile, sizes),
+            table3_gpu(results, measured, profile, sizes), table4_gpu(results, measured, profile)]

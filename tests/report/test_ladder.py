@@ -1,0 +1,110 @@
+"""Quality at GPU scale: seed statistics, committed rows in the report, "not run" where missing."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from deamoe.report import ladder
+
+GPU = {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "git_sha": "0123456789ab",
+       "date": "2026-12-01T18:00:00Z", "profile": "gpu"}
+# held-out losses by (size, model, seed): differences deamoe - baseline are exact in binary
+VAL = {("small", "baseline"): [4.0, 4.25, 4.5], ("small", "deamoe"): [4.125, 4.5, 4.625],
+       ("large", "baseline"): [3.0, 3.5], ("large", "deamoe"): [3.0, 3.5]}
+PARAMS = {"small": 7_000_000, "large": 170_000_000}
+
+
+def synthetic_rows() -> pd.DataFrame:
+    rows = []
+    for (size, model), values in VAL.items():
+        for seed, v in enumerate(values):
+            rows.append({"run": f"pretrain-{size}-{model}-s{seed}", "size": size, "model": model,
+                         "seed": seed, "params": PARAMS[size], "tokens": 32_768_000, "val_loss": v,
+                         "final_loss": v - 0.5, "params_ratio": 1.001, "flops_ratio": 1.01,
+                         "ppl_wikitext2": 100.0 + 10 * v, "acc_boolq": (50.0 + seed) if seed == 0 else None,
+                         **GPU})
+    return pd.DataFrame(rows)
+
+
+def test_seed_spread_and_paired_difference_are_exact():
+    rows = synthetic_rows()
+    spread = ladder.seed_spread(rows, "val_loss").set_index(["size", "model"])
+    assert spread.loc[("small", "baseline"), "mean"] == 4.25
+    assert spread.loc[("small", "baseline"), "std"] == 0.25  # sample std of 4, 4.25, 4.5
+    assert spread.loc[("large", "deamoe"), "n"] == 2
+    diff = ladder.paired_difference(rows, "val_loss").set_index("size")
+    # small: differences 0.125, 0.25, 0.125 -> mean 1/6, sample std sqrt(1/192)
+    assert diff.loc["small", "n"] == 3
+    assert diff.loc["small", "mean"] == pytest.approx(1 / 6, abs=1e-15)
+    assert diff.loc["small", "std"] == pytest.approx(math.sqrt(1 / 192), abs=1e-15)
+    assert diff.loc["small", "se"] == pytest.approx(math.sqrt(1 / 192) / math.sqrt(3), abs=1e-15)
+    assert diff.loc["large", "mean"] == 0.0 and diff.loc["large", "std"] == 0.0
+    # a seed with only one model of the pair is left out of the difference
+    partial = rows[~((rows["size"] == "small") & (rows["model"] == "deamoe") & (rows["seed"] == 2))]
+    assert ladder.paired_difference(partial, "val_loss").set_index("size").loc["small", "n"] == 2
+
+
+def test_verdict_weighs_the_difference_against_seed_noise():
+    assert ladder.verdict(0.1, 0.01, 3).startswith("DeaMoE behind")
+    assert ladder.verdict(-0.1, 0.01, 3).startswith("DeaMoE ahead")
+    assert ladder.verdict(0.015, 0.01, 3).startswith("within seed noise")
+    assert ladder.verdict(0.1, math.nan, 1).startswith("one seed")
+    assert ladder.verdict(math.nan, math.nan, 0) == "not run"
+
+
+def _commit(measured, rows: pd.DataFrame) -> None:
+    for size, frame in rows.groupby("size"):
+        folder = measured / "quality" / size
+        folder.mkdir(parents=True)
+        frame.to_csv(folder / "runs.csv", index=False)
+        curves = pd.DataFrame([{"run": r, "size": size, "model": m, "seed": s, "step": st, "tokens": st * 10,
+                                "loss": 9.0 - st} for r, m, s in frame[["run", "model", "seed"]].values
+                               for st in (1, 2, 3)])
+        curves.to_csv(folder / "curves.csv", index=False)
+
+
+def test_report_shows_committed_rows_and_not_run_for_missing_sizes(tmp_path):
+    measured = tmp_path / "measured" / "h200"
+    _commit(measured, synthetic_rows())
+    results = tmp_path / "results"
+    results.mkdir()
+    art = ladder.pretrain_gpu(results, measured, None, ("small", "medium", "large"))
+    assert art.status == "ok"
+    t = art.table.set_index("size")
+    assert list(t.index) == ["small", "medium", "large"]
+    assert t.loc["medium", "verdict"] == "not run"
+    assert t.loc["small", "diff DeaMoE - baseline"] == pytest.approx(1 / 6, abs=1e-15)
+    assert t.loc["small", "baseline held-out"] == 4.25 and t.loc["small", "seeds"] == 3
+    assert t.loc["small", "verdict"].startswith("DeaMoE behind")
+    assert t.loc["large", "verdict"].startswith("within seed noise")
+    text = art.notes[0]
+    assert "small (7.0M params, 32.8M tokens, 3 seeds): DeaMoE - baseline held-out loss +0.1667" in text
+    assert "Not run: medium." in text
+    assert set(art.data["size"]) == {"small", "large"}  # loss curves of the committed pairs
+    ppl = ladder.table3_gpu(results, measured, None, ("small", "medium", "large")).table
+    row = ppl[(ppl["size"] == "small") & (ppl["dataset"] == "wikitext2")].iloc[0]
+    assert row["baseline"] == 142.5 and row["DeaMoE paper"] == 20.33
+    assert ppl.loc[ppl["size"] == "medium", "dataset"].tolist() == ["not run"]
+    acc = ladder.table2_gpu(results, measured, None, ("small", "large")).table
+    assert acc.loc[acc["size"] == "small", "seeds"].tolist() == [1]  # only seed 0 was evaluated
+
+
+def test_rows_of_this_run_on_a_cpu_do_not_replace_the_committed_gpu_rows(tmp_path):
+    measured = tmp_path / "measured" / "h200"
+    _commit(measured, synthetic_rows())
+    cpu = synthetic_rows().assign(device="CPU (x86_64)", val_loss=9.0)
+    (tmp_path / "results" / "quality" / "small").mkdir(parents=True)
+    cpu[cpu["size"] == "small"].to_csv(tmp_path / "results" / "quality" / "small" / "runs.csv", index=False)
+    t = ladder.pretrain_gpu(tmp_path / "results", measured, None, ("small",)).table.set_index("size")
+    assert t.loc["small", "baseline held-out"] == 4.25
+
+
+def test_nothing_anywhere_is_not_run_with_the_way_to_run_it(tmp_path):
+    art = ladder.pretrain_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None, ("small",))
+    assert art.status == "not run" and "quality_<size>" in art.reason
+    assert "not tested at GPU scale" in art.notes[0]
+    t4 = ladder.table4_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None)
+    assert t4.status == "not run" and (t4.table["loss_last_n"] == "not run").all()
