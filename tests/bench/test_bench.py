@@ -22,7 +22,7 @@ from deamoe.errors import ConfigError
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
 DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
 TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1", "n16-k32-w4-s1"], select_replays=1, replays=1,
-                          rotate_bytes=1e9, max_copies=2, compile_routing=False,
+                          rotate_bytes=1e9, max_copies=2,
                           coordinate_search=False, stage_batches=[])
 
 
@@ -37,9 +37,22 @@ def test_step_bytes_counts_distinct_experts_and_departments():
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
 def test_ffn_step_runs_the_kernel(shape):
+    # router GEMM -> deamoe.routing.route -> kernel: the reference layer with the same weights
+    # and routing gives the same output
+    from deamoe.model.layers import build_ffn, reference_forward
+    from deamoe.routing import route
+
     w = random_weights(shape, "cpu", torch.float32, seed=1)
-    out = ffn_step(shape, w, torch.randn(3, shape.h))
-    assert out.shape == (3, shape.h) and torch.isfinite(out).all()
+    x = torch.randn(3, shape.h)
+    layer = build_ffn(shape)
+    with torch.no_grad():
+        layer.router.weight.copy_(w["router"])
+        for name, value in w.items():
+            if name != "router":
+                getattr(layer, name).copy_(value)
+    ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
+    torch.testing.assert_close(ffn_step(shape, w, x), reference_forward(layer, x, ids, weights),
+                               rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
@@ -58,7 +71,7 @@ def test_bench_impl_rows(shape):
 
 
 def test_bench_impl_times_finalists_on_the_reported_graph(monkeypatch):
-    # v42: the finalists are compared on the graph the reported time uses (>= 8 layer steps:
+    # the finalists are compared on the graph the reported time uses (>= 8 layer steps:
     # here 2 copies x 4), not on the trials' one pass over the copies
     import deamoe.bench.microbench as mb
 
@@ -71,13 +84,13 @@ def test_bench_impl_times_finalists_on_the_reported_graph(monkeypatch):
     monkeypatch.setattr(mb, "time_fn", recording)
     bench_impl(DEA, [3], TINY, device="cpu")
     # the two tiles' trials on one pass over the 2 copies; both re-timed as finalists, then
-    # the reported time, on 8 layer steps; every timing redraws the inputs per replay (v43)
+    # the reported time, on 8 layer steps; every timing redraws the inputs per replay
     assert calls == [(2, True), (2, True), (8, True), (8, True), (8, True)]
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
 def test_point_inputs_draw_each_step_and_count_the_mean_bytes(shape):
-    # v43: every layer step of the reported graph (2 copies x 4) has its own input in each of
+    # every layer step of the reported graph (2 copies x 4) has its own input in each of
     # routing_draws draws; bytes / experts are the mean over all those routings (step j on
     # copy j % 2), and prepare(i) puts draw i % draws into the inputs the graph reads
     from deamoe.bench.microbench import layer_copies, point_inputs
@@ -146,7 +159,7 @@ def test_time_fn_prepares_every_replay_before_it_runs():
 
 
 def test_committed_points_yield_the_picked_knobs(tmp_path):
-    # what the A/B scripts re-time: each point's committed knobs, baseline layer first, inputs
+    # what the A/B tools re-time: each point's committed knobs, baseline layer first, inputs
     # and bytes from the same routing; the point list order is kept within a model
     import types
 
@@ -172,7 +185,7 @@ def test_committed_points_yield_the_picked_knobs(tmp_path):
 
 
 def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
-    # the A/B scripts' timing: every set once per round; a set that cannot run (a tile whose
+    # the A/B tools' timing: every set once per round; a set that cannot run (a tile whose
     # BLOCK_N is no power of two) is NaN with a printed line, the others still timed
     import math
 
@@ -190,54 +203,47 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
 
 
-def test_time_knob_sets_sets_module_switches_only_while_its_set_runs(monkeypatch):
-    # a knob with a dot is a module switch (v38's A/B of a grid switch): on while that set is
-    # built and timed (launches read it, graph capture included), restored after; an unknown
-    # one is reported and the set is NaN
+def test_time_knob_sets_pass_a_switch_knob_as_a_tiles_field(monkeypatch):
+    # an A/B of a kernel switch is a knob like any other: s_bf16=0 reaches the layer as
+    # DeaMoETiles(s_bf16=False); a knob the tiles do not have fails that set alone (NaN)
     import math
 
     from deamoe.bench import microbench
-    from deamoe.kernels import align
 
     seen = []
     real = microbench.layer_steps
 
-    def spy(*args, **kw):
-        seen.append(align.MEMORY_PHASES)
-        return real(*args, **kw)
+    def spy(shape, weights, xs, tiles, *args, **kw):
+        seen.append(tiles.s_bf16)
+        return real(shape, weights, xs, tiles, *args, **kw)
     monkeypatch.setattr(microbench, "layer_steps", spy)
     weights = microbench.layer_copies(DEA, TINY, "cpu")
     inputs, _, _ = microbench.point_inputs(DEA, weights, 3, TINY, "cpu")
     base = {"split_launches": 2}
-    sets = {"off": base, "on": {**base, "deamoe.kernels.align.MEMORY_PHASES": 1},
-            "typo": {**base, "deamoe.kernels.align.MEMORY_PHASE": 1}}
+    sets = {"on": base, "off": {**base, "s_bf16": 0}, "typo": {**base, "s_bf16x": 0}}
     runs = microbench.time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=1, replays=1)
-    assert seen == [False, True] and align.MEMORY_PHASES is False
-    assert runs["on"][0] > 0 and math.isnan(runs["typo"][0])
-    # a switch whose default is None takes the value as given (v49: NUM_WARPS=4 got NaN)
-    from deamoe.kernels import routing_topk
-
-    with microbench.module_switches({"deamoe.kernels.routing_topk.NUM_WARPS": 4}):
-        assert routing_topk.NUM_WARPS == 4
-    assert routing_topk.NUM_WARPS is None
+    assert seen == [True, False]
+    assert runs["off"][0] > 0 and math.isnan(runs["typo"][0])
 
 
-def test_point_parser_reads_points_and_rejects_a_bad_number(capsys):
-    # the re-timing scripts' arguments (h200_overlap_bound.py, h200_head_cost.py)
-    from deamoe.bench.microbench import point_parser
+def test_variants_arguments_split_into_knob_sets_and_points():
+    # `bench variants`: NAME:KNOB=VALUE sets (moe/ for the baseline), MODEL:BATCH points; a
+    # '+sfx' value appends to the committed tile of that knob
+    from deamoe.bench.tools import apply_variant, parse_variants
 
-    args = point_parser("doc line\nmore").parse_args(["out", "Qwen3-235B-A22B:64", "A:1",
-                                                       "--rounds", "3"])
-    assert (str(args.out), args.points, args.rounds, args.replays) == (
-        "out", ["Qwen3-235B-A22B:64", "A:1"], 3, 50)
-    with pytest.raises(SystemExit):
-        point_parser("doc").parse_args(["out", "A:1", "--replays", "many"])
-    assert "--replays: invalid int value: 'many'" in capsys.readouterr().err
+    sets, points = parse_variants(["s3:split_launches=3,dense_dept_up=1", "Qwen3-235B-A22B:4",
+                                   "moe/w:w13=+nf", "Baseline-7B:128"])
+    assert points == ["Qwen3-235B-A22B:4", "Baseline-7B:128"]
+    assert sets == {"moe": {"moe/w": {"w13": "+nf"}},
+                    "deamoe": {"s3": {"split_launches": 3, "dense_dept_up": 1}}}
+    committed = {"w13": "n64-k128-w4-s4", "w2": "n32-k128-w4-s3", "split_launches": 2}
+    assert apply_variant(committed, sets["moe"]["moe/w"]) == {
+        "w13": "n64-k128-w4-s4-nf", "w2": "n32-k128-w4-s3", "split_launches": 2}
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
 def test_step_with_precomputed_routing_is_the_same_step(shape):
-    # h200_head_cost.py times the step without its router GEMM and routing: same output
+    # the peer comparison times the step without its router GEMM and routing: same output
     from deamoe.bench.layer_step import layer_steps, step_routing
 
     w = random_weights(shape, "cpu", dtype=torch.float32, seed=4)
@@ -268,7 +274,7 @@ def test_step_from_logits_routes_the_given_logits(shape):
 
 
 def test_graph_replay_rows_check_each_replay_against_the_reference():
-    # the H200 check scripts' timed-path rows (eager on the CPU): the output is poisoned before
+    # the GPU checks' timed-path rows (eager on the CPU): the output is poisoned before
     # every replay, so a replay that wrote nothing or a wrong reference fails its row
     from deamoe.bench.layer_step import graph_replay_rows
     from deamoe.kernels.deamoe_decode import DeaMoETiles
@@ -372,12 +378,14 @@ def test_schema_matches_settings():
         assert prop["default"] == getattr(defaults, key), key
 
 
-@pytest.mark.slow
-def test_compiled_routing_is_the_same_routing():
-    from deamoe.bench.layer_step import routing_fn
+def test_routing_of_a_step_is_the_kernel_on_cuda_and_the_reference_elsewhere():
+    # both layers route the same way: deamoe.routing.route itself on the CPU (what the
+    # microbench.csv `routing` column says), its tested Triton twin on CUDA
+    from deamoe.bench.layer_step import routing_fn, routing_label
+    from deamoe.kernels.routing_topk import route_kernel
     from deamoe.routing import route
 
-    for shape in (MOE, DEA):
-        logits = torch.randn(7, shape.n_expert)
-        a, b = routing_fn(True)(shape, logits), route(shape, logits)
-        assert torch.equal(a[0], b[0]) and torch.allclose(a[1], b[1])
+    assert routing_fn(torch.zeros(1, 4)) is route and routing_label("cpu") == "eager route"
+    assert routing_label("cuda") == "triton route kernel"
+    if torch.cuda.is_available():
+        assert routing_fn(torch.zeros(1, 4, device="cuda")) is route_kernel

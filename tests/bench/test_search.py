@@ -59,7 +59,7 @@ def test_search_tries_dense_dept_up_for_deamoe_only():
 
 
 def test_search_tries_dense_parts_at_the_dense_picks_split():
-    # v53: with the dense pick split in 4 parts, 1..3 dense parts are tried on it (and only
+    # with the dense pick split in 4 parts, 1..3 dense parts are tried on it (and only
     # there); a count that pays is kept and survives the grid-order trials, which drop it
     # where they change the split
     s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16, final_tile_pass=False)
@@ -85,7 +85,7 @@ def test_search_tries_dense_parts_at_the_dense_picks_split():
 
 
 def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
-    # expert_down's best tile changes once dense_dept_up is on (as v21 measured for DeaMoE-7B):
+    # expert_down's best tile changes once dense_dept_up is on (as measured for DeaMoE-7B):
     # only the pass after the dense step finds it
     a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
 
@@ -102,7 +102,7 @@ def test_final_tile_pass_retunes_the_tiles_on_the_final_knobs():
 
 
 def test_grid_order_search_tries_nf_with_and_without_split():
-    # v36: the N-tile-fastest order pays on the expert GEMMs only without a split, which the
+    # the N-tile-fastest order pays on the expert GEMMs only without a split, which the
     # search chose before it; the final pass then refines a tile keeping its -nf
     a, b = "n64-k64-w4-s1", "n32-k64-w4-s1"
     tried = []
@@ -151,7 +151,7 @@ def test_pick_finalist_retimes_the_best_distinct_candidates():
 
 
 def test_finalists_are_timed_by_the_final_measure():
-    # v42: the trials run on one-layer graphs, the reported time on >= 8 layer steps, and the
+    # the trials run on one-layer graphs, the reported time on >= 8 layer steps, and the
     # two ranked Qwen3's dense department tiles differently: the finalists are timed the
     # reported way when the caller gives that measure
     from deamoe.bench.search import search_point
@@ -175,7 +175,7 @@ def test_finalists_are_timed_by_the_final_measure():
 
 
 def test_dense_parts_of_the_pick_are_timed_by_the_final_measure():
-    # v53b: the trials never favour dense_parts, the reported graph does (2 of 4 parts dense):
+    # the trials never favour dense_parts, the reported graph does (2 of 4 parts dense):
     # the pick's dense-part counts are timed the reported way; not for the baseline, and not
     # with the setting off
     from deamoe.bench.search import search_point
@@ -204,7 +204,7 @@ def test_dense_parts_of_the_pick_are_timed_by_the_final_measure():
 
 
 def test_previous_pick_is_always_a_finalist(tmp_path):
-    # v37b: the search lost a pick the previous table had (noise in its few-replay trials);
+    # the search lost a pick the previous table had (noise in its few-replay trials);
     # the previous pick joins the finalists, re-timed with the full replay count, and wins here
     from deamoe.bench.search import prior_picks, search_point
 
@@ -223,7 +223,7 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
     full.clear()
     assert search_point(MOE, measure, s, 16, prior=[prev]) == prev
     assert prev in full and len(full) == 3  # the two best trials and the previous pick
-    # picks of several tables (v39): each is a finalist, a duplicate or one that fails is not
+    # picks of several tables: each is a finalist, a duplicate or one that fails is not
     full.clear()
     other = {"w13": a, "w2": b, "block_m": 16}
 

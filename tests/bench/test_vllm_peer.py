@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from deamoe.bench import vllm_peer
+from deamoe.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -86,9 +87,9 @@ def test_run_smoke_writes_the_three_variants(tmp_path):
     kernel = tmp_path / "k.py"
     vllm_peer.extract(kernel)
     out = tmp_path / "out"
-    assert vllm_peer.main(["run", str(out), "DeepSeek-V3:4", "--tiny", "--kernel", str(kernel),
-                           "--table", str(ROOT / "reports/measured/h200/microbench.csv"),
-                           "--replays", "1", "--rounds", "1"]) == 0
+    assert main(["bench", "peer", "run", str(out), "DeepSeek-V3:4", "--tiny", "--kernel",
+                 str(kernel), "--table", str(ROOT / "reports/measured/h200/microbench.csv"),
+                 "--replays", "1", "--rounds", "1"]) == 0
     df = pd.read_csv(out / "vllm_peer.csv")
     assert sorted(df["variant"]) == ["ours logits", "ours routed", "vllm routed"]
     assert (df["peer_rel_err"] < 1e-2).all() and (df["us"] > 0).all()

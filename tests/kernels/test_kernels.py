@@ -241,12 +241,11 @@ def _expected_pairs(ids, per, dedup):
 def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, bm, monkeypatch):
     # DeaMoE's launch: departments (dedup, constexpr experts per department) and experts, in
     # registers when all pairs fit one pass and through memory otherwise (230 x 10 = 2300 pairs
-    # > 2048) or with MEMORY_PHASES: each kept pair exactly once in a block of its group, every
+    # > 2048) or with memory_phases: each kept pair exactly once in a block of its group, every
     # padding slot the sentinel (the buffers poisoned first: the padding is what the sentinel
-    # fill left, v48), the block counts exact
+    # fill left), the block counts exact
     from deamoe.kernels import align as align_mod
 
-    monkeypatch.setattr(align_mod, "MEMORY_PHASES", memory_phases)
     make_buffers = align_mod._buffers
 
     def poisoned(*args):
@@ -263,7 +262,7 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
     assert ids.max() < E
     dept_al, exp_al = align_mod.align(
         ids, AlignSpec(n_groups=n_dept, per_group=per, dedup=True, block_m=bm),
-        AlignSpec(n_groups=E, block_m=bm))
+        AlignSpec(n_groups=E, block_m=bm), memory_phases=memory_phases)
     P = T * k
     for al, g_per, dedup in ((dept_al, per, True), (exp_al, 1, False)):
         want = _expected_pairs(ids, g_per, dedup)
@@ -280,58 +279,26 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
         assert int((slots == P).sum()) == nb * bm - len(want)
 
 
-def test_align_launches_of_both_layers_run_and_dept_gemm_inputs_fit_the_shape():
-    # the benchmark helpers shared by scripts/h200_head_parts.py, h200_dept_tiles.py and
-    # h200_swap_tiles.py: every align piece runs (interpreter), the DeaMoE pieces group the
-    # departments with dedup, and the department GEMM inputs have the layer's sizes
-    from deamoe.kernels.align_benchmark import align_launches
-    from deamoe.kernels.stage_benchmark import dept_gemm_inputs
-    from deamoe.routing import route
-
-    dea = SHAPES[DEAMOE_SHAPES[0]]
-    base = next(s for s in SHAPES.values() if s.kind == "moe")
-    for shape, keys in ((base, {"align_layer", "align_expert"}),
-                        (dea, {"align_layer", "align_dept_expert", "align_dept",
-                               "align_dept_nodedup", "align_expert"})):
-        ids, _ = route(shape, torch.randn(7, shape.n_expert))
-        launches = align_launches(shape, ids)
-        assert set(launches) == keys
-        results = {name: fn() for name, fn in launches.items()}
-        assert int(results["align_expert"][0].num_blocks) > 0
-    dept_al = results["align_dept"][0]
-    assert dept_al.dedup and dept_al.n_groups == dea.n_dept
-    d = dept_gemm_inputs(dea, torch.randn(dea.n_expert, dea.h, dtype=torch.bfloat16), 5)
-    assert d["x"].shape == (5, dea.h) and d["ids"].shape == (5, dea.k_expert)
-    assert d["a1"].shape == (5 * dea.n_dept, 2 * dea.h_ffn) and d["s32"].shape[1] == dea.h_ffn
-    assert 1 <= d["depts"] <= dea.n_dept
-
-
-def test_dense_dept_up_us_runs_the_dense_gemm_and_skips_a_failing_tile():
-    # the dense department GEMM timing of h200_dept_tiles.py / h200_swap_tiles.py: the launch
-    # it hands to `bench` computes act(Wg x) | act(Wu x) for every (token, department) row
+def test_dense_dept_up_gemm_computes_every_token_department_row():
+    # the dense department GEMM (dense_dept_up) on `dense_alignment`: act(Wg x) | act(Wu x)
+    # for every (token, department) row, whatever the routing
     from deamoe.bench.layer_step import random_weights
-    from deamoe.kernels.stage_benchmark import dense_dept_up_us, dept_gemm_inputs
+    from deamoe.kernels.align import dense_alignment
+    from deamoe.kernels.deamoe_decode import dept_up_gemm
+    from deamoe.kernels.grouped_gemm import TileConfig
 
     dea = SHAPES[DEAMOE_SHAPES[0]]
-    ws = [random_weights(dea, "cpu", dtype=torch.float32, seed=i) for i in range(2)]
-    d = dept_gemm_inputs(dea, ws[0]["router"].bfloat16(), 3)
-    d["x"], d["a1"] = d["x"].float(), d["a1"].float()
-
-    def bench(launch):
-        launch(1)
-        return 7.0
-
-    assert dense_dept_up_us(bench, d, ws, dea, 16, "n32-k32-w4-s2") == 7.0
+    w = random_weights(dea, "cpu", dtype=torch.float32, seed=1)
+    x = torch.randn(3, dea.h)
+    a1 = torch.full((3 * dea.n_dept, 2 * dea.h_ffn), float("nan"))
+    al, every = dense_alignment(3, dea.n_dept, dea.experts_per_dept, 16, "cpu")
+    dept_up_gemm(x, w["dept_gate"], w["dept_up"], a1, al, every, dea.experts_per_dept,
+                 TileConfig.parse("n32-k32-w4-s2"))
     silu = torch.nn.functional.silu
-    gate = silu(torch.einsum("th,dfh->tdf", d["x"], ws[1]["dept_gate"]))
-    up = silu(torch.einsum("th,dfh->tdf", d["x"], ws[1]["dept_up"]))
+    gate = silu(torch.einsum("th,dfh->tdf", x, w["dept_gate"]))
+    up = silu(torch.einsum("th,dfh->tdf", x, w["dept_up"]))
     want = torch.cat([gate, up], dim=-1).reshape(3 * dea.n_dept, 2 * dea.h_ffn)
-    torch.testing.assert_close(d["a1"], want, rtol=1e-4, atol=1e-4)
-
-    def failing(launch):
-        raise RuntimeError("out of resources: shared memory")
-
-    assert dense_dept_up_us(failing, d, ws, dea, 16, "n32-k32-w4-s2") is None
+    torch.testing.assert_close(a1, want, rtol=1e-4, atol=1e-4)
 
 
 def test_bad_input_is_rejected():
@@ -355,35 +322,81 @@ def test_gpu_bf16(name):
 
 def test_layer_output_buffer_holds_lead_words_then_out():
     # align zeroes the one float32 buffer; out follows the lead words (DeaMoE's S).  The bf16
-    # output sum (OUT_BF16) needs CUDA: on the CPU out stays float32 with the switch on
-    from deamoe.bench.microbench import module_switches
+    # output sum needs bf16 atomics: on the CPU (interpreter) out stays float32 even when the
+    # tiles ask for bf16
     from deamoe.kernels.grouped_gemm import bf16_atomics, layer_output, output_dtype
 
     x = torch.zeros(3, 8)
     acc, out = layer_output(x, lead_words=5)
     assert acc.dtype == torch.float32 and acc.numel() == 5 + 24 and out.shape == (3, 8)
     assert out.data_ptr() == acc.data_ptr() + 5 * 4
-    with module_switches({"deamoe.kernels.grouped_gemm.OUT_BF16": True}):
-        acc, out = layer_output(x.bfloat16())
-        assert output_dtype(x.bfloat16()) == torch.float32
+    acc, out = layer_output(x.bfloat16(), out_bf16=True)
+    assert output_dtype(x.bfloat16(), out_bf16=True) == torch.float32
     assert not bf16_atomics(x.bfloat16())  # the same rule keeps DeaMoE's S in fp32 here
     assert out.dtype == torch.float32 and acc.numel() == 24
+
+
+@pytest.mark.parametrize("out_bf16", [True, False])
+@pytest.mark.parametrize("s_bf16", [True, False])
+def test_bf16_sum_fields_reach_the_launches(monkeypatch, s_bf16, out_bf16):
+    # the tiles' out_bf16 / s_bf16 fields, not module globals, decide the dtype of the buffers
+    # the atomic GEMMs sum into: expert_down into S, dept_down (DeaMoE) and w2 (baseline) into
+    # out.  bf16 atomics exist only on a GPU, so the device rule is made true here and the
+    # launches are recorded instead of run
+    from deamoe.bench.layer_step import random_weights
+    from deamoe.kernels import deamoe_decode, fused_moe, grouped_gemm
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_stages
+    from deamoe.kernels.fused_moe import MoETiles, fused_moe_stages
+
+    for mod in (grouped_gemm, deamoe_decode):
+        monkeypatch.setattr(mod, "bf16_atomics", lambda x: True)
+    sums = []
+
+    def record(a, b, c, al, ids, **kw):
+        if kw.get("atomic"):
+            sums.append(c.dtype)
+    for mod in (deamoe_decode, fused_moe):
+        monkeypatch.setattr(mod, "grouped_gemm", record)
+        monkeypatch.setattr(mod, "align", lambda *a, **kw: (None, None))
+    bf16 = torch.bfloat16
+    dea = SHAPES[DEAMOE_SHAPES[0]]
+    w = random_weights(dea, "cpu", dtype=bf16)
+    ids, weights = torch.zeros(3, dea.k_expert, dtype=torch.long), torch.ones(3, dea.k_expert)
+    out, stages = deamoe_stages(torch.zeros(3, dea.h, dtype=bf16), w["dept_gate"], w["dept_up"],
+                                w["dept_down"], w["expert_gate"], w["expert_up"],
+                                w["expert_down"], ids, weights,
+                                tiles=DeaMoETiles(s_bf16=s_bf16, out_bf16=out_bf16))
+    for _, launch, _ in stages:
+        launch()
+    want = [bf16 if s_bf16 else torch.float32, bf16 if out_bf16 else torch.float32]
+    assert sums == want and out.dtype == want[1]
+    sums.clear()
+    moe = next(s for s in SHAPES.values() if s.kind == "moe")
+    w = random_weights(moe, "cpu", dtype=bf16)
+    ids, weights = torch.zeros(3, moe.k_expert, dtype=torch.long), torch.ones(3, moe.k_expert)
+    out, stages = fused_moe_stages(torch.zeros(3, moe.h, dtype=bf16), w["gate_proj"],
+                                   w["up_proj"], w["down_proj"], ids, weights,
+                                   MoETiles(out_bf16=out_bf16))
+    for _, launch, _ in stages:
+        launch()
+    assert sums == want[1:] and out.dtype == want[1]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("name", sorted(SHAPES))
-def test_gpu_bf16_output_sum(name):
-    from deamoe.bench.microbench import module_switches
-    from deamoe.kernels.grouped_gemm import layer_output
+def test_gpu_fp32_sums_match_reference(name):
+    # the battery runs the committed bf16 sums; the fp32 path the fields switch to stays right
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
 
-    with module_switches({"deamoe.kernels.grouped_gemm.OUT_BF16": True}):
-        acc, out = layer_output(torch.zeros(3, 8, dtype=torch.bfloat16, device="cuda"))
-        assert out.dtype == torch.bfloat16 and acc.numel() == 12
-        for seed, tokens in enumerate((1, 37, 256)):
-            row = check_case(Case(name, SHAPES[name], tokens, "random", seed), "cuda",
-                             torch.bfloat16)
-            assert row["ok"], row
+    shape = SHAPES[name]
+    tiles = (DeaMoETiles(s_bf16=False, out_bf16=False) if shape.kind == "deamoe"
+             else MoETiles(out_bf16=False))
+    for seed, tokens in enumerate((1, 37, 256)):
+        row = check_case(Case(name, shape, tokens, "random", seed), "cuda", torch.bfloat16,
+                         tiles=tiles)
+        assert row["ok"], row
 
 
 @pytest.mark.parametrize("parts,dense_parts", [(2, 1), (4, 1), (4, 3)])

@@ -80,7 +80,8 @@ def test_no_gpu_uses_committed_measurements_and_says_so(results, measured, tmp_p
 
 
 def test_figure45_names_each_models_roofline_when_calls_differ(results, measured, tmp_path):
-    # rows of one committed table can come from device calls on different lent GPUs (v39b):
+    # rows of one committed table can come from device calls on different lent GPUs (4.57 and
+    # 4.65 TB/s):
     # the notes say which read roofline each model's % columns divide by
     path = measured / "h200" / "microbench.csv"
     mb = pd.read_csv(path)
@@ -136,7 +137,7 @@ def test_figure45_puts_vllm_times_against_each_rows_roofline(results, measured, 
 def test_vllm_peer_not_run_without_a_committed_table(results, measured, tmp_path):
     _build(results, measured, tmp_path / "r")
     md = (tmp_path / "r" / "tables" / "vllm_peer.md").read_text()
-    assert "**not run**" in md and "scripts/h200_vllm_peer.py" in md
+    assert "**not run**" in md and "python -m deamoe bench peer" in md
 
 
 def test_vllm_peer_puts_same_gpu_times_beside_ours_and_the_issues(results, measured, tmp_path):

@@ -1,7 +1,7 @@
-"""`python -m deamoe.bench microbench ...`: the bench commands alone (no other stage imported).
+"""`python -m deamoe.bench microbench|bench ...`: the bench commands alone (no other stage imported).
 
 Used on GPU machines whose Python lacks other stages' dependencies; same flags as
-`python -m deamoe microbench`.
+`python -m deamoe microbench` and `python -m deamoe bench`.
 """
 
 import argparse

@@ -1,8 +1,25 @@
-"""Command: microbench (kernel correctness battery, read roofline, per-layer and decode benchmarks)."""
+"""Commands: microbench (the pipeline's kernel stage) and bench (GPU checks, A/B and peer tools).
+
+  microbench            correctness battery, read roofline, per-layer and decode benchmarks
+  bench picks-check     the committed picks against the float32 reference, eager and in a graph
+  bench stream-check    the stream options (split_launches, dense_dept_up, dense_parts) likewise
+  bench routing-check   the routing kernel against deamoe.routing.route, and its time
+  bench variants        A/B of knob sets on the committed picks, same routings, interleaved
+  bench trace           kernel timeline of the committed layers inside their CUDA graph
+  bench read-sizes      streaming-read bandwidth by read size (reports/measured/h200/read_sizes.csv)
+  bench overread        CPU: what the dense department GEMM reads beyond the routing's bytes
+  bench import          a device run's tables into reports/measured/h200/
+  bench peer            vLLM's own fused-MoE kernel beside our baseline (extract, check, run)
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+TABLE = "reports/measured/h200/microbench.csv"
+# where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
+PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
 
 def register(sub) -> None:
@@ -22,11 +39,158 @@ def register(sub) -> None:
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
                    "picks the decode benchmark uses for models this run does not measure")
     p.set_defaults(func=cmd_microbench)
+    _register_bench(sub)
+
+
+def _register_bench(sub) -> None:
+    b = sub.add_parser("bench", help="GPU checks, A/B and peer tools of the decode kernels",
+                       description=__doc__.split("\n\n")[1],
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    tools = b.add_subparsers(dest="tool", metavar="tool", required=True)
+
+    def tool(name, func, help, out=True):
+        t = tools.add_parser(name, help=help, description=help)
+        if out:
+            t.add_argument("out", type=Path, help="output directory")
+        t.set_defaults(func=func)
+        return t
+
+    t = tool("picks-check", _picks_check, "CUDA: every committed pick with a stream schedule "
+             "(--all: every pick of both layers) against the float32 reference, eagerly as a "
+             "battery case and as two CUDA-graph replays -> OUT/picks_check.csv; exit 1 on a "
+             "failure")
+    t.add_argument("--table", default=TABLE, help="the microbench.csv whose picks are checked")
+    t.add_argument("--all", action="store_true", help="every pick, baseline and DeaMoE")
+    tool("stream-check", _stream_check, "CUDA: the battery's cases with each stream option of "
+         "both layers, and the graph-captured step -> OUT/stream_check.csv; exit 1 on a failure")
+    tool("routing-check", _routing_check, "CUDA: the routing kernel against "
+         "deamoe.routing.route on every Table 1 shape -> OUT/routing_check.csv, routing_time.csv")
+    t = tool("variants", _variants, "CUDA: knob sets timed on the committed picks -> "
+             "OUT/variants.csv")
+    t.add_argument("items", nargs="+", metavar="VARIANT|POINT",
+                   help="[moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] (VALUE '+sfx': the committed "
+                   "tile with -sfx appended) or MODEL:BATCH")
+    t.add_argument("--table", default=TABLE)
+    t.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
+    t = tool("trace", _trace, "CUDA: kernel timeline (stream, start, duration, idle gap) of the "
+             "picked layers in their CUDA graph -> OUT/trace.csv")
+    t.add_argument("--table", default=TABLE)
+    t.add_argument("--models", default="Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B")
+    t.add_argument("--batches", default="4,16,64,128")
+    t.add_argument("--copies", type=int, help="layer copies per graph (default: 4 for "
+                   "Baseline-7B, 1 for the larger models)")
+    tool("read-sizes", _read_sizes, "CUDA: streaming read by read size -> OUT/read_sizes.csv")
+    t = tool("overread", _overread, "CPU: distinct departments and the dense department GEMM's "
+             "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
+    t.add_argument("--draws", type=int, default=2000)
+    t = tool("import", _import, "copy a device run's tables (several parts of one run: "
+             "concatenated) into --dest, git_sha 'unknown' replaced by --sha", out=False)
+    t.add_argument("dirs", nargs="+", type=Path)
+    t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
+    t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
+    _register_peer(tools)
+
+
+def _register_peer(tools) -> None:
+    p = tools.add_parser("peer", help="vLLM's fused-MoE kernel beside our baseline",
+                         description="extract: copy vLLM's kernel where vLLM is installed; "
+                         "check: the peer path against a reference; run: time it on CUDA")
+    steps = p.add_subparsers(dest="step", required=True)
+    ex = steps.add_parser("extract", help="copy vLLM's fused-MoE kernel and default config "
+                          "verbatim from the installed vLLM into one file")
+    ex.add_argument("--to", type=Path, default=PEER_KERNEL)
+    ch = steps.add_parser("check", help="the peer path against a reference (CPU or GPU)")
+    ch.add_argument("--kernel", type=Path, default=PEER_KERNEL)
+    rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv")
+    rn.add_argument("out", type=Path)
+    rn.add_argument("points", nargs="+", help="MODEL:BATCH")
+    rn.add_argument("--kernel", type=Path, default=PEER_KERNEL)
+    rn.add_argument("--table", default=TABLE, help="the baseline tiles to time (baseline_tile)")
+    rn.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
+    rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
+    rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
+    p.set_defaults(func=_peer)
+
+
+def _needs_cuda(what: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        from deamoe.errors import ConfigError
+
+        raise ConfigError(f"bench {what}: needs a CUDA GPU")
+
+
+def _picks_check(args) -> int:
+    _needs_cuda("picks-check")
+    from deamoe.bench.checks import picks_check
+
+    return picks_check(args.out, args.table, every=args.all)
+
+
+def _stream_check(args) -> int:
+    _needs_cuda("stream-check")
+    from deamoe.bench.checks import stream_check
+
+    return stream_check(args.out)
+
+
+def _routing_check(args) -> int:
+    _needs_cuda("routing-check")
+    from deamoe.bench.checks import routing_check
+
+    return routing_check(args.out)
+
+
+def _variants(args) -> int:
+    _needs_cuda("variants")
+    from deamoe.bench.tools import parse_variants, variants
+
+    sets, points = parse_variants(args.items)
+    return variants(args.out, sets, points, args.table, args.rounds)
+
+
+def _trace(args) -> int:
+    _needs_cuda("trace")
+    from deamoe.bench.tools import trace
+
+    return trace(args.out, args.table, args.models.split(","),
+                 [int(b) for b in args.batches.split(",")], args.copies)
+
+
+def _read_sizes(args) -> int:
+    _needs_cuda("read-sizes")
+    from deamoe.bench.tools import read_sizes
+
+    return read_sizes(args.out)
+
+
+def _overread(args) -> int:
+    from deamoe.bench.tools import overread
+
+    return overread(args.out, args.draws)
+
+
+def _import(args) -> int:
+    from deamoe.bench.tools import import_tables
+
+    return import_tables(args.dirs, args.dest, args.sha)
+
+
+def _peer(args) -> int:
+    from deamoe.bench import vllm_peer
+
+    if args.step == "extract":
+        vllm_peer.extract(args.to)
+        return 0
+    if args.step == "check":
+        return vllm_peer.check(args.kernel)
+    return vllm_peer.run_peer(args.kernel, args.points, args.out, args.table, args.rounds,
+                              args.replays, args.tiny)
 
 
 def cmd_microbench(args: argparse.Namespace) -> int:
     import dataclasses
-    from pathlib import Path
 
     import torch
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from deamoe.bench.layer_step import ffn_step, random_weights, time_fn
+from deamoe.bench.layer_step import ffn_step, free_cuda_cache, random_weights, time_fn
 
 
 @dataclass
@@ -59,7 +59,7 @@ class RandomDecoder:
                                  device=device, dtype=dtype),
             })
 
-    def step(self, tokens: torch.Tensor, tiles=None, compiled: bool = False) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, tiles=None) -> torch.Tensor:
         B = tokens.shape[0]
         x = self.embed[tokens]
         for L in self.layers:
@@ -70,12 +70,12 @@ class RandomDecoder:
             vc[:, :, -1:].copy_(v)
             o = F.scaled_dot_product_attention(q, kc, vc)
             x = x + F.linear(o.reshape(B, self.h), L["wo"])
-            x = x + ffn_step(self.shape, L["ffn"], _rms(x, self.norm), tiles=tiles, compiled=compiled)
+            x = x + ffn_step(self.shape, L["ffn"], _rms(x, self.norm), tiles=tiles)
         return F.linear(_rms(x, self.norm), self.lm_head).argmax(-1)
 
 
 def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", tiles=None,
-               seed=0, progress=None, shapes=None, compiled=False) -> list[dict]:
+               seed=0, progress=None, shapes=None) -> list[dict]:
     """Rows {model, ffn, batch, tpot_ms} for the baseline and DeaMoE decoders of each model.
 
     tiles: optional {(kind, model, batch): tile object} from the microbenchmark's search;
@@ -92,15 +92,14 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
                 tokens = torch.randint(0, dec.vocab, (batch,), device=device)
                 t = (tiles or {}).get((kind, model, batch))
                 with torch.no_grad():
-                    timing = time_fn(lambda: net.step(tokens, t, compiled), replays)
+                    timing = time_fn(lambda: net.step(tokens, t), replays)
                 rows.append({"model": model, "ffn": kind, "batch": batch,
                              "tpot_ms": timing.median_us / 1e3, "p10_ms": timing.p10_us / 1e3,
                              "p90_ms": timing.p90_us / 1e3})
                 if progress is not None:
                     progress.update(1)
             del net
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+            free_cuda_cache()
     return rows
 
 

@@ -11,7 +11,7 @@ GEMM_STAGES = {"moe": ("w13", "w2"), "deamoe": ("dept_up", "expert_up", "expert_
 EXPERT_STAGES = {"moe": ("w13", "w2"), "deamoe": ("expert_up", "expert_down")}
 # a group holds at most one row per token, so a BLOCK_M above next_pow2(batch) only adds padding:
 # the search skips those (see block_m_values).  128-row department blocks let one program see
-# all of a department's tokens at 128 tokens, so its weight tile streams once (v7)
+# all of a department's tokens at 128 tokens, so its weight tile streams once
 BLOCK_M_KNOBS = {"moe": {"block_m": (16, 32, 64)},
                  "deamoe": {"dept_block_m": (16, 32, 64, 128), "expert_block_m": (16, 32)}}
 

@@ -41,6 +41,12 @@ def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, 
     return w
 
 
+def free_cuda_cache() -> None:
+    """Hand the memory of weights just dropped back to the device before the next shape's."""
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def layer_bytes(shape: MoEShape | DeaMoEShape) -> int:
     """bf16 bytes of one layer's router + expert weights (the parameter count of the budget)."""
     return 2 * ffn_params(shape)
@@ -55,86 +61,47 @@ def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
     return 2 * (router_params(shape) + loaded_expert_params(shape, experts, depts))
 
 
-_COMPILED_ROUTE = None
-# fused: on CUDA, route with the single-launch Triton implementation of deamoe.routing.route
-# (deamoe.kernels.routing_topk, tested equal to it) for both layers alike; False = the torch code
-ROUTING_STATE = {"compiled_failed": None, "fused": True}
+def routing_fn(logits: torch.Tensor):
+    """deamoe.routing.route for a decode step, the same for both layers: on CUDA its
+    single-launch Triton implementation (deamoe.kernels.routing_topk, tested equal to it),
+    elsewhere the torch code itself."""
+    if logits.is_cuda:
+        from deamoe.kernels.routing_topk import route_kernel
+
+        return route_kernel
+    return route
 
 
-def _compiled_or_eager(shape, logits):
-    if ROUTING_STATE["compiled_failed"] is None:
-        try:
-            return _COMPILED_ROUTE(shape, logits)
-        except Exception as exc:  # noqa: BLE001 - fall back to the same code, eager
-            ROUTING_STATE["compiled_failed"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-            print(f"torch.compile(route) failed, eager routing from now on: {exc}")
-    return route(shape, logits)
+def routing_label(device) -> str:
+    """What routes the timed steps on `device` (the microbench.csv `routing` column)."""
+    return "triton route kernel" if torch.device(device).type == "cuda" else "eager route"
 
 
-def _fused_or(reference):
-    def run(shape, logits):
-        if ROUTING_STATE["fused"] and logits.is_cuda:
-            from deamoe.kernels.routing_topk import route_kernel
-
-            return route_kernel(shape, logits)
-        return reference(shape, logits)
-    return run
-
-
-def routing_label(compiled: bool) -> str:
-    if ROUTING_STATE["fused"] and torch.cuda.is_available():
-        return "triton route kernel"
-    if not compiled or ROUTING_STATE["compiled_failed"]:
-        return "eager route"
-    return "torch.compile(route)"
-
-
-def routing_fn(compiled: bool):
-    """deamoe.routing.route for a decode step, used for both layers alike: on CUDA its
-    single-launch Triton implementation (ROUTING_STATE["fused"]), else the torch code, optionally
-    through torch.compile (elementwise ops fused into fewer launches; eager if compiling fails)."""
-    return _fused_or(_reference_fn(compiled))
-
-
-def _reference_fn(compiled: bool):
-    global _COMPILED_ROUTE
-    if not compiled:
-        return route
-    if _COMPILED_ROUTE is None:
-        import torch._dynamo.config as dynamo_config
-
-        for knob in ("cache_size_limit", "recompile_limit"):  # one entry per layer shape
-            if hasattr(dynamo_config, knob):
-                setattr(dynamo_config, knob, max(64, getattr(dynamo_config, knob)))
-        _COMPILED_ROUTE = torch.compile(route, dynamic=True)
-    return _compiled_or_eager
-
-
-def step_routing(shape, w: dict, x: torch.Tensor, compiled: bool = False):
+def step_routing(shape, w: dict, x: torch.Tensor):
     """(ids, weights) of one decode step: the router GEMM, then deamoe.routing.route (routing_fn)."""
-    return routing_fn(compiled)(shape, F.linear(x, w["router"]))
+    logits = F.linear(x, w["router"])
+    return routing_fn(logits)(shape, logits)
 
 
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
-             compiled: bool = False, routed=None, logits=None) -> torch.Tensor:
+             routed=None, logits=None) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch).
     routed: (ids, weights) computed beforehand -- the step then runs no router GEMM and no
-    routing (scripts/h200_head_cost.py times what they cost).  logits: the router's output
-    computed beforehand -- the step routes them but runs no router GEMM, as vLLM's fused_moe is
-    called (the peer times of issue 5 start from the gating output)."""
+    routing.  logits: the router's output computed beforehand -- the step routes them but runs
+    no router GEMM, as vLLM's fused_moe is called and timed (from the gating output)."""
     if routed is not None and logits is not None:
         raise ValueError("ffn_step: give routed or logits, not both")
 
     def routing():
         if logits is not None:
-            return routing_fn(compiled)(shape, logits)
-        return step_routing(shape, w, x, compiled)
+            return routing_fn(logits)(shape, logits)
+        return step_routing(shape, w, x)
 
     if isinstance(shape, DeaMoEShape):
         from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
 
         # the kernel runs the routing itself: beside its department up-projection when
-        # tiles.dense_dept_up (NOTES.md v14), else first, as here for the baseline
+        # tiles.dense_dept_up, else first, as here for the baseline
         ids, weights = routed if routed is not None else (None, None)
         return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
                               w["expert_up"], w["expert_down"], ids, weights,
@@ -150,10 +117,10 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 
 
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
-                impl: str = "triton", compiled: bool = True, routed: list | None = None,
+                impl: str = "triton", routed: list | None = None,
                 logits: list | None = None):
     """fn() running the decode step of every layer copy `repeat` times: what one timed graph
-    replay holds, shared by the microbenchmark and the H200 scripts (time it with
+    replay holds, shared by the microbenchmark and the bench tools (time it with
     time_fn(fn, replays, repeat * len(weights))).  Step j (pass j // copies, copy j % copies)
     reads xs[j % len(xs)]: one input per copy (reused each pass) or one per step (its own
     routing each, StepInputs).  routed / logits: each input's (ids, weights) or router logits
@@ -167,7 +134,7 @@ def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, 
     def run():
         for j in range(repeat * n):
             i = j % len(xs)
-            ffn_step(shape, weights[j % n], xs[i], impl=impl, tiles=tiles, compiled=compiled,
+            ffn_step(shape, weights[j % n], xs[i], impl=impl, tiles=tiles,
                      routed=routed[i] if routed is not None else None,
                      logits=logits[i] if logits is not None else None)
     return run
@@ -187,8 +154,9 @@ class StepInputs:
     `live` are the tensors the captured graph reads (one per layer step); `draws[d]` holds
     draw d's value of each.  prepare(i), run before replay i and outside its timed events,
     copies draw i % len(draws) into `live`, so every replay routes fresh random inputs -- as
-    vLLM's benchmark_moe copies a new random gating output before each replay (NOTES.md v43):
-    a time then averages many routings instead of reporting one draw's."""
+    vLLM's benchmark_moe copies a new random gating output before each replay: a time then
+    averages many routings instead of reporting one draw's (one fixed draw per copy had put
+    DeepSeek-V3's baseline bytes 5-6.5% under their expected value at 4 and 24 tokens)."""
 
     live: list[torch.Tensor]
     draws: list[list[torch.Tensor]]

@@ -6,16 +6,14 @@ implementations run the same grouped-GEMM primitive and get the same tile search
 timed briefly on one pass over the layer copies, the best few re-timed on the reported graph of
 >= min_layers_per_graph layer steps, the pick then timed afresh for the reported median).  Every
 layer step has its own random input, redrawn before each replay (routing_draws draws), so a time
-averages many routings as vLLM's benchmark_moe does (NOTES.md v43).  Bytes are the weights those
+averages many routings as vLLM's benchmark_moe does.  Bytes are the weights those
 routings must load (router + distinct experts, or + distinct departments; their mean); achieved
 TB/s is compared with the streaming-read roofline measured in the same run.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import importlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,14 +21,15 @@ from pathlib import Path
 import torch
 
 from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
-from deamoe.bench.layer_step import (StepInputs, layer_bytes, layer_steps, random_weights,
-                                     router_logits, step_bytes, time_fn)
+from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, layer_steps,
+                                     random_weights, router_logits, routing_label, step_bytes,
+                                     time_fn)
 from deamoe.bench.search import prior_picks, search_point
 from deamoe.config import table1_row
 from deamoe.routing import route
 
-# vLLM's Triton fused MoE on this H200 (issue 5: bf16, default config, CUDA graphs, rotated
-# weights), microseconds per layer: the peer our baseline must match.
+# vLLM's Triton fused MoE on an H200 as quoted in the kernel goals (bf16, default config, CUDA
+# graphs, rotated weights), microseconds per layer: the peer our baseline must match.
 VLLM_H200_US = {
     "DeepSeek-V3": {4: 638, 8: 1260, 16: 1963, 24: 2737, 32: 3172, 64: 4367, 96: 5090, 128: 5164},
     "Qwen3-235B-A22B": {4: 292, 8: 461, 16: 698, 32: 954, 64: 1094, 128: 1163},
@@ -47,14 +46,14 @@ class MicrobenchSettings:
     tiles: list[str] = field(default_factory=lambda: [
         "n128-k128-w4-s3", "n64-k128-w4-s4", "n32-k256-w4-s3", "n128-k64-w8-s4", "n64-k64-w4-s3",
         "n32-k128-w4-s3",
-        # TMA weight loads (v11): 0-1.5% faster on the large GEMMs, up to 9% on the small ones
+        # TMA weight loads: 0-1.5% faster on the large GEMMs, up to 9% on the small ones
         "n128-k128-w4-s3-tma", "n64-k256-w4-s3-tma", "n64-k64-w4-s3-tma",
         # 256 columns: half the re-reads of the fp32 S rows by DeaMoE's dept_down at >= 64
-        # tokens, where a 128-row A tile is twice the bytes of a 128-wide weight tile (v14)
+        # tokens, where a 128-row A tile is twice the bytes of a 128-wide weight tile
         "n256-k64-w8-s3-tma",
-        # swapped orientation (v17, v20): picked at every batch by the Baseline-7B baseline
-        # (1.5-4.7% faster) and at some points by DeaMoE; in place of n128-k64-w4-s5 and
-        # n64-k256-w4-s3, which no point picked in v15
+        # swapped orientation: picked at every batch by the Baseline-7B baseline (1.5-4.7%
+        # faster) and at some points by DeaMoE; in place of n128-k64-w4-s5 and n64-k256-w4-s3,
+        # which no point picked
         "n64-k64-w4-s3-tma-swap", "n128-k64-w4-s3-tma-swap"])
     block_m: int = 16
     rotate_bytes: float = 2.0e9
@@ -76,14 +75,14 @@ class MicrobenchSettings:
     decode_context: int = 512
     decode_vocab: int = 32000
     decode_replays: int = 20
-    compile_routing: bool = True
     coordinate_search: bool = True
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
     dense_parts: bool = True  # with a dense pick split in n parts, try 1..n-1 of them dense
     final_tile_pass: bool = True
     grid_order: bool = True
-    # a microbench.csv whose picks join each point's finalists ("" = none): NOTES.md v37b
+    # a microbench.csv whose picks join each point's finalists ("" = none), so a run cannot
+    # lose a pick an earlier run found to a candidate that won its few-replay trials by noise
     prior_picks: list[str] | str = field(default_factory=list)  # one path or '' become a list
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
@@ -147,16 +146,16 @@ def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
 
 def graph_repeats(copies: int, s: MicrobenchSettings) -> int:
     """Passes over the layer copies in a reported time's graph: >= min_layers_per_graph steps
-    (a model's decode graph shares one launch among its layers: v15c measured 2.4-6.5 us per
-    graph on the H200, which a one-layer graph -- Qwen3's 4.8 GB layer -- charged to it)."""
+    (a model's decode graph shares one launch among its layers: a graph launch costs 2.4-6.5 us
+    on the H200, which a one-layer graph -- Qwen3's 4.8 GB layer -- charged to that layer)."""
     return max(1, math.ceil(s.min_layers_per_graph / copies))
 
 
 def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, device="cuda"):
     """(inputs, bytes, experts) of one batch size.  inputs: StepInputs with one input per layer
     step of the reported graph (step j on copy j % copies) and s.routing_draws draws of them,
-    a fresh draw before every replay (NOTES.md v43: vLLM's benchmark_moe draws a new gating
-    output per replay, so its times average many routings).  bytes / experts: the weight bytes
+    a fresh draw before every replay (vLLM's benchmark_moe draws a new gating output per
+    replay, so its times average many routings).  bytes / experts: the weight bytes
     and distinct experts a step must load, the mean over every draw and step."""
     steps = len(weights) * graph_repeats(len(weights), s)
     gen = torch.Generator(device=device).manual_seed(s.seed + batch)
@@ -183,7 +182,7 @@ def step_logits(weights: list[dict], inputs: StepInputs) -> StepInputs:
 def committed_points(points: list[str], s: MicrobenchSettings,
                      table: str = "reports/measured/h200/microbench.csv", device="cuda",
                      shapes=table1_row, kinds=("baseline", "deamoe")):
-    """For the scripts that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
+    """For the tools that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
     point, the baseline layer then the DeaMoE one, yield (model, shape, weights, batch, knobs,
     inputs, nbytes) -- the layer copies made once per model and kind, the knobs that table
     picked, point_inputs' StepInputs (time with prepare=inputs.prepare, as time_knob_sets).
@@ -203,63 +202,23 @@ def committed_points(points: list[str], s: MicrobenchSettings,
                 inputs, nbytes, _ = point_inputs(shape, weights, batch, s, device)
                 yield model, shape, weights, batch, parse_knobs(sel[col]), inputs, nbytes
             del weights
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-
-
-def point_parser(doc: str):
-    """argparse parser of the scripts that re-time committed points: OUT_DIR MODEL:BATCH ...
-    --rounds --replays (`doc`: the script's docstring, whose first line describes it)."""
-    import argparse
-
-    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
-    ap.add_argument("out", type=Path)
-    ap.add_argument("points", nargs="+", help="MODEL:BATCH")
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
-    ap.add_argument("--replays", type=int, default=50, help="graph replays per timing")
-    return ap
-
-
-@contextlib.contextmanager
-def module_switches(switches: dict):
-    """Set module-level kernel switches ({'deamoe.kernels.align.MEMORY_PHASES': 1}) for the
-    duration (the launches, graph capture included, read them), then restore them."""
-    saved = []
-    try:
-        for path, value in switches.items():
-            mod_name, attr = path.rsplit(".", 1)
-            mod = importlib.import_module(mod_name)
-            if not hasattr(mod, attr):
-                raise ValueError(f"switch {path!r}: module {mod_name} has no {attr}")
-            old = getattr(mod, attr)
-            saved.append((mod, attr, old))
-            # a switch that is None by default (routing_topk.NUM_WARPS) takes the value as given
-            setattr(mod, attr, value if old is None else type(old)(value))
-        yield
-    finally:
-        for mod, attr, value in reversed(saved):
-            setattr(mod, attr, value)
+            free_cuda_cache()
 
 
 def time_knob_sets(shape, weights, inputs: StepInputs, sets: dict, s: MicrobenchSettings,
                    rounds: int = 2, replays: int = 50, label: str = "") -> dict:
-    """{name: [median us per round]} for each named knob set of one point (A/B scripts): every
+    """{name: [median us per round]} for each named knob set of one point (A/B tools): every
     round times each set once, in turn, so slow drifts hit all alike; a graph of >=
     s.min_layers_per_graph layer steps on point_inputs' rotating draws, as bench_impl times.
-    A knob with a dot in its name is a module switch (`module_switches`) set while that set
-    runs.  A set that fails gets NaN and a printed line."""
+    A set that fails gets NaN and a printed line."""
     repeats = graph_repeats(len(weights), s)
     runs = {name: [] for name in sets}
     for _ in range(rounds):
         for name, knobs in sets.items():
-            tile_knobs = {k: v for k, v in knobs.items() if "." not in k}
-            switches = {k: v for k, v in knobs.items() if "." in k}
             try:
-                with module_switches(switches):
-                    fn = layer_steps(shape, weights, inputs.live, make_tiles(shape, tile_knobs),
-                                     repeats)
-                    runs[name].append(time_fn(fn, replays, repeats * len(weights),
-                                              prepare=inputs.prepare).median_us)
+                fn = layer_steps(shape, weights, inputs.live, make_tiles(shape, knobs), repeats)
+                runs[name].append(time_fn(fn, replays, repeats * len(weights),
+                                          prepare=inputs.prepare).median_us)
             except Exception as exc:  # noqa: BLE001 - a set that fails is reported, not fatal
                 print(f"{label} {shape.kind} {name}: {type(exc).__name__}: {exc}"[:300])
                 runs[name].append(float("nan"))
@@ -278,8 +237,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
         def runner(tiles, repeat=1):
-            return layer_steps(shape, weights, inputs.live, tiles, repeat, impl,
-                               s.compile_routing)
+            return layer_steps(shape, weights, inputs.live, tiles, repeat, impl)
 
         def measure(knobs, replays=s.select_replays, repeat=1):
             try:
@@ -291,7 +249,8 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 return None
 
         if impl == "triton":  # the search's trials on one pass over the copies (cheap); its
-            # finalists on the reported time's graph of >= min_layers_per_graph steps (v42)
+            # finalists on the reported time's graph of >= min_layers_per_graph steps (one-layer
+            # graphs ranked two of Qwen3's dense department tiles the other way round)
             knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch),
                                  final_measure=lambda k: measure(k, s.replays, repeats))
             run = runner(make_tiles(shape, knobs), repeats) if knobs else None
@@ -316,12 +275,11 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
             stage_rows += [{"kind": shape.kind, "batch": batch, **r}
                            for r in _stage_breakdown(shape, weights[0], inputs.live[0],
-                                                     make_tiles(shape, knobs), s.compile_routing)]
+                                                     make_tiles(shape, knobs))]
         if progress is not None:
             progress.update(1)
     del weights
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    free_cuda_cache()
     return rows
 
 
@@ -337,7 +295,7 @@ def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
         inputs.prepare(i)
         logits.prepare(i)
     fn = layer_steps(shape, weights, inputs.live, make_tiles(shape, knobs), repeats,
-                     compiled=s.compile_routing, logits=logits.live)
+                     logits=logits.live)
     try:
         return time_fn(fn, s.replays, len(weights) * repeats, prepare=prepare).median_us
     except Exception as exc:  # noqa: BLE001 - a diagnostic column, not the reported time
@@ -345,7 +303,7 @@ def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
         return float("nan")
 
 
-def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
+def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
@@ -356,9 +314,9 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
     from deamoe.kernels.stage_benchmark import stage_times
 
     # what sits outside the kernels: router GEMM + deamoe.routing.route, and the final cast
-    # where the layer sums its output in fp32 (none when it sums in x's dtype: OUT_BF16)
-    parts = [("router+route", lambda: step_routing(shape, w, x, compiled))]
-    if output_dtype(x) != x.dtype:
+    # where the layer sums its output in fp32 (none when it sums in x's dtype: tiles.out_bf16)
+    parts = [("router+route", lambda: step_routing(shape, w, x))]
+    if output_dtype(x, tiles.out_bf16) != x.dtype:
         parts.append(("cast", lambda: torch.empty(x.shape, dtype=torch.float32,
                                                   device=x.device).to(x.dtype)))
     fixed = []
@@ -386,12 +344,6 @@ def _stage_breakdown(shape, w, x, tiles, compiled: bool) -> list[dict]:
         except Exception as exc:  # noqa: BLE001 - the breakdown is diagnostic only
             print(f"  stage breakdown failed: {type(exc).__name__}: {exc}")
             return fixed
-
-
-def _routing_label(s) -> str:
-    from deamoe.bench.layer_step import routing_label
-
-    return routing_label(s.compile_routing)
 
 
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
@@ -440,7 +392,7 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "copies": b["copies"],
                     "baseline_layers_per_graph": b["layers"],
                     "deamoe_layers_per_graph": d["layers"],
-                    "routing": _routing_label(s),
+                    "routing": routing_label(device),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })

@@ -119,7 +119,7 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
         dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
         with tqdm(total=2 * len(s.decode_models) * len(s.batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.batches, dec, s.decode_replays, tiles=best,
-                             seed=s.seed, progress=bar, compiled=s.compile_routing)
+                             seed=s.seed, progress=bar)
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]

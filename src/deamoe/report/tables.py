@@ -266,7 +266,7 @@ def _microbench_source(results: Path, measured: Path, name: str, required, profi
 
 def _read_sizes_note(path: Path) -> str | None:
     """One line from the committed streaming read by read size: what ONE launch of N bytes
-    reaches, i.e. the per-launch floor under every GEMM of a layer (NOTES.md v11)."""
+    reaches, i.e. the per-launch floor under every GEMM of a layer."""
     if not path.exists():
         return None
     try:
@@ -283,7 +283,7 @@ def _read_sizes_note(path: Path) -> str | None:
 
 def _roofline_note(frame: pd.DataFrame) -> str:
     """Which streaming-read roofline each model's rows were measured against: the rows of one
-    table may come from several device calls, i.e. several lent GPUs of one type (v39b: 4.57 vs
+    table may come from several device calls, i.e. several lent GPUs of one type (e.g. 4.57 vs
     4.65 TB/s), and a model's ratios move with the chip."""
     peaks = frame.groupby("model", sort=False)["peak_read_tbps"].agg(["min", "max"])
     parts = [f"{m} {lo:.3f}" if abs(hi - lo) < 5e-4 else f"{m} {lo:.3f}-{hi:.3f}"
@@ -322,7 +322,7 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
                 row["deamoe speedup over vLLM"] = r[vllm] / r["deamoe_us"]
                 if {"baseline_bytes", "peak_read_tbps"} <= set(df.columns):
                     # vLLM's time for the same routings' bytes, against this row's chip: both
-                    # times average many random routings (NOTES.md v43), so the bytes compare;
+                    # times average many random routings, so the bytes compare;
                     # > 100% means vLLM's time came from a faster chip than this row's
                     row["vLLM % read roofline here"] = (
                         100 * r["baseline_bytes"] / r[vllm] / 1e6 / r["peak_read_tbps"])
@@ -368,9 +368,9 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 
 def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
-    """Issue 5's peer on the same GPU as our baseline: vLLM's own fused-MoE Triton kernel
+    """The peer of our baseline on the same GPU: vLLM's own fused-MoE Triton kernel
     (copied verbatim from an installed vLLM) timed beside our baseline on the same layer copies
-    and routings (deamoe.bench.vllm_peer, NOTES.md v44): this run's microbench part when it had
+    and routings (deamoe.bench.vllm_peer): this run's microbench part when it had
     a GPU and vLLM, else the committed table."""
     from deamoe.bench.microbench import VLLM_H200_US
 
@@ -384,7 +384,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
                       f"committed {measured / 'vllm_peer.csv'}")
     if not src.ok:
         src.reason += ("; the microbench rule makes it on a CUDA GPU with vLLM installed "
-                       "(or scripts/h200_vllm_peer.py)")
+                       "(or `python -m deamoe bench peer`)")
         return Artifact("vllm_peer", "Issue 5 peer: vLLM's fused MoE on the same GPU",
                         pd.DataFrame({"vLLM kernel on the same GPU": [NOT_RUN]}), [src])
     df = src.frame
@@ -414,7 +414,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
     notes = [src.reason] if src.reason else []
     notes += [
         f"vLLM's fused_moe_kernel and get_default_config, copied verbatim from {kernel}, run on "
-        "the same GPU, layer copies and rotating routings as our baseline (NOTES.md v44); "
+        "the same GPU, layer copies and rotating routings as our baseline; "
         "default config (no tuned file exists for these shapes), vLLM's naive one-pair-per-block "
         "path where it takes it (tokens x k x 4 <= experts)",
         "'vLLM routed': w13 GEMM, SiLU*up, w2 GEMM, sum over k, with the ids given and vLLM's "

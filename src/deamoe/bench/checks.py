@@ -1,0 +1,184 @@
+"""GPU correctness checks beside the microbenchmark's battery (`python -m deamoe bench ...`).
+
+  picks_check     each committed pick (tiles, BLOCK_M, stream schedule) at its own batch on its
+                  model's Table 1 layer: eagerly as a battery case (bf16 against the float32
+                  reference, buffers poisoned) and captured in a CUDA graph, replayed twice with
+                  the output poisoned before each replay, against the eager step on default tiles
+  stream_check    the battery's small shapes and three Table 1 shapes with every stream option
+                  of both layers (split_launches; DeaMoE's dense_dept_up alone, in parts, with
+                  its own BLOCK_M, with dense_parts), then the graph-captured step likewise
+  routing_check   the routing kernel against deamoe.routing.route on every Table 1 shape
+                  (baseline top-k, DeaMoE soft and strict), bias off/on, 1..256 tokens, fp32
+                  (same sets, weights within 1e-5) and bf16 logits (equal up to exact ties),
+                  and its time against the eager torch routing, each alone in a CUDA graph
+Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1
+if any case fails.  CUDA only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+PLOTTED = ("Baseline-7B", "Qwen3-235B-A22B", "DeepSeek-V3")
+STREAM_OPTIONS = {
+    "moe": [{"split_launches": 2}, {"split_launches": 4}],
+    "deamoe": [{"split_launches": 2}, {"split_launches": 4}, {"dense_dept_up": True},
+               {"dense_dept_up": True, "split_launches": 2},
+               {"dense_dept_up": True, "dense_block_m": 64},
+               {"dense_dept_up": True, "split_launches": 2, "dense_parts": 1}]}
+GRAPH_OPTIONS = ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2},
+                 {"dense_dept_up": True, "split_launches": 4, "dense_parts": 1},
+                 {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3})
+
+
+def _finish(rows: list[dict], path: Path, what: str) -> int:
+    import pandas as pd
+
+    from deamoe.io import write_csv
+
+    df = pd.DataFrame(rows)
+    write_csv(path, df)
+    print(f"{what}: {int(df.ok.sum())}/{len(df)} ok, max rel err {df.rel_err.max():.2e}")
+    if not df.ok.all():
+        print(df[~df.ok].to_string(index=False))
+    return 0 if bool(df.ok.all()) else 1
+
+
+def _graph_rows(shape, tiles_list, batches, seed: int, case: str) -> list[dict]:
+    """For each (tiles, batch): the step captured in a CUDA graph, replayed twice, against the
+    eager step on default tiles (same weights and input)."""
+    from deamoe.bench.layer_step import ffn_step, graph_replay_rows, random_weights
+
+    default = type(tiles_list[0])()
+    w = random_weights(shape, "cuda", seed=seed)
+    rows = []
+    for tiles, batch in zip(tiles_list, batches):
+        x = torch.randn(batch, shape.h, device="cuda", dtype=torch.bfloat16)
+        ref = ffn_step(shape, w, x, tiles=default).float()
+        rows += graph_replay_rows(shape, w, x, tiles, ref, replays=2, case=case)
+    del w
+    torch.cuda.empty_cache()
+    return rows
+
+
+def picks_check(out: Path, table: str, every: bool = False) -> int:
+    """The committed picks with a stream schedule (dense_parts or split_launches; every pick
+    of both layers with `every`) -> out/picks_check.csv."""
+    import pandas as pd
+
+    from deamoe.bench.knobs import make_tiles, parse_knobs
+    from deamoe.config import table1_row
+    from deamoe.kernels.battery import Case, build_layer, check_case
+
+    picks = pd.read_csv(table)
+    rows = []
+    for model, group in picks.groupby("model", sort=False):
+        for kind, col in (("baseline", "baseline_tile"), ("deamoe", "deamoe_tile")):
+            chosen = group if every else group[group[col].str.contains("dense_parts=|split_")]
+            if chosen.empty:
+                continue
+            shape = getattr(table1_row(model), kind)
+            tiles = [make_tiles(shape, parse_knobs(k)) for k in chosen[col]]
+            batches = [int(b) for b in chosen.batch]
+            layer = build_layer(shape, "cuda", seed=11, dtype=torch.bfloat16)
+            for t, batch, knobs in zip(tiles, batches, chosen[col]):
+                r = check_case(Case(model, shape, batch, "random", seed=batch), "cuda",
+                               torch.bfloat16, layer=layer, tiles=t)
+                rows.append({**r, "kind": kind, "batch": batch, "path": "eager", "knobs": knobs})
+            del layer
+            torch.cuda.empty_cache()
+            graph = _graph_rows(shape, tiles, batches, 5, model)
+            rows += [{**g, "kind": kind, "batch": b, "path": "graph", "knobs": k}
+                     for g, b, k in zip(graph, [b for b in batches for _ in (0, 1)],
+                                        [k for k in chosen[col] for _ in (0, 1)])]
+            print(f"{model} {kind}: {len(chosen)} picks checked", flush=True)
+    return _finish(rows, Path(out) / "picks_check.csv", "committed picks")
+
+
+def stream_check(out: Path) -> int:
+    """Every stream option of both layers -> out/stream_check.csv."""
+    from deamoe.config import table1_row
+    from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+
+    def tiles(shape, option):
+        return (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**option)
+
+    def label(option):
+        return ";".join(f"{k}={int(v)}" for k, v in option.items())
+
+    rows = []
+    for name, shape in small_shapes().items():
+        for option in STREAM_OPTIONS[shape.kind]:
+            for seed, tokens in enumerate((1, 37, 256)):
+                for pattern in PATTERNS:
+                    r = check_case(Case(name, shape, tokens, pattern, seed), "cuda",
+                                   torch.bfloat16, tiles=tiles(shape, option))
+                    rows.append({**r, "variant": label(option)})
+    for model in PLOTTED:
+        for shape in (table1_row(model).baseline, table1_row(model).deamoe):
+            layer = build_layer(shape, "cuda", seed=11, dtype=torch.bfloat16)
+            for option in STREAM_OPTIONS[shape.kind]:
+                for case in (Case(model, shape, 13, "random", 33),
+                             Case(model, shape, 64, "empty", 2)):
+                    r = check_case(case, "cuda", torch.bfloat16, layer=layer,
+                                   tiles=tiles(shape, option))
+                    rows.append({**r, "variant": label(option)})
+            del layer
+            torch.cuda.empty_cache()
+    for model in PLOTTED:  # router + routing beside the dense department GEMM, in a graph
+        shape = table1_row(model).deamoe
+        options = [o for o in GRAPH_OPTIONS for _ in (4, 64)]
+        graph = _graph_rows(shape, [DeaMoETiles(**o) for o in options],
+                            [b for _ in GRAPH_OPTIONS for b in (4, 64)], 5, f"{model} graph")
+        rows += [{**g, "variant": label(o) + ";graph"}
+                 for g, o in zip(graph, [o for o in options for _ in (0, 1)])]
+    return _finish(rows, Path(out) / "stream_check.csv", "stream options")
+
+
+def routing_check(out: Path) -> int:
+    """The routing kernel against deamoe.routing.route -> out/routing_check.csv, and its time
+    against the eager torch routing -> out/routing_time.csv."""
+    import pandas as pd
+
+    from deamoe.bench.layer_step import time_fn
+    from deamoe.config import TABLE1
+    from deamoe.io import write_csv
+    from deamoe.kernels.routing_topk import compare_with_reference, route_kernel
+    from deamoe.routing import route
+
+    rows, times = [], []
+    for model, row in TABLE1.items():
+        shapes = [("baseline", row.baseline), ("deamoe", row.deamoe),
+                  ("deamoe-strict", row.deamoe.replace(dept_topk="strict"))]
+        for kind, shape in shapes:
+            g = torch.Generator(device="cuda").manual_seed(len(rows))
+            for with_bias in (False, True):
+                bias = (0.02 * torch.randn(shape.n_expert, generator=g, device="cuda")
+                        if with_bias else None)
+                for T in (1, 4, 13, 64, 128, 256):
+                    logits = 2 * torch.randn(T, shape.n_expert, generator=g, device="cuda")
+                    for dtype in (torch.float32, torch.bfloat16):
+                        r = compare_with_reference(shape, logits.to(dtype), bias)
+                        exact = r["same_sets"] and r["max_w_err"] < 1e-5
+                        ok = r["ranked"] and r["distinct_ids"] and (
+                            exact if dtype == torch.float32 else r["tie_only"])
+                        rows.append({"model": model, "kind": kind, "bias": with_bias,
+                                     "dtype": str(dtype).split(".")[-1], **r, "ok": ok,
+                                     "rel_err": r["max_w_err"]})
+            if kind == "deamoe-strict":
+                continue
+            for T in (4, 16, 64, 128):
+                logits = torch.randn(T, shape.n_expert, device="cuda", dtype=torch.bfloat16)
+                for impl, fn in (("triton", route_kernel), ("torch eager", route)):
+                    t = time_fn(lambda: fn(shape, logits), 100)
+                    times.append({"model": model, "kind": kind, "tokens": T, "impl": impl,
+                                  "us": t.median_us, "p10_us": t.p10_us, "p90_us": t.p90_us})
+    tf = pd.DataFrame(times)
+    write_csv(Path(out) / "routing_time.csv", tf)
+    print(tf.pivot_table(index=["model", "kind", "tokens"], columns="impl",
+                         values="us").round(1).to_string())
+    return _finish(rows, Path(out) / "routing_check.csv", "routing check")

@@ -1,0 +1,264 @@
+"""A/B, timeline and table tools of the decode kernels (`python -m deamoe bench ...`).
+
+  variants       knob sets timed on the committed picks: for each point the baseline layer on
+                 its committed knobs (twice: its spread is the noise) and on each `moe/` variant,
+                 the DeaMoE layer on its committed knobs and on each other variant (the committed
+                 knobs updated with the variant's), same routings and weight copies, every set
+                 timed `rounds` times interleaved, on a graph of >= min_layers_per_graph layer
+                 steps as in the microbenchmark -> variants.csv (us = the best round)
+  trace          the picked layers in their CUDA graph under torch.profiler: every kernel's
+                 stream, start, duration and the idle gap before it (no kernel of any stream
+                 running) -> trace.csv; where a layer's time goes between and beside launches
+  read_sizes     the streaming-read kernel over buffers of 12.5 MiB - 4 GiB (>= 2 GB per replay,
+                 one launch per buffer, graph-timed): what one launch of N bytes can reach, the
+                 bound under any GEMM of that size -> read_sizes.csv (the report cites it)
+  overread       CPU: at 4 / 8 / 16 tokens, the mean distinct departments over random routings
+                 of iid N(0, 1) logits and the bytes the dense department GEMM (dense_dept_up)
+                 streams beyond them -> dense_overread.csv
+  import_tables  a device run's microbench / decode_tpot tables into the committed folder
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
+    """'[moe/]NAME:KNOB=VALUE[,...]' items -> ({'moe': {name: knobs}, 'deamoe': {...}}, the
+    'MODEL:BATCH' items)."""
+    sets, points = {"moe": {}, "deamoe": {}}, []
+    for item in items:
+        if "=" not in item:
+            points.append(item)
+            continue
+        name, spec = item.split(":", 1)
+        kind = "moe" if name.startswith("moe/") else "deamoe"
+        sets[kind][name] = {k: int(v) if v.isdigit() else v
+                            for k, v in (part.split("=", 1) for part in spec.split(","))}
+    return sets, points
+
+
+def apply_variant(knobs: dict, variant: dict) -> dict:
+    """The committed knobs updated with a variant's; a value '+sfx' appends '-sfx' to the
+    committed tile of that knob."""
+    return {**knobs, **{k: f"{knobs[k]}-{v[1:]}" if isinstance(v, str) and v.startswith("+")
+                        else v for k, v in variant.items()}}
+
+
+def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int = 2) -> int:
+    import pandas as pd
+
+    from deamoe.bench.microbench import MicrobenchSettings, committed_points, time_knob_sets
+    from deamoe.io import write_csv
+
+    s = MicrobenchSettings()
+    rows = []
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(points, s, table):
+        runs_of = {"committed": knobs}
+        if shape.kind == "moe":
+            runs_of["committed again"] = knobs
+        runs_of.update({n: apply_variant(knobs, v) for n, v in sets[shape.kind].items()})
+        runs = time_knob_sets(shape, weights, inputs, runs_of, s, rounds=rounds,
+                              label=f"{model} {batch}")
+        for name, r in runs.items():
+            rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
+                         "variant": name, "us": min(r), "runs": r})
+            print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:18s} {min(r):8.1f} us",
+                  flush=True)
+        write_csv(Path(out) / "variants.csv", pd.DataFrame(rows))
+    df = pd.DataFrame(rows)
+    base = df[(df.kind == "moe") & (df.variant == "committed")].set_index(["model", "batch"])
+    dea = df[df.kind == "deamoe"].copy()
+    base_us = [base.loc[(m, b), "us"] for m, b in zip(dea.model, dea.batch)]
+    base_bytes = [base.loc[(m, b), "bytes"] for m, b in zip(dea.model, dea.batch)]
+    dea["speedup"] = [u0 / u for u0, u in zip(base_us, dea.us)]
+    dea["sp_over_ideal"] = [sp * by / b0 for sp, by, b0 in zip(dea.speedup, dea.bytes, base_bytes)]
+    for values, digits in (("us", 1), ("sp_over_ideal", 4), ("speedup", 4)):
+        print(dea.pivot_table(index=["model", "batch"], columns="variant",
+                              values=values).round(digits).to_string())
+    print(df[df.kind == "moe"].pivot_table(index=["model", "batch"], columns="variant",
+                                           values="us").round(1).to_string())
+    return 0
+
+
+def _profile_graph(run, out: Path) -> list[dict]:
+    """Kernel events of the last of 5 profiled replays of `run` captured in a CUDA graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        run()
+        run()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run()
+    for _ in range(5):
+        g.replay()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            g.replay()
+        torch.cuda.synchronize()
+    path = out / "tmp_trace.json"
+    prof.export_chrome_trace(str(path))
+    ev = sorted((e for e in json.loads(path.read_text())["traceEvents"]
+                 if e.get("cat") == "kernel"), key=lambda e: e["ts"])
+    path.unlink()
+    return ev[-(len(ev) // 5):] if ev else []
+
+
+def trace(out: Path, table: str, models: list[str], batches: list[int],
+          copies: int | None = None) -> int:
+    import pandas as pd
+
+    from deamoe.bench.knobs import make_tiles, parse_knobs
+    from deamoe.bench.layer_step import ffn_step, random_weights
+    from deamoe.config import table1_row
+    from deamoe.io import write_csv
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    mb = pd.read_csv(table)
+    rows = []
+    for model in models:
+        # the big models' single layer per graph shows first-in-graph effects; 4 copies of the
+        # 7B layer show the steady state
+        n = copies or (4 if model == "Baseline-7B" else 1)
+        for kind, shape in (("baseline", table1_row(model).baseline),
+                            ("deamoe", table1_row(model).deamoe)):
+            ws = [random_weights(shape, "cuda", seed=c) for c in range(n)]
+            for T in batches:
+                sel = mb[(mb.model == model) & (mb.batch == T)]
+                if sel.empty:
+                    continue
+                tiles = make_tiles(shape, parse_knobs(sel.iloc[0][f"{kind}_tile"]))
+                xs = [torch.randn(T, shape.h, device="cuda", dtype=torch.bfloat16) for _ in ws]
+
+                def run():
+                    for w, x in zip(ws, xs):
+                        ffn_step(shape, w, x, tiles=tiles)
+                ev = _profile_graph(run, out)
+                if not ev:
+                    print(f"{model} {kind} T={T}: no kernel events in the trace", flush=True)
+                    continue
+                end, idle = None, 0.0  # end of the kernels so far (streams overlap)
+                for i, e in enumerate(ev):
+                    gap = 0.0 if end is None else max(0.0, e["ts"] - end)
+                    end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+                    idle += gap
+                    rows.append({"model": model, "kind": kind, "batch": T, "i": i,
+                                 "kernel": e["name"][:60], "stream": e.get("tid"),
+                                 "start_us": e["ts"] - ev[0]["ts"], "dur_us": e["dur"],
+                                 "gap_before_us": gap})
+                span = max(e["ts"] + e["dur"] for e in ev) - ev[0]["ts"]
+                print(f"{model} {kind} T={T}: {len(ev)} kernels on "
+                      f"{len({e.get('tid') for e in ev})} streams over {n} copies, span "
+                      f"{span / n:.1f} us/layer, kernel time "
+                      f"{sum(e['dur'] for e in ev) / n:.1f}, idle {idle / n:.1f}", flush=True)
+            write_csv(out / "trace.csv", pd.DataFrame(rows))
+            del ws
+            torch.cuda.empty_cache()
+    return 0
+
+
+def read_sizes(out: Path) -> int:
+    import pandas as pd
+    import triton
+
+    from deamoe.bench.layer_step import time_fn
+    from deamoe.io import write_csv
+    from deamoe.kernels.stream_read import stream_read
+    from deamoe.kernels.stream_read_benchmark import VARIANTS
+    from deamoe.provenance import provenance
+
+    rows = []
+    for mb in (12.5, 25, 50, 100, 200, 400, 800, 1600, 4096):
+        n = int(mb * 2**20) // 2
+        copies = max(1, math.ceil(2.0e9 / (2 * n)))
+        bufs = [torch.randn(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+        for block, unroll, warps in VARIANTS:
+            def run():
+                for b in bufs:
+                    stream_read(b, block, unroll, warps)
+            us = time_fn(run, 30, copies).median_us
+            rows.append({"mb": mb, "bytes": 2 * n, "block": block, "unroll": unroll,
+                         "num_warps": warps, "copies": copies, "us": us,
+                         "tbps": 2 * n / us / 1e6})
+        best = max((r for r in rows if r["mb"] == mb), key=lambda r: r["tbps"])
+        print(f"{mb:7.1f} MB x{copies:3d}: best {best['us']:9.1f} us  {best['tbps']:.3f} TB/s",
+              flush=True)
+        del bufs
+        torch.cuda.empty_cache()
+    prov = provenance("cuda")
+    write_csv(Path(out) / "read_sizes.csv", pd.DataFrame(rows).assign(
+        gpu=prov["device"], torch=prov["torch"], triton=triton.__version__, date=prov["date"],
+        git_sha=prov["git_sha"]))
+    return 0
+
+
+def overread(out: Path, draws: int = 2000) -> int:
+    import pandas as pd
+
+    from deamoe.analysis.budget import loaded_expert_params
+    from deamoe.bench.layer_step import step_bytes
+    from deamoe.config import table1_row
+    from deamoe.io import write_csv
+    from deamoe.routing import route
+
+    rows = []
+    for model in ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"):
+        shape = table1_row(model).deamoe
+        # the dense GEMM streams a department's gate and up: 2 of its backbone's 3 matrices
+        dept_up_bytes = 2 * loaded_expert_params(shape, 0, 1) * 2 // 3
+        gen = torch.Generator().manual_seed(0)
+        for batch in (4, 8, 16):
+            depts, nbytes = 0, 0
+            for _ in range(draws):
+                ids = route(shape, torch.randn(batch, shape.n_expert, generator=gen))[0]
+                depts += torch.unique(ids // shape.experts_per_dept).numel()
+                nbytes += step_bytes(shape, ids)
+            depts, nbytes = depts / draws, nbytes / draws
+            over = (shape.n_dept - depts) * dept_up_bytes
+            rows.append({"model": model, "batch": batch, "draws": draws, "n_dept": shape.n_dept,
+                         "k_dept": shape.k_dept, "distinct_depts": depts,
+                         "deamoe_bytes": nbytes, "dense_overread_bytes": over,
+                         "overread_frac": over / nbytes})
+            print(f"{model:16s} {batch:3d}  {depts:.3f} of {shape.n_dept} departments: the "
+                  f"dense GEMM reads {over / 1e6:6.2f} MB more "
+                  f"({100 * over / nbytes:.3f}% of the layer)")
+    write_csv(Path(out) / "dense_overread.csv", pd.DataFrame(rows))
+    return 0
+
+
+def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
+    """microbench.csv and decode_tpot.csv of one run (several device calls: their rows
+    concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
+    copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
+    that was sent (default HEAD) is filled in."""
+    import pandas as pd
+
+    from deamoe.errors import DataError
+    from deamoe.io import write_csv
+
+    sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
+                                capture_output=True, text=True).stdout.strip()
+    written = []
+    for name in ("microbench.csv", "decode_tpot.csv"):
+        parts = [pd.read_csv(d / name) for d in dirs if (d / name).exists()]
+        if not parts:
+            continue
+        df = pd.concat(parts, ignore_index=True)
+        if "git_sha" in df:
+            df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
+        write_csv(Path(dest) / name, df)
+        written.append(name)
+    if not written:
+        raise DataError(f"bench import: no microbench.csv or decode_tpot.csv in "
+                        f"{', '.join(map(str, dirs))}")
+    print(f"imported {', '.join(written)} into {dest}")
+    return 0

@@ -1,0 +1,54 @@
+"""The CPU-runnable bench tools: the dense over-read analysis and the table import."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from deamoe.cli import main
+
+
+@pytest.mark.slow
+def test_overread_counts_unchosen_departments_only_at_few_tokens(tmp_path):
+    # at 16 tokens every one of the 8 departments is chosen in every draw (no over-read); at 4
+    # tokens some go unchosen, and the dense GEMM's extra bytes are exactly their gate/up
+    assert main(["bench", "overread", str(tmp_path), "--draws", "20"]) == 0
+    df = pd.read_csv(tmp_path / "dense_overread.csv").set_index(["model", "batch"])
+    assert (df.xs(16, level="batch")[["distinct_depts", "dense_overread_bytes"]].values
+            == [[8.0, 0.0]] * 3).all()
+    at4 = df.xs(4, level="batch")
+    assert ((at4.distinct_depts < 8) & (at4.dense_overread_bytes > 0)).all()
+    # Qwen3-235B-A22B: a department's gate and up are two h_ffn x h = 1536 x 4096 bf16 matrices
+    q = at4.loc["Qwen3-235B-A22B"]
+    assert q.dense_overread_bytes == pytest.approx((8 - q.distinct_depts) * 2 * 4096 * 1536 * 2)
+
+
+def test_import_concatenates_the_calls_and_fills_in_the_sha(tmp_path):
+    a, b, dest = tmp_path / "a", tmp_path / "b", tmp_path / "dest"
+    a.mkdir(), b.mkdir()
+    pd.DataFrame({"model": ["DeepSeek-V3"], "batch": [4], "git_sha": ["unknown"]}).to_csv(
+        a / "microbench.csv", index=False)
+    pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [4], "git_sha": ["abc"]}).to_csv(
+        b / "microbench.csv", index=False)
+    pd.DataFrame({"model": ["Baseline-7B"], "batch": [8], "git_sha": ["unknown"]}).to_csv(
+        b / "decode_tpot.csv", index=False)
+    assert main(["bench", "import", str(a), str(b), "--sha", "541eb69", "--dest", str(dest)]) == 0
+    mb = pd.read_csv(dest / "microbench.csv")
+    assert list(mb.model) == ["DeepSeek-V3", "Qwen3-235B-A22B"]
+    assert list(mb.git_sha) == ["541eb69", "abc"]
+    assert list(pd.read_csv(dest / "decode_tpot.csv").git_sha) == ["541eb69"]
+
+
+def test_import_of_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
+    assert main(["bench", "import", str(tmp_path), "--dest", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err
+    assert "no microbench.csv or decode_tpot.csv" in err and str(tmp_path) in err
+
+
+def test_gpu_tools_say_they_need_cuda(tmp_path, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU: the tools would run")
+    assert main(["bench", "picks-check", str(tmp_path)]) == 2
+    assert "bench picks-check: needs a CUDA GPU" in capsys.readouterr().err
