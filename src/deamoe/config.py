@@ -39,6 +39,36 @@ def _choice(obj, name: str, choices: tuple[str, ...]) -> None:
         )
 
 
+def ffn_conflicts(kind: str, v: dict, where: str) -> list[str]:
+    """Values of one FFN that conflict with each other, one line each naming `where`.KEY.
+
+    The one statement of these rules: the shapes below raise the first, and the pipeline's config
+    check (deamoe.checks) reports all of them for each FFN of the config.
+    """
+    out = []
+    if v["k_expert"] > v["n_expert"]:
+        out.append(f"{where}.k_expert={v['k_expert']} must be <= {where}.n_expert={v['n_expert']}")
+    if kind == "moe":
+        return out
+    if v["k_dept"] > v["n_dept"]:
+        out.append(f"{where}.k_dept={v['k_dept']} must be <= {where}.n_dept={v['n_dept']}")
+    if v["n_expert"] % v["n_dept"]:
+        out.append(f"{where}.n_expert={v['n_expert']} must be divisible by {where}.n_dept={v['n_dept']}")
+    elif not out and v["k_expert"] > v["k_dept"] * (v["n_expert"] // v["n_dept"]):
+        out.append(f"{where}.k_expert={v['k_expert']} exceeds the experts of {where}.k_dept={v['k_dept']} "
+                   f"departments ({v['k_dept'] * (v['n_expert'] // v['n_dept'])})")
+    if v.get("dept_topk") == "strict" and v["k_expert"] < v["k_dept"]:
+        out.append(f"{where}.k_expert={v['k_expert']} must be >= {where}.k_dept={v['k_dept']} "
+                   "for dept_topk='strict' (each covered department needs an expert)")
+    return out
+
+
+def _raise_first(obj) -> None:
+    problems = ffn_conflicts(obj.kind, dataclasses.asdict(obj), type(obj).__name__)
+    if problems:
+        raise ConfigError(problems[0])
+
+
 @dataclass(frozen=True)
 class MoEShape:
     """A standard MoE FFN: n_expert SwiGLU experts, each token routed to k_expert of them."""
@@ -53,10 +83,7 @@ class MoEShape:
 
     def __post_init__(self):
         _positive_int(self, "h", "h_ffn", "n_expert", "k_expert")
-        if self.k_expert > self.n_expert:
-            raise ConfigError(
-                f"MoEShape.k_expert={self.k_expert} must be <= n_expert={self.n_expert}"
-            )
+        _raise_first(self)
 
     def replace(self, **changes) -> "MoEShape":
         return dataclasses.replace(self, **changes)
@@ -84,22 +111,7 @@ class DeaMoEShape:
         _choice(self, "operator", OPERATORS)
         _choice(self, "expert_init", EXPERT_INITS)
         _choice(self, "dept_topk", DEPT_TOPK)
-        if self.k_dept > self.n_dept:
-            raise ConfigError(f"DeaMoEShape.k_dept={self.k_dept} must be <= n_dept={self.n_dept}")
-        if self.n_expert % self.n_dept:
-            raise ConfigError(
-                f"DeaMoEShape.n_expert={self.n_expert} must be divisible by n_dept={self.n_dept}"
-            )
-        if self.k_expert > self.k_dept * self.experts_per_dept:
-            raise ConfigError(
-                f"DeaMoEShape.k_expert={self.k_expert} exceeds the experts of k_dept={self.k_dept} "
-                f"departments ({self.k_dept * self.experts_per_dept})"
-            )
-        if self.dept_topk == "strict" and self.k_expert < self.k_dept:
-            raise ConfigError(
-                f"DeaMoEShape.k_expert={self.k_expert} must be >= k_dept={self.k_dept} "
-                "for dept_topk='strict' (each covered department needs an expert)"
-            )
+        _raise_first(self)
 
     @property
     def experts_per_dept(self) -> int:

@@ -3,6 +3,8 @@
 A stage command gets `--config PATH` (the whole pipeline config, YAML or JSON) and calls
 `load_section(path, "train", TrainSettings)`: the section becomes a dataclass, unknown keys and
 wrong types raise ConfigError naming `section.key`, missing keys take the dataclass defaults.
+Reading the file runs the whole config's check (deamoe.checks), the one the workflow runs too, so
+values that conflict across keys or sections stop every command before it does any work.
 """
 
 from __future__ import annotations
@@ -21,9 +23,16 @@ T = TypeVar("T")
 def read_config(path: str | Path) -> dict:
     """The whole pipeline config as a dict; a missing or unparsable file is a ConfigError."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory; give the config YAML file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read ({exc.strerror})") from None
     try:
         if path.suffix == ".json":
             data = json.loads(text)
@@ -36,6 +45,12 @@ def read_config(path: str | Path) -> dict:
         raise ConfigError(f"config file {path} cannot be parsed: {first}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold a mapping at top level")
+    from deamoe.checks import check_config
+
+    try:
+        check_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
     return data
 
 

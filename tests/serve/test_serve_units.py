@@ -169,7 +169,7 @@ def test_server_death_mid_run_leaves_no_results(tmp_path, monkeypatch):
     out = tmp_path / "results" / "deamoe"
     with pytest.raises(server.ServerError, match="died while serving"):
         bench.run(ckpt, "deamoe", s, out, tmp_path / "log.txt")
-    assert not out.exists() and not any((tmp_path / "results").iterdir())
+    assert not (tmp_path / "results").exists()  # nor the folder the run created for it
     assert _gone(started["pgid"])
 
 

@@ -35,7 +35,7 @@ def test_batches_depend_only_on_seed_and_step(shards):
 
 def test_non_utf8_and_missing_and_empty_corpus_are_one_line_errors(tmp_path):
     (tmp_path / "bad.txt").write_bytes(b"hello \xff\xfe world")
-    with pytest.raises(DataError, match=r"bad.txt is not UTF-8 text \(bad byte at offset 6\)"):
+    with pytest.raises(DataError, match=r"bad.txt:1: not UTF-8 text \(byte .* at offset 6 of the file\)"):
         prepare(DataSettings(source="files", files=(str(tmp_path / "bad.txt"),)), tmp_path / "o", progress=False)
     with pytest.raises(DataError, match="matches no file"):
         prepare(DataSettings(source="files", files=(str(tmp_path / "nothing*.txt"),)), tmp_path / "o", progress=False)

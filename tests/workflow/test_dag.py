@@ -28,19 +28,38 @@ def test_dry_run_plans_every_stage(snakemake, workdir):
     assert "reports/figures/figure4_5_microbench.png" in proc.stdout + proc.stderr
 
 
-def test_resolved_config_has_defaults_and_is_rewritten_only_on_change(snakemake, workdir):
-    assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
-    path = workdir / "results" / "config.resolved.yaml"
-    resolved = yaml.safe_load(path.read_text())
+def _resolved_configs(workdir: Path) -> list[Path]:
+    return sorted((workdir / "results" / "config").glob("resolved-*.yaml"))
+
+
+def resolve(snakemake, workdir: Path, *args: str) -> dict:
+    """Write the resolved config of these arguments (the `resolved_config` rule) and read it."""
+    plan = snakemake(workdir, "-n", "--cores", "1", "resolved_config", "--forcerun", "resolved_config", *args)
+    path = workdir / re.search(r"results/config/resolved-\w+\.yaml", plan.stdout + plan.stderr).group(0)
+    proc = snakemake(workdir, "--cores", "1", "resolved_config", *args)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    return yaml.safe_load(path.read_text())
+
+
+def test_parsing_writes_nothing(snakemake, workdir):
+    for args in (["-n", "--cores", "1"], ["--list"], ["-n", "--cores", "1", "--config", "train={'steps': 7}"]):
+        assert snakemake(workdir, *args).returncode == 0
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+def test_resolved_config_has_defaults_and_is_named_by_its_content(snakemake, workdir):
+    resolved = resolve(snakemake, workdir)
     assert resolved["profile"] == "tiny"
     assert resolved["report"] == {"measured_gpu": "h200", "dpi": 150,  # schema defaults filled
                                   "quality_sizes": ["small", "medium", "large"]}
-    mtime = path.stat().st_mtime_ns
-    assert snakemake(workdir, "-n", "--cores", "1").returncode == 0
-    assert path.stat().st_mtime_ns == mtime  # unchanged content: file left alone
-    proc = snakemake(workdir, "-n", "--cores", "1", "--config", "report={'measured_gpu': 'a40'}")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert yaml.safe_load(path.read_text())["report"]["measured_gpu"] == "a40"
+    (first,) = _resolved_configs(workdir)
+    mtime = first.stat().st_mtime_ns
+    assert resolve(snakemake, workdir) == resolved  # same settings: the same file, left alone
+    assert first.stat().st_mtime_ns == mtime and _resolved_configs(workdir) == [first]
+    # other settings: another file; the first (which running jobs may read) is never touched
+    assert resolve(snakemake, workdir, "--config", "report={'measured_gpu': 'a40'}")["report"][
+        "measured_gpu"] == "a40"
+    assert len(_resolved_configs(workdir)) == 2 and first.stat().st_mtime_ns == mtime
 
 
 @pytest.mark.parametrize("override, message", [
@@ -106,7 +125,7 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
     proc = snakemake(workdir, "-n", "--workflow-profile", str(folder))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "report" in _job_counts(proc.stdout + proc.stderr)
-    resolved = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
+    resolved = resolve(snakemake, workdir, "--workflow-profile", str(folder), "--executor", "local")
     assert resolved["profile"] == name
     # every number of the profile's config files reached the commands' config
     settings = yaml.safe_load((folder / "config.yaml").read_text())

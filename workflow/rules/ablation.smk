@@ -7,7 +7,6 @@ rule ablation:
     output:
         "results/ablation/summary.csv",
     params:
-        config=RESOLVED_CONFIG,
         ablation=section("ablation"),
     conda:
         "../../envs/train.yaml"
@@ -15,4 +14,4 @@ rule ablation:
         "logs/ablation/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} ablation --config {params.config} --runs results/train --out {output} > {log} 2>&1"
+        "{DEAMOE} ablation --config {RESOLVED_CONFIG} --runs results/train --out {output} > {log} 2>&1"

@@ -20,7 +20,6 @@ rule loading:
     output:
         "results/analysis/loading.csv",
     params:
-        config=RESOLVED_CONFIG,
         analysis=section("analysis"),
     conda:
         "../../envs/analysis.yaml"
@@ -28,4 +27,4 @@ rule loading:
         "logs/analysis/loading.log",
     threads: 1
     shell:
-        "{DEAMOE} loading --config {params.config} --out {output} > {log} 2>&1"
+        "{DEAMOE} loading --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1"

@@ -2,12 +2,16 @@
 #
 # Why a resolved file: every stage command takes `--config PATH` with the whole pipeline config.
 # Passing config.yaml itself would miss --configfile/--config overrides and schema defaults, so
-# the merged, validated config is written to results/config.resolved.yaml at parse time -- only
-# when its content changed, so its mtime moves only then.  Rules get the path as a `param`, never
-# as an `input` (touching it must not rerun everything); the config section(s) each rule depends on
-# are `params` too, so Snakemake's params rerun-trigger reruns exactly the rules whose section
-# changed.
+# the merged, validated config is written to results/config/resolved-<hash>.yaml, named by a hash
+# of its content.  Parsing the workflow (a dry run, --list, --report) writes nothing: the file is
+# written when a run starts (`onstart`, or the `resolved_config` rule), and because its name is its
+# content, a parse or run with other settings beside a running pipeline writes another file and
+# can never change what a running job reads.  Rules get the path in their shell line, not as an
+# `input` or a `param` (the hash moves whenever any section changes, which must not rerun
+# everything); the config section(s) each rule depends on are `params`, so Snakemake's params
+# rerun-trigger reruns exactly the rules whose section changed.
 
+import hashlib
 import json
 import os
 import shlex
@@ -21,7 +25,9 @@ from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
 SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
-RESOLVED_CONFIG = "results/config.resolved.yaml"
+# this checkout's package: its cross-field checks are the ones the commands run
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from deamoe.checks import config_problems
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
@@ -77,18 +83,11 @@ def validate_config(cfg):
             validate(cfg[name], str(schema))
         except WorkflowError as exc:
             raise _schema_error(exc, cfg[name], schema, prefix=name) from None
-
-
-def write_if_changed(path, text):
-    """Atomic write (temp file + rename) that leaves the file and its mtime alone if unchanged."""
-    path = Path(path)
-    if path.exists() and path.read_text() == text:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    # values that are each valid but conflict with another (k_dept > n_dept, a micro-batch that
+    # does not divide the batch, ...): the same function the commands run, every conflict a line
+    problems = config_problems(json.loads(json.dumps(dict(cfg))))
+    if problems:
+        raise WorkflowError("\n".join(f"config: {p}" for p in problems))
 
 
 def _typed_cli_overrides(cfg, overrides):
@@ -113,12 +112,42 @@ for _key, _value in dict(workflow.config_settings.config).items():
 validate_config(config)
 # plain dicts/lists only (no Snakemake wrappers) so the YAML is readable by any tool
 RESOLVED = json.loads(json.dumps(dict(config)))
-write_if_changed(
-    RESOLVED_CONFIG,
+RESOLVED_TEXT = (
     "# Written by the Snakefile: config.yaml + profile/--config overrides + schema defaults.\n"
     "# Do not edit; edit config.yaml or pass --config / --configfile instead.\n"
-    + yaml.safe_dump(RESOLVED, sort_keys=False),
+    + yaml.safe_dump(RESOLVED, sort_keys=False)
 )
+RESOLVED_CONFIG = (
+    f"results/config/resolved-{hashlib.sha256(RESOLVED_TEXT.encode()).hexdigest()[:16]}.yaml"
+)
+
+
+def write_resolved_config():
+    """Write RESOLVED_CONFIG once (temp file + rename); an existing one has this very content."""
+    path = Path(RESOLVED_CONFIG)
+    if path.is_file():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(RESOLVED_TEXT)
+    os.replace(tmp, path)
+
+
+onstart:
+    write_resolved_config()
+
+
+localrules:
+    resolved_config,
+
+
+rule resolved_config:
+    """`snakemake --cores 1 resolved_config`: write the resolved config and nothing else."""
+    output:
+        RESOLVED_CONFIG,
+    run:
+        write_resolved_config()
 
 
 def section(name):

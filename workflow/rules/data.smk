@@ -28,8 +28,8 @@ rule data:
         train="results/data/train.bin",
         val="results/data/val.bin",
         meta="results/data/meta.json",
+        tokenizer=directory("results/data/tokenizer"),
     params:
-        config=RESOLVED_CONFIG,
         data=section("data"),
     conda:
         "../../envs/train.yaml"
@@ -39,4 +39,4 @@ rule data:
     threads: 1
     shell:
         "RAYON_NUM_THREADS={threads} RAYON_RS_NUM_CPUS={threads}"
-        " {DEAMOE} data --config {params.config} --out results/data > {log} 2>&1"
+        " {DEAMOE} data --config {RESOLVED_CONFIG} --out results/data > {log} 2>&1"

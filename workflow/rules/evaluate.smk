@@ -23,7 +23,6 @@ rule eval:
     output:
         "results/eval/{run}/lm_eval.json",
     params:
-        config=RESOLVED_CONFIG,
         eval=section("eval"),
         args=_eval_args,
     conda:
@@ -37,7 +36,7 @@ rule eval:
         gpu=0,
         gpu_slots=gpu_slots,
     shell:
-        "{DEAMOE} eval --config {params.config} --checkpoint {input.checkpoint}"
+        "{DEAMOE} eval --config {RESOLVED_CONFIG} --checkpoint {input.checkpoint}"
         " {params.args} --out results/eval/{wildcards.run} > {log} 2>&1"
 
 
@@ -48,7 +47,6 @@ rule eval_tables:
         downstream="results/eval/downstream.csv",
         perplexity="results/eval/perplexity.csv",
     params:
-        config=RESOLVED_CONFIG,
         eval=section("eval"),
     conda:
         "../../envs/eval.yaml"
@@ -56,4 +54,4 @@ rule eval_tables:
         "logs/eval/tables.log",
     threads: 1
     shell:
-        "{DEAMOE} eval-tables --config {params.config} --in results/eval --out results/eval > {log} 2>&1"
+        "{DEAMOE} eval-tables --config {RESOLVED_CONFIG} --in results/eval --out results/eval > {log} 2>&1"

@@ -8,7 +8,6 @@ rule microbench:
     output:
         directory("results/microbench"),
     params:
-        config=RESOLVED_CONFIG,
         microbench=section("microbench"),
     conda:
         "../../envs/microbench.yaml"
@@ -18,4 +17,4 @@ rule microbench:
     resources:
         gpu=0,
     shell:
-        "{DEAMOE} microbench --config {params.config} --out {output} > {log} 2>&1"
+        "{DEAMOE} microbench --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1"

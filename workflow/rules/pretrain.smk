@@ -48,7 +48,6 @@ rule train:
         log_csv="results/train/{run}/log.csv",
         checkpoint=directory("results/train/{run}/checkpoint"),
     params:
-        config=RESOLVED_CONFIG,
         model=section("model"),
         train=section("train"),
         run_section=_run_section,
@@ -65,7 +64,7 @@ rule train:
     # declared outputs, so Snakemake's cleanup of incomplete outputs leaves it).  With
     # train.nproc_per_node > 1 the command itself re-launches under torchrun (FSDP2).
     shell:
-        "{DEAMOE} train --config {params.config} --run {wildcards.run}"
+        "{DEAMOE} train --config {RESOLVED_CONFIG} --run {wildcards.run}"
         " --data results/data --out results/train/{wildcards.run} > {log} 2>&1"
 
 
@@ -75,7 +74,6 @@ rule pretrain:
     output:
         "results/pretrain/summary.csv",
     params:
-        config=RESOLVED_CONFIG,
         pretrain=section("pretrain"),
     conda:
         "../../envs/train.yaml"
@@ -83,4 +81,4 @@ rule pretrain:
         "logs/pretrain/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} pretrain --config {params.config} --runs results/train --out {output} > {log} 2>&1"
+        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs results/train --out {output} > {log} 2>&1"

@@ -15,7 +15,6 @@ rule quality:
         curves="results/quality/{size}/curves.csv",
         evals="results/quality/{size}/evals.csv",
     params:
-        config=RESOLVED_CONFIG,
         pretrain=section("pretrain"),
         eval=section("eval"),
     conda:
@@ -24,7 +23,7 @@ rule quality:
         "logs/quality/{size}.log",
     threads: 1
     shell:
-        "{DEAMOE} pretrain --config {params.config} --runs results/train --eval results/eval"
+        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs results/train --eval results/eval"
         " --size {wildcards.size} --out {output.runs} > {log} 2>&1"
 
 

@@ -92,7 +92,6 @@ rule report:
     output:
         **_report_outputs(),
     params:
-        config=RESOLVED_CONFIG,
         report=section("report"),
     conda:
         "../../envs/report.yaml"
@@ -100,5 +99,5 @@ rule report:
         "logs/report/report.log",
     threads: 1
     shell:
-        "{DEAMOE} report --config {params.config} --results results"
+        "{DEAMOE} report --config {RESOLVED_CONFIG} --results results"
         " --measured reports/measured --out reports > {log} 2>&1"

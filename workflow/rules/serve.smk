@@ -14,7 +14,6 @@ rule serve:
     output:
         directory("results/serve/{model}"),  # c<N>.json per concurrency, written by the command
     params:
-        config=RESOLVED_CONFIG,
         serve=section("serve"),
     conda:
         SERVE_ENV
@@ -24,7 +23,7 @@ rule serve:
     resources:
         gpu=0,
     shell:
-        "{DEAMOE} serve --config {params.config} --checkpoint {input.checkpoint}"
+        "{DEAMOE} serve --config {RESOLVED_CONFIG} --checkpoint {input.checkpoint}"
         " --model {wildcards.model} --out {output} > {log} 2>&1"
 
 
@@ -35,7 +34,6 @@ rule serve_tables:
         tpot="results/serve/tpot.csv",
         slo="results/serve/slo.csv",
     params:
-        config=RESOLVED_CONFIG,
         serve=section("serve"),
     conda:
         SERVE_ENV
@@ -43,4 +41,4 @@ rule serve_tables:
         "logs/serve/tables.log",
     threads: 1
     shell:
-        "{DEAMOE} serve-tables --config {params.config} --in results/serve --out results/serve > {log} 2>&1"
+        "{DEAMOE} serve-tables --config {RESOLVED_CONFIG} --in results/serve --out results/serve > {log} 2>&1"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from deamoe.argtypes import model_list, positive_int, positive_int_list, trials
 from deamoe.config import MODEL_NAMES
 
 
@@ -19,18 +20,30 @@ class AnalysisSettings:
     loading_trials: int = 64
     seed: int = 0
 
+    def __post_init__(self):
+        from deamoe.config import table1_row
+        from deamoe.errors import ConfigError
 
-def _csv_list(text: str, cast=str) -> list:
-    return [cast(x) for x in text.split(",") if x.strip()]
+        for m in self.models:
+            try:
+                table1_row(m)
+            except ConfigError as exc:
+                raise ConfigError(f"analysis.models: {exc}") from None
+        if not self.loading_tokens or any(t < 1 for t in self.loading_tokens):
+            raise ConfigError(f"analysis.loading_tokens={self.loading_tokens!r} must be integers >= 1")
+        if self.loading_trials < 2:
+            raise ConfigError(f"analysis.loading_trials={self.loading_trials} must be >= 2 "
+                              "(a standard error needs two samples)")
 
 
 def cmd_table1(args) -> int:
     from deamoe.analysis.table1 import table1
-    from deamoe.io import write_csv
+    from deamoe.io import check_output_file, write_csv
     from deamoe.provenance import provenance
 
-    models = _csv_list(args.models) if args.models else list(MODEL_NAMES)
-    df = table1(models)
+    check_output_file(args.out)
+
+    df = table1(args.models or list(MODEL_NAMES))
     for key, value in provenance().items():
         df[key] = value
     write_csv(args.out, df)
@@ -45,31 +58,33 @@ def cmd_budget(args) -> int:
     from deamoe.analysis.budget import budget
     from deamoe.config import DeaMoEShape, MoEShape
 
-    base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert)
-    dea = DeaMoEShape(
-        h=args.h,
-        h_ffn=args.h_ffn,
-        n_dept=args.n_dept,
-        n_expert=args.dea_n_expert,
-        k_dept=args.k_dept,
-        k_expert=args.dea_k_expert,
-    )
+    from deamoe.errors import ConfigError
+
+    try:
+        base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert)
+        dea = DeaMoEShape(h=args.h, h_ffn=args.h_ffn, n_dept=args.n_dept, n_expert=args.dea_n_expert,
+                          k_dept=args.k_dept, k_expert=args.dea_k_expert)
+    except ConfigError as exc:  # name the flags the user typed, not the shape's fields
+        text = str(exc)
+        for field, flag in (("DeaMoEShape.n_expert", "--dea-n-expert"),
+                            ("DeaMoEShape.k_expert", "--dea-k-expert"), ("DeaMoEShape.", "--"), ("MoEShape.", "--")):
+            text = text.replace(field, flag)
+        raise ConfigError(text.replace("_", "-")) from None
     print(json.dumps(budget(base, dea)))
     return 0
 
 
 def cmd_loading(args) -> int:
     from deamoe.analysis.loading import loading_table
-    from deamoe.config import table1_row
-    from deamoe.io import write_csv
+    from deamoe.io import check_output_file, write_csv
     from deamoe.provenance import provenance
     from deamoe.settings import load_section
 
+    check_output_file(args.out)
+
     s = load_section(args.config, "analysis", AnalysisSettings) if args.config else AnalysisSettings()
-    models = _csv_list(args.models) if args.models else s.models
-    for m in models:
-        table1_row(m)  # unknown names fail before any work
-    tokens = _csv_list(args.tokens, int) if args.tokens else s.loading_tokens
+    models = args.models or s.models
+    tokens = args.tokens or s.loading_tokens
     trials = args.trials or s.loading_trials
     df = loading_table(models, tokens, trials=trials, seed=s.seed)
     for key, value in provenance().items():
@@ -81,19 +96,19 @@ def cmd_loading(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("table1", help="Table 1: budget ratios of the paper's configurations + search")
-    p.add_argument("--models", help="comma-separated Table 1 model names (default: all five)")
+    p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: all five)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_table1)
 
     p = sub.add_parser("budget", help="params/FLOPs of any baseline vs DeaMoE configuration (JSON)")
     for name in ("h", "h-ffn", "n-expert", "k-expert", "n-dept", "dea-n-expert", "k-dept", "dea-k-expert"):
-        p.add_argument(f"--{name}", type=int, required=True)
+        p.add_argument(f"--{name}", type=positive_int, required=True)
     p.set_defaults(func=cmd_budget)
 
     p = sub.add_parser("loading", help="Figure 2: expected loaded expert weights per decoding step")
     p.add_argument("--config", help="pipeline config (reads its `analysis` section)")
-    p.add_argument("--models", help="comma-separated model names (default: config or all five)")
-    p.add_argument("--tokens", help="comma-separated tokens per step (default: config)")
-    p.add_argument("--trials", type=int, help="Monte Carlo trials per point (default: config)")
+    p.add_argument("--models", type=model_list, help="comma-separated model names (default: config or all five)")
+    p.add_argument("--tokens", type=positive_int_list, help="comma-separated tokens per step (default: config)")
+    p.add_argument("--trials", type=trials, help="Monte Carlo trials per point, >= 2 (default: config)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_loading)

@@ -4,13 +4,13 @@ Used on GPU machines whose Python lacks other stages' dependencies; same flags a
 `python -m deamoe microbench` and `python -m deamoe bench`.
 """
 
-import argparse
 import sys
 
 from deamoe.bench.cli import register
+from deamoe.cli import Parser
 from deamoe.errors import DeaMoEError
 
-parser = argparse.ArgumentParser(prog="python -m deamoe.bench")
+parser = Parser(prog="python -m deamoe.bench")
 register(parser.add_subparsers(dest="command", required=True))
 args = parser.parse_args()
 try:

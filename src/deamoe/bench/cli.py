@@ -21,6 +21,8 @@ TABLE = "reports/measured/h200/microbench.csv"
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
+from deamoe.argtypes import model_list, positive_int_list
+
 
 def register(sub) -> None:
     p = sub.add_parser(
@@ -32,8 +34,9 @@ def register(sub) -> None:
     )
     p.add_argument("--config", required=True, help="pipeline config YAML (section `microbench`)")
     p.add_argument("--out", required=True, help="output directory (e.g. results/microbench)")
-    p.add_argument("--models", help="comma-separated subset of microbench.models")
-    p.add_argument("--batches", help="comma-separated batch sizes (overrides microbench.batches)")
+    p.add_argument("--models", type=model_list, help="comma-separated subset of microbench.models")
+    p.add_argument("--batches", type=positive_int_list,
+                   help="comma-separated batch sizes (overrides microbench.batches)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
@@ -201,9 +204,9 @@ def cmd_microbench(args: argparse.Namespace) -> int:
 
     s = load_section(args.config, "microbench", MicrobenchSettings)
     if args.models:
-        s = dataclasses.replace(s, models=[m.strip() for m in args.models.split(",") if m.strip()])
+        s = dataclasses.replace(s, models=args.models)
     if args.batches:
-        s = dataclasses.replace(s, batches=[int(b) for b in args.batches.split(",") if b.strip()])
+        s = dataclasses.replace(s, batches=args.batches)
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:

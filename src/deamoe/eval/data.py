@@ -11,7 +11,7 @@ back into the hub's fields (activity_label, ctx_a, ctx_b, endings, label) -- see
 
 from __future__ import annotations
 
-import gzip
+import io
 import json
 import re
 from dataclasses import dataclass
@@ -50,10 +50,13 @@ class Where:
 
 
 def open_text(path: Path):
-    """Shipped files are gzip-compressed (`.gz`); plain files work too."""
+    """Shipped files are gzip-compressed (`.gz`); plain files work too.  The whole text is read
+    (and checked: gzip stream, UTF-8) here, so a damaged file fails naming it, not mid-iteration."""
+    from deamoe.io import read_text
+
     if not path.is_file():
         raise DataError(f"{path}: evaluation data file not found (expected in eval.data_dir)")
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")
+    return io.StringIO(read_text(path))
 
 
 def jsonl_rows(path: Path) -> Iterator[tuple[dict, Where]]:

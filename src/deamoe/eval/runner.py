@@ -1,9 +1,10 @@
 """Evaluate one checkpoint with lm-evaluation-harness (Python API) on Table 2's and Table 3's tasks.
 
 Offline (the default): the shipped files in eval.data_dir are validated and converted into
-<out>/data/*.jsonl; the task YAMLs of deamoe/eval/tasks/ are copied to <out>/tasks/ pointing at
-them; the harness's built-in downstream tasks run re-pointed at that data (their prompts and
-metrics unchanged) beside the project's perplexity tasks.  Online (eval.online: true): the
+WORK/data/*.jsonl; the task YAMLs of deamoe/eval/tasks/ are copied to WORK/tasks/ pointing at
+them (WORK: a staging folder beside <out>, removed when the command ends, however it ends); the
+harness's built-in downstream tasks run re-pointed at that data (their prompts and metrics
+unchanged) beside the project's perplexity tasks.  Online (eval.online: true): the
 built-in tasks read their standard hub datasets and the perplexity tasks are built from the hub's
 PTB / WikiText test sets.  <out>/lm_eval.json is the harness's whole output plus a `deamoe` key
 with provenance.
@@ -109,8 +110,7 @@ def shared_text_tasks(s: EvalSettings) -> dict[str, str]:
 def write_tasks(s: EvalSettings, out: Path) -> list[str]:
     """Copy the task YAMLs for this run into <out>/tasks/ and return the names to evaluate."""
     tasks_dir = out / "tasks"
-    shutil.rmtree(tasks_dir, ignore_errors=True)
-    tasks_dir.mkdir(parents=True)
+    tasks_dir.mkdir(parents=True, exist_ok=True)
     data_dir = str((out / "data").resolve())
     shutil.copy(TASKS_DIR / "ppl_utils.py", tasks_dir / "ppl_utils.py")
     names = []
@@ -156,8 +156,9 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
-    except (OSError, ValueError, KeyError) as exc:
-        raise DataError(f"{path}: cannot load model/tokenizer ({str(exc).splitlines()[0][:200]})") from None
+    except Exception as exc:  # noqa: BLE001 -- a damaged file of any kind (JSON, safetensors, shapes)
+        first = str(exc).splitlines()[0][:200] if str(exc).strip() else ""
+        raise DataError(f"{path}: cannot load model/tokenizer ({type(exc).__name__}: {first})") from None
     if tok.eos_token_id is None:
         raise DataError(f"{path}: the tokenizer has no eos token (the harness needs one as prefix)")
     if tok.pad_token_id is None:
@@ -173,9 +174,18 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
     if s.online:
         check_online()
     started = time.time()
-    sources = prepare_data(s, out)
+    device = resolve_device(s.device)
+    model, tok = load_checkpoint(checkpoint, device, s.dtype)  # a bad checkpoint fails first
+    from deamoe.io import staging_dir
+
+    with staging_dir(out) as work:
+        return _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile)
+
+
+def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile) -> dict:
+    sources = prepare_data(s, work)
     same = shared_text_tasks(s)
-    names = [n for n in write_tasks(s, out) if n not in same]  # same text: score it once
+    names = [n for n in write_tasks(s, work) if n not in same]  # same text: score it once
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
@@ -185,8 +195,6 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
     from deamoe.io import write_text
     from deamoe.provenance import provenance, version
 
-    device = resolve_device(s.device)
-    model, tok = load_checkpoint(checkpoint, device, s.dtype)
     max_length = s.max_length or int(getattr(model.config, "max_position_embeddings", 2048))
     # log-softmax in float32 even for bf16/fp16 weights: perplexities sum ~1e5 token log-probs
     lm = HFLM(pretrained=model, tokenizer=tok, backend="causal", batch_size=s.batch_size,
@@ -197,7 +205,7 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
             tasks=names,
             num_fewshot=s.num_fewshot,
             limit=s.limit or None,
-            task_manager=TaskManager(include_path=str(out / "tasks")),
+            task_manager=TaskManager(include_path=str(work / "tasks")),
             log_samples=s.log_samples,
             bootstrap_iters=s.bootstrap_iters,
             random_seed=s.seed,

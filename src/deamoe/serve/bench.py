@@ -16,7 +16,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from deamoe.errors import DataError
-from deamoe.io import atomic_path
+from deamoe.io import atomic_dir
 from deamoe.provenance import device_name, provenance, version
 from deamoe.serve.server import ServerError, VllmServer, needs_eager
 from deamoe.serve.settings import ServeSettings
@@ -34,7 +34,13 @@ def _checkpoint_config(checkpoint: Path) -> dict:
     cfg = checkpoint / "config.json"
     if not cfg.is_file():
         raise DataError(f"checkpoint {checkpoint} has no config.json (expected an HF checkpoint dir)")
-    return json.loads(cfg.read_text())
+    try:
+        config = json.loads(cfg.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise DataError(f"{cfg}: not a valid config.json ({type(exc).__name__}: {exc})") from None
+    if not isinstance(config, dict) or "vocab_size" not in config:
+        raise DataError(f"{cfg}: no vocab_size (not a causal LM checkpoint config)")
+    return config
 
 
 def run_level(server: VllmServer, checkpoint: Path, model: str, c: int, s: ServeSettings,
@@ -85,8 +91,7 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
     client_log.parent.mkdir(parents=True, exist_ok=True)
     client_log.write_text("")
     rows = []
-    with atomic_path(out) as tmp:
-        tmp.mkdir(parents=True)
+    with atomic_dir(out) as tmp:
         with VllmServer(checkpoint, s, log_path, name=model) as server:
             device = device_name()
             for c in tqdm(s.concurrency, desc=f"serve {model}", unit="level"):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 
+from deamoe.argtypes import positive_float, positive_int
+
 
 def register(sub) -> None:
     p = sub.add_parser("data", help="corpus -> tokenizer + token shards (train.bin, val.bin, meta.json)")
@@ -16,8 +18,8 @@ def register(sub) -> None:
     p.add_argument("--run", required=True, help="run name, e.g. ablation-no1-s0 or pretrain-tiny-deamoe-s0")
     p.add_argument("--data", required=True, help="directory written by `deamoe data`")
     p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1-s0")
-    p.add_argument("--steps", type=int, default=0, help="override the run's step count (smoke tests)")
-    p.add_argument("--max-seconds", type=float, default=0.0,
+    p.add_argument("--steps", type=positive_int, help="override the run's step count (smoke tests)")
+    p.add_argument("--max-seconds", type=positive_float,
                    help="stop after this much training wall time (time-boxed GPU measurements)")
     p.set_defaults(func=cmd_train)
 
@@ -59,25 +61,29 @@ def cmd_train(args) -> int:
     spec = run_spec(s, args.run)
     if args.steps:
         spec = dataclasses.replace(spec, steps=args.steps)
-    nproc = s.train.nproc_per_node
-    if nproc > 1 and not parallel.under_torchrun():
-        parallel.check_gpus(parallel.resolve_device(s.train.device), nproc)
-        if s.train.batch_size % (nproc * s.train.micro_batch_size):
-            from deamoe.errors import ConfigError
+    if parallel.under_torchrun():  # a rank: the launching process holds the run folder's lock
+        return _train(s, spec, args)
+    from deamoe.io import folder_lock
 
-            raise ConfigError(
-                f"train.batch_size={s.train.batch_size} must be a multiple of train.nproc_per_node={nproc} "
-                f"x train.micro_batch_size={s.train.micro_batch_size}"
-            )
-        argv = ["train", "--config", args.config, "--run", args.run, "--data", args.data, "--out", args.out]
-        if args.steps:
-            argv += ["--steps", str(args.steps)]
-        if args.max_seconds:
-            argv += ["--max-seconds", str(args.max_seconds)]
-        return parallel.launch(nproc, argv)
+    # One trainer per run folder: a second one (e.g. started by --rerun-incomplete while an
+    # orphaned job of a killed Snakemake still runs) stops here, naming the first one's PID.
+    with folder_lock(args.out, "train.lock", what="another trainer"):
+        nproc = s.train.nproc_per_node
+        if nproc > 1:
+            parallel.check_gpus(parallel.resolve_device(s.train.device), nproc)
+            argv = ["train", "--config", args.config, "--run", args.run, "--data", args.data, "--out", args.out]
+            if args.steps:
+                argv += ["--steps", str(args.steps)]
+            if args.max_seconds:
+                argv += ["--max-seconds", str(args.max_seconds)]
+            return parallel.launch(nproc, argv)
+        return _train(s, spec, args)
+
+
+def _train(s, spec, args) -> int:
     from deamoe.train.trainer import train_run
 
-    summary = train_run(s, spec, args.data, args.out, max_seconds=args.max_seconds)
+    summary = train_run(s, spec, args.data, args.out, max_seconds=args.max_seconds or 0.0)
     if summary:
         print(f"{spec.name}: loss(last {summary['last_n']}) {summary['loss_last_n']:.4f}, "
               f"held-out {summary['val_loss']:.4f}, {summary['tokens_per_s']:.0f} tokens/s", file=sys.stderr)
@@ -85,14 +91,18 @@ def cmd_train(args) -> int:
 
 
 def cmd_ablation(args) -> int:
+    from deamoe.io import check_output_file
     from deamoe.train.summaries import ablation_summary
 
+    check_output_file(args.out)
     ablation_summary(args.config, args.runs, args.out)
     return 0
 
 
 def cmd_pretrain(args) -> int:
+    from deamoe.io import check_output_file
     from deamoe.train.summaries import pretrain_summary
 
+    check_output_file(args.out)
     pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir)
     return 0

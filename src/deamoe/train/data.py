@@ -14,7 +14,6 @@ without sharing text.  Batches are drawn from the memmap by a generator seeded w
 from __future__ import annotations
 
 import glob
-import gzip
 import hashlib
 import json
 import os
@@ -25,7 +24,7 @@ from typing import Iterator
 import numpy as np
 
 from deamoe.errors import DataError
-from deamoe.io import atomic_path, write_json
+from deamoe.io import atomic_dir, atomic_path, read_text, write_json
 from deamoe.train.settings import DataSettings
 
 DOC_SEPARATOR = "\n\x1e\n"  # joins the books of the bundled corpus
@@ -33,20 +32,10 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 BUNDLED = REPO_ROOT / "data" / "corpus" / "gutenberg-slice.txt.gz"
 
 
-def _decode(raw: bytes, name: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{name} is not UTF-8 text (bad byte at offset {exc.start})") from None
-
-
 def _read(path: Path) -> str:
     if not path.is_file():
         raise DataError(f"corpus file {path} does not exist")
-    raw = path.read_bytes()
-    if path.suffix == ".gz":
-        raw = gzip.decompress(raw)
-    return _decode(raw, str(path))
+    return read_text(path)
 
 
 def _split_docs(text: str) -> list[str]:
@@ -143,7 +132,7 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
                 n_docs, n_train, n_val = n_docs + 1, n_train + len(train_part), n_val + len(val_part)
         if n_val < 2:
             raise DataError(f"data: the held-out split has {n_val} tokens; raise data.val_fraction or use more text")
-    with atomic_path(out / "tokenizer") as tmp:
+    with atomic_dir(out / "tokenizer") as tmp:
         tok.save_pretrained(str(tmp))
     meta = {
         "source": settings.source,
@@ -177,7 +166,13 @@ class TokenData:
         meta_path = directory / "meta.json"
         if not meta_path.is_file():
             raise DataError(f"no token shards in {directory} (missing meta.json; run `python -m deamoe data`)")
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(read_text(meta_path))
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{meta_path}:{exc.lineno}: not valid JSON ({exc.msg}); rerun `python -m deamoe data`") from None
+        missing = [k for k in ("dtype", "vocab_size", "train_tokens", "val_tokens") if k not in meta]
+        if missing:
+            raise DataError(f"{meta_path}: missing key {missing[0]!r}; rerun `python -m deamoe data`")
         arrays = {}
         for split in ("train", "val"):
             path = directory / f"{split}.bin"

@@ -2,7 +2,7 @@
 
 Each section parses into a frozen dataclass with defaults (the `tiny` profile) through the one
 config loader (deamoe.settings); an unknown key or a value of the wrong type is a ConfigError
-naming `section.key`.  The JSON schemas in
+naming `section.key`.  Values that conflict with each other are checked in deamoe.checks.  The JSON schemas in
 workflow/schemas/<section>.schema.yaml describe the same keys for the workflow's validation.
 """
 
@@ -143,17 +143,15 @@ def _check(section: str, s) -> None:
         need(0 < s.val_fraction < 0.5, "val_fraction", "must be in (0, 0.5)")
         need(s.vocab_size >= 260, "vocab_size", "must be >= 260 (256 bytes + special tokens)")
         need(s.max_bytes >= 0, "max_bytes", "must be >= 0")
-        if s.source == "files":
-            need(len(s.files) > 0, "files", "must name at least one file or glob when source=files")
     elif section == "model":
         need(s.load_balance in ("aux_loss", "bias", "none"), "load_balance", "must be aux_loss, bias or none")
-        need(s.hidden_size % s.num_attention_heads == 0, "hidden_size", "must be divisible by num_attention_heads")
-        need(s.num_attention_heads % s.num_key_value_heads == 0, "num_key_value_heads", "must divide num_attention_heads")
+        for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                    "max_position_embeddings"):
+            need(getattr(s, key) >= 1, key, "must be >= 1")
     elif section == "train":
         need(s.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
         for key in ("seq_len", "batch_size", "micro_batch_size", "steps", "nproc_per_node"):
             need(getattr(s, key) >= 1, key, "must be >= 1")
-        need(s.batch_size % s.micro_batch_size == 0, "batch_size", "must be a multiple of train.micro_batch_size")
         need(s.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         need(s.lr > 0, "lr", "must be > 0")
     elif section == "pretrain":
@@ -181,9 +179,16 @@ class Settings:
 
 
 def load_settings(path: str | Path | None = None, doc: dict | None = None) -> Settings:
-    """Parse the training sections of the pipeline config (a file path or an already-read dict)."""
+    """Parse the training sections of the pipeline config (a file path or an already-read dict).
+
+    Either way the whole config's check runs first (deamoe.checks; read_config runs it for a path).
+    """
     if doc is None:
         doc = read_config(path) if path is not None else {}
+    else:
+        from deamoe.checks import check_config
+
+        check_config(doc)
     s = Settings(
         profile=str(doc.get("profile", "tiny")),
         **{name: parse_section(name, doc.get(name)) for name in SECTIONS},

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
 
 from deamoe.errors import DeaMoEError
-from deamoe.io import atomic_path, write_json
+from deamoe.io import atomic_dir, atomic_path, write_json
 from deamoe.train import parallel
 from deamoe.train.data import TokenData
 from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
@@ -107,15 +108,19 @@ def _resume(path: Path, model, opt, fingerprint, d) -> tuple[int, list[dict]]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:
-        raise DeaMoEError(f"resume state {path} is unreadable ({type(exc).__name__}); delete it to start over") from None
-    if state.get("fingerprint") != fingerprint:
-        saved = state.get("fingerprint") or {}
+        raise DeaMoEError(f"resume state {path} is unreadable ({type(exc).__name__}); delete the folder "
+                          f"{path.parent} to start this run over") from None
+    if not isinstance(state, dict) or state.get("fingerprint") != fingerprint:
+        saved = (state.get("fingerprint") if isinstance(state, dict) else None) or {}
         diff = sorted(k for k in set(saved) | set(fingerprint) if saved.get(k) != fingerprint.get(k))
         raise DeaMoEError(
             f"resume state {path} was written by another configuration (differs in: {', '.join(diff)}); "
-            "delete it or use another --out"
+            f"delete the folder {path.parent} to start this run over with the new settings, "
+            "or use another --out"
         )
     _load_state_dicts(model, opt, state["model"], state["optimizer"], d)
+    if d.main:
+        print(f"resumed from step {int(state['step'])} (checkpoint {path})", file=sys.stderr, flush=True)
     return int(state["step"]), list(state["rows"])
 
 
@@ -288,15 +293,18 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
 
 
 def _save_hf(cfg, model, full_state, tok, path: Path) -> None:
-    """Hugging Face checkpoint (safetensors + config + tokenizer), written then renamed."""
+    """Hugging Face checkpoint (safetensors + config + tokenizer + the model's own code, so plain
+    transformers loads it with trust_remote_code=True), written then renamed."""
     from deamoe.model import DeaMoEForCausalLM
+    from deamoe.model.remote_code import write_remote_code
 
     if model is None:  # FSDP: rebuild an unsharded CPU copy from the gathered state dict
         model = DeaMoEForCausalLM(cfg)
         model.load_state_dict(full_state)
-    with atomic_path(path) as tmp:
+    with atomic_dir(path) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
+        write_remote_code(tmp)
 
 
 def _mean(rows, key, n):
@@ -308,7 +316,7 @@ def _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, prov) 
     from deamoe.analysis.budget import ffn_params
 
     t = settings.train
-    last_n = settings.ablation.last_n
+    last_n = min(settings.ablation.last_n, len(rows))  # a run shorter than last_n: all its steps
     timed = rows[min(5, len(rows) - 1):]  # skip warm-up steps (allocator, compilation)
     tok_s = sum(t.batch_size * t.seq_len for _ in timed) / max(sum(r["step_time_s"] for r in timed), 1e-12)
     mfu = None

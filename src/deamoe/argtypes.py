@@ -1,0 +1,62 @@
+"""Checked argparse types: a bad command-line value is one line naming the argument.
+
+Each type raises argparse.ArgumentTypeError, which argparse reports as
+`python -m deamoe CMD: error: argument --steps: must be an integer >= 1, got '-5'`
+(deamoe.cli.Parser prints that single line and exits with status 2, before any work).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deamoe.config import MODEL_NAMES
+
+
+def _int(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+    if value < low:
+        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    return _int(text, 1)
+
+
+def trials(text: str) -> int:
+    """Monte Carlo trials: at least 2 (a standard error needs two samples)."""
+    return _int(text, 2)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
+
+
+def positive_int_list(text: str) -> list[int]:
+    """Comma-separated integers >= 1, e.g. `1,8,64` (at least one)."""
+    items = [x.strip() for x in text.split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}")
+    try:
+        return [_int(x, 1) for x in items]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}") from None
+
+
+def model_list(text: str) -> list[str]:
+    """Comma-separated Table 1 model names (at least one, each known)."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [n for n in names if n not in MODEL_NAMES]
+    if not names or bad:
+        what = f"unknown model {bad[0]!r}" if bad else "no model given"
+        raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(MODEL_NAMES)})")
+    return names

@@ -1,0 +1,166 @@
+"""The one check of the whole pipeline config: every bad value, one line each, naming the keys.
+
+`config_problems(doc)` takes the pipeline config as a dict (config.yaml + profile + overrides) and
+returns one line per problem: a section that does not parse (wrong type, out-of-range or unknown
+value: its first problem), and values that are each valid alone but conflict with another
+(k_dept > n_dept, a micro-batch that does not divide the batch, ...).  Only the sections present
+are checked (the workflow's resolved config has all of them; a hand-written partial config leaves
+the others at their defaults).  The workflow runs it when
+it is parsed, after the JSON schemas, so `snakemake -n` lists every conflict before any job runs;
+every command runs it when it reads its `--config` (deamoe.settings.read_config), so a command
+started by hand stops the same way.  Light imports only: the Snakefile imports this module.
+"""
+
+from __future__ import annotations
+
+from deamoe.errors import ConfigError
+
+
+def _parsers():
+    from deamoe.analysis.cli import AnalysisSettings
+    from deamoe.eval.settings import parse_eval
+    from deamoe.serve.settings import ServeSettings
+    from deamoe.settings import from_dict
+    from deamoe.train.settings import SECTIONS, parse_section
+
+    parsers = {name: (lambda v, n=name: parse_section(n, v)) for name in SECTIONS}
+    parsers["analysis"] = lambda v: from_dict(AnalysisSettings, v, "analysis")
+    parsers["eval"] = parse_eval
+    parsers["serve"] = lambda v: from_dict(ServeSettings, v, "serve")
+    return parsers
+
+
+def config_problems(doc: dict) -> list[str]:
+    """Every problem of the pipeline config `doc`, one line each (empty: the config is good)."""
+    problems, parsed = [], {}
+    for name, parse in _parsers().items():
+        value = doc.get(name)
+        if value is None:  # absent: its defaults, which cannot conflict with what is given
+            continue
+        try:
+            parsed[name] = parse(value)
+        except ConfigError as exc:
+            problems.append(str(exc))
+        except (TypeError, ValueError) as exc:  # a value of a type the dataclass cannot hold
+            problems.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+    problems += _conflicts(parsed)
+    return problems
+
+
+def check_config(doc: dict) -> None:
+    """Raise one ConfigError listing every problem of `doc` ("; "-separated), if any."""
+    problems = config_problems(doc)
+    if problems:
+        raise ConfigError("; ".join(problems))
+
+
+def _model_conflicts(m) -> list[str]:
+    out = []
+    if m.hidden_size % m.num_attention_heads:
+        out.append(f"model.hidden_size={m.hidden_size} is not divisible by "
+                   f"model.num_attention_heads={m.num_attention_heads}")
+    elif (m.hidden_size // m.num_attention_heads) % 2:
+        out.append(f"model.hidden_size={m.hidden_size} / model.num_attention_heads="
+                   f"{m.num_attention_heads} = {m.hidden_size // m.num_attention_heads} must be even "
+                   "(rotary embeddings rotate pairs of channels)")
+    if m.num_attention_heads % m.num_key_value_heads:
+        out.append(f"model.num_attention_heads={m.num_attention_heads} is not divisible by "
+                   f"model.num_key_value_heads={m.num_key_value_heads}")
+    return out
+
+
+def _train_conflicts(t) -> list[str]:
+    if t.batch_size % t.micro_batch_size:
+        return [f"train.batch_size must be a multiple of train.micro_batch_size "
+                f"(got {t.batch_size} and {t.micro_batch_size})"]
+    if t.batch_size % (t.nproc_per_node * t.micro_batch_size):
+        return [f"train.batch_size={t.batch_size} does not split into train.nproc_per_node="
+                f"{t.nproc_per_node} ranks x whole micro-batches of train.micro_batch_size="
+                f"{t.micro_batch_size}"]
+    return []
+
+
+def _ablation_conflicts(settings) -> list[str]:
+    """The ablation FFN (its fields, 0 = the size's DeaMoE) and the strict variants' k_expert."""
+    from deamoe.config import ffn_conflicts
+    from deamoe.train.runs import TABLE4, ablation_size, size
+
+    a = settings.ablation
+    if a.size and a.size not in settings.pretrain.sizes:
+        return [f"ablation.size={a.size!r} is not in pretrain.sizes ({', '.join(settings.pretrain.sizes)})"]
+    keys = ("n_dept", "n_expert", "k_dept", "k_expert")
+    ffn = {k: getattr(a, k) for k in keys}
+    if not all(ffn.values()):  # 0: that field of the size's DeaMoE
+        try:
+            z = size(settings, ablation_size(settings))
+        except ConfigError:
+            return []  # reported with pretrain.sizes
+        ffn = {k: v or getattr(z.deamoe, k) for k, v in ffn.items()}
+    out = ffn_conflicts("deamoe", ffn, "ablation")
+    strict = [v for v in a.variants if TABLE4[v][2] == "strict"]
+    if strict and ffn["k_expert"] < ffn["k_dept"] and not any("strict" in p for p in out):
+        out.append(f"ablation.k_expert={ffn['k_expert']} must be >= ablation.k_dept={ffn['k_dept']} for "
+                   f"variant(s) {', '.join(strict)} (strict department top-k)")
+    return out
+
+
+def _pretrain_conflicts(settings) -> list[str]:
+    """Every size of the ladder: its decoder, its FFN pair, their budget match, its seeds."""
+    from deamoe.config import ffn_conflicts
+    from deamoe.train.runs import size
+
+    out = []
+    for name, values in settings.pretrain.sizes.items():
+        try:
+            size(settings, name)
+        except ConfigError as exc:  # every conflict of a given FFN when its values are integers
+            where = f"pretrain.sizes.{name}"
+            lines = []
+            for which, kind in (("baseline", "moe"), ("deamoe", "deamoe")):
+                ffn = values.get(which) if isinstance(values, dict) else None
+                counts = ("n_expert", "k_expert") + (("n_dept", "k_dept") if kind == "deamoe" else ())
+                if isinstance(ffn, dict) and all(
+                        isinstance(ffn.get(k), int) and not isinstance(ffn.get(k), bool) and ffn[k] > 0
+                        for k in counts):
+                    lines += ffn_conflicts(kind, ffn, f"{where}.{which}")
+            out += lines or [str(exc)]
+    return out
+
+
+def _conflicts(s: dict) -> list[str]:
+    out = []
+    if "model" in s:
+        out += _model_conflicts(s["model"])
+    if "train" in s:
+        out += _train_conflicts(s["train"])
+    if "data" in s and s["data"].source == "files" and not s["data"].files:
+        out.append("data.files must name at least one file or glob when data.source=files")
+    training = ("data", "model", "train", "ablation", "pretrain")
+    if all(k in s for k in training):
+        from deamoe.train.settings import Settings
+
+        settings = Settings("", *(s[k] for k in training))
+        out += _pretrain_conflicts(settings) + _ablation_conflicts(settings)
+    if "serve" in s and "model" in s and "train" in s:
+        out += _serve_conflicts(s["serve"], s["model"], s["train"])
+    if "eval" in s and "model" in s and "train" in s:
+        ev, longest = s["eval"], max(s["model"].max_position_embeddings, s["train"].seq_len)
+        if ev.max_length > longest:
+            out.append(f"eval.max_length={ev.max_length} is more than the models' context "
+                       f"(max of model.max_position_embeddings and train.seq_len: {longest})")
+    return out
+
+
+def _serve_conflicts(sv, m, t) -> list[str]:
+    out = []
+    longest = max(m.max_position_embeddings, t.seq_len)
+    if sv.max_model_len is not None and sv.max_model_len < sv.input_len + sv.output_len:
+        out.append(f"serve.max_model_len={sv.max_model_len} is less than serve.input_len + "
+                   f"serve.output_len = {sv.input_len + sv.output_len}")
+    elif sv.model_len > longest:
+        out.append(f"serve.input_len + serve.output_len (+16) = {sv.model_len} is more than the "
+                   f"models' context (max of model.max_position_embeddings and train.seq_len: {longest})")
+    if sv.max_num_seqs is not None and sv.max_num_seqs < max(sv.concurrency):
+        out.append(f"serve.max_num_seqs={sv.max_num_seqs} is less than max(serve.concurrency)="
+                   f"{max(sv.concurrency)}: that level would not run at its concurrency")
+    return out

@@ -1,0 +1,112 @@
+"""The reliability battery's tools: run a command in-process, and prove nothing else changed.
+
+Each case runs `python -m deamoe ...` through `deamoe.cli.main` in this process (what the
+console entry point runs, minus interpreter start-up), asserts its exit status and its one-line
+message, and compares a hash of every file under the working folder before and after: a failed
+command must leave the tree exactly as it was, a successful one may change only its declared
+outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tree(root: Path) -> dict[str, str]:
+    """{relative path: sha256 (files) or 'dir' (folders) or 'link'} of everything under root."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                out[rel] = "link"
+            elif path.is_dir():
+                out[rel] = "dir"
+            else:
+                out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    """(exit status, stderr) of `python -m deamoe ARGV`, run in this process."""
+    from deamoe.cli import main
+
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exc:
+        status = exc.code
+    return status, capsys.readouterr().err
+
+
+def assert_one_line_error(status: int, err: str, *names: str) -> None:
+    """Exit status 2, one line on stderr, no traceback, naming every one of `names`."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status == 2, err
+    assert "Traceback" not in err and len(lines) == 1, err
+    for name in names:
+        assert str(name) in lines[0], (name, lines[0])
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch) -> Path:
+    """An empty working folder, made the current directory."""
+    root = tmp_path / "work"
+    root.mkdir()
+    monkeypatch.chdir(root)
+    return root
+
+
+@pytest.fixture
+def failing(work, capsys):
+    """failing(argv, *names): the command fails in one line naming `names`; nothing changed."""
+
+    def check(argv, *names):
+        before = tree(work)
+        status, err = run_cli(argv, capsys)
+        assert_one_line_error(status, err, *names)
+        assert tree(work) == before, "a failed command changed the tree"
+        return err
+
+    return check
+
+
+def write_config(path: Path, **sections) -> Path:
+    """config.yaml (the tiny default) with `sections` merged over it, key by key."""
+    doc = yaml.safe_load((REPO / "config.yaml").read_text())
+    for name, values in sections.items():
+        if isinstance(values, dict) and isinstance(doc.get(name), dict):
+            doc[name] = {**doc[name], **values}
+        else:
+            doc[name] = values
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory) -> Path:
+    """A tiny DeaMoE checkpoint written the way the train stage writes one (trainer._save_hf)."""
+    import gzip
+
+    import torch
+
+    from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
+    from deamoe.train.tokenizer import train_bpe
+    from deamoe.train.trainer import _save_hf
+
+    with gzip.open(REPO / "data" / "eval" / "wikitext-2-raw_test.txt.gz", "rt") as f:
+        tok = train_bpe(f.read(20000).split("\n"), vocab_size=300)
+    torch.manual_seed(0)
+    cfg = DeaMoEConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, max_position_embeddings=64, h_ffn=16, n_expert=8,
+                       k_expert=3, n_dept=4, k_dept=2, eos_token_id=tok.eos_token_id)
+    path = tmp_path_factory.mktemp("ckpt") / "checkpoint"
+    _save_hf(cfg, DeaMoEForCausalLM(cfg), None, tok, path)
+    return path

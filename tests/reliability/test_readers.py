@@ -1,0 +1,75 @@
+"""Every malformed input file is one line naming the file and where (line or byte offset)."""
+
+from __future__ import annotations
+
+import gzip
+
+import pytest
+
+from conftest import REPO, write_config
+
+EVAL_FILES = ["boolq.jsonl.gz", "hellaswag_val_first1000_llamacpp_format.txt.gz", "ptb_test.txt.gz",
+              "wikitext-2-raw_test.txt.gz"]
+
+
+def _damage(kind: str, good: bytes) -> bytes:
+    text = gzip.decompress(good)
+    if kind == "not gzip":
+        return text[:2000]
+    if kind == "truncated gzip":
+        return good[: len(good) // 2]
+    if kind == "corrupt gzip":
+        middle = len(good) // 2
+        return good[:middle] + bytes(b ^ 0xFF for b in good[middle:middle + 64]) + good[middle + 64:]
+    if kind == "not UTF-8":
+        lines = text.split(b"\n")
+        lines[2] = b"\xff\xfe" + lines[2]
+        return gzip.compress(b"\n".join(lines))
+    if kind == "empty":
+        return gzip.compress(b"")
+    raise AssertionError(kind)
+
+
+WHERE = {"not gzip": ["not a gzip file"], "truncated gzip": ["truncated gzip file", "byte"],
+         "corrupt gzip": ["corrupt gzip data"], "not UTF-8": [":3: not UTF-8 text", "offset"],
+         "empty": []}
+
+
+@pytest.mark.parametrize("kind", list(WHERE))
+@pytest.mark.parametrize("name", EVAL_FILES)
+def test_damaged_eval_data_is_named_with_its_place(work, failing, name, kind):
+    data = work / "eval-data"
+    data.mkdir()
+    for src in (REPO / "data" / "eval").iterdir():
+        if src.name != name:
+            (data / src.name).symlink_to(src)
+    (data / name).write_bytes(_damage(kind, (REPO / "data" / "eval" / name).read_bytes()))
+    write_config(work / "c.yaml", eval={"data_dir": str(data)})
+    failing(["eval-data", "--config", "c.yaml"], f"{data / name}", *WHERE[kind])
+
+
+@pytest.mark.parametrize("line, where", [
+    (b"{not json}\n", ":1: not valid JSON"),
+    (b"[1, 2]\n", ":1: a row must be a JSON object"),
+    (b"\n", ":1: empty line"),
+])
+def test_malformed_jsonl_row_is_named_by_line(work, failing, line, where):
+    data = work / "eval-data"
+    data.mkdir()
+    for src in (REPO / "data" / "eval").iterdir():
+        if src.name != "piqa.jsonl.gz":
+            (data / src.name).symlink_to(src)
+    good = gzip.decompress((REPO / "data" / "eval" / "piqa.jsonl.gz").read_bytes()).split(b"\n")
+    (data / "piqa.jsonl.gz").write_bytes(gzip.compress(line + b"\n".join(good[1:])))
+    write_config(work / "c.yaml", eval={"data_dir": str(data)})
+    failing(["eval-data", "--config", "c.yaml"], "piqa.jsonl.gz" + where)
+
+
+@pytest.mark.parametrize("kind", ["not gzip", "truncated gzip", "corrupt gzip", "not UTF-8"])
+def test_damaged_training_corpus_is_named_with_its_place(work, failing, kind):
+    corpus = work / "corpus"
+    corpus.mkdir()
+    text = gzip.decompress((REPO / "data" / "corpus" / "gutenberg-slice.txt.gz").read_bytes())
+    (corpus / "book.txt.gz").write_bytes(_damage(kind, gzip.compress(text[:200000])))
+    write_config(work / "c.yaml", data={"source": "files", "files": [str(corpus / "*.txt.gz")]})
+    failing(["data", "--config", "c.yaml", "--out", "d"], "book.txt.gz", *WHERE[kind])
