@@ -87,7 +87,7 @@ def _ablation_conflicts(settings) -> list[str]:
 
     a = settings.ablation
     if a.size and a.size not in settings.pretrain.sizes:
-        return [f"ablation.size={a.size!r} is not in pretrain.sizes ({', '.join(settings.pretrain.sizes)})"]
+        return [f"ablation.size {a.size!r} is not in pretrain.sizes ({', '.join(settings.pretrain.sizes)})"]
     keys = ("n_dept", "n_expert", "k_dept", "k_expert")
     ffn = {k: getattr(a, k) for k in keys}
     if not all(ffn.values()):  # 0: that field of the size's DeaMoE

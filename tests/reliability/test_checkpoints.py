@@ -30,6 +30,7 @@ print(json.dumps({"class": type(model).__module__ + "." + type(model).__name__,
 """
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch + transformers: tens of seconds
 def test_checkpoint_loads_with_plain_transformers_without_deamoe(checkpoint, tmp_path):
     import os
 
@@ -84,9 +85,15 @@ def _damage(path, kind):
 @pytest.mark.parametrize("kind", ["config.json not JSON", "weights truncated", "weights missing",
                                   "tokenizer not JSON", "config.json missing", "bad shape in config"])
 def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, failing, checkpoint, kind,
-                                                                         monkeypatch):
+                                                                         monkeypatch, request):
     from conftest import write_config
 
+    from transformers.utils import logging as hf_logging
+
+    # transformers' warnings may go to a handler bound to an earlier test's captured stderr
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    request.addfinalizer(lambda: hf_logging.set_verbosity(level))
     for var in ("HF_HOME", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, os.environ.get(var, ""))  # eval sets them: restore after the test
     damaged = work / "ckpt"

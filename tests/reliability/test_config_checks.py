@@ -37,7 +37,7 @@ CONFLICTS = [
     ({"pretrain": {"sizes": {"tiny": {"deamoe": {"h_ffn": 24, "n_dept": 8, "k_dept": 4, "k_expert": 8}}}}},
      "pretrain.sizes.tiny.deamoe: missing key n_expert"),
     ({"pretrain": {"sizes": {"tiny": {"num_attention_heads": 5}}}}, "pretrain.sizes.tiny: hidden_size 64"),
-    ({"ablation": {"size": "huge"}}, "ablation.size='huge' is not in pretrain.sizes"),
+    ({"ablation": {"size": "huge"}}, "ablation.size 'huge' is not in pretrain.sizes"),
     ({"data": {"source": "files", "files": []}}, "data.files must name at least one file"),
     ({"serve": {"input_len": 300}}, "serve.input_len + serve.output_len (+16) = 380 is more than the models' context"),
     ({"serve": {"max_model_len": 50}}, "serve.max_model_len=50 is less than serve.input_len + serve.output_len"),
