@@ -46,7 +46,7 @@ RESOURCES = [f"{rule}:mem_mb=3000" for rule in ("data", "train", "eval", "serve"
 STAGE_OUTPUTS = [
     "results/analysis/table1.csv", "results/analysis/loading.csv", "results/data/meta.json",
     *[f"results/train/{run}/summary.json" for run in
-      [f"ablation-{v}" for v in VARIANTS] + ["pretrain-baseline", "pretrain-deamoe"]],
+      [f"ablation-{v}-s0" for v in VARIANTS] + ["pretrain-tiny-baseline-s0", "pretrain-tiny-deamoe-s0"]],
     "results/ablation/summary.csv", "results/pretrain/summary.csv",
     "results/eval/downstream.csv", "results/eval/perplexity.csv",
     "results/serve/tpot.csv", "results/serve/slo.csv", "results/microbench/status.json",
@@ -163,7 +163,7 @@ def test_training_jobs_ran_two_processes_with_the_loss_of_one(slurm_run, tmp_pat
     """Each training job ran torchrun with 2 gloo processes inside its SLURM job; its losses equal
     a one-process run's within the FSDP2 test's tolerance."""
     workdir, _ = slurm_run
-    run = "pretrain-deamoe"
+    run = "pretrain-tiny-deamoe-s0"
     summary = json.loads((workdir / "results" / "train" / run / "summary.json").read_text())
     assert summary["world_size"] == 2
     one = _config(workdir, tmp_path / "one.yaml", nproc_per_node=1)
@@ -178,7 +178,7 @@ def test_two_launchers_meet_in_the_multi_node_rendezvous(slurm_run, cluster, tmp
     """The multi-node launch on one node: `srun` starts two copies of the train command (as one per
     node would), which rendezvous (c10d, first node of the step) into one 2-process job."""
     workdir, _ = slurm_run
-    run, steps = "ablation-no1", 4
+    run, steps = "ablation-no1-s0", 4
     cfg = _config(workdir, tmp_path / "launchers.yaml", nproc_per_node=1, steps=steps)
     env = {**cluster.env, "PYTHONUNBUFFERED": "1"}
     srun = ["srun", "--ntasks=2", "--cpus-per-task=1", "--mem=3000", f"--partition={PARTITION}",
@@ -193,7 +193,7 @@ def test_two_launchers_meet_in_the_multi_node_rendezvous(slurm_run, cluster, tmp
 
 def test_failed_job_names_its_logs_and_cancelled_job_is_redone(slurm_run, cluster):
     workdir, _ = slurm_run
-    run = "ablation-no2"
+    run = "ablation-no2-s0"
     target = f"results/train/{run}/summary.json"
     done = pd.read_csv(workdir / "results" / "train" / run / "log.csv")["loss"]
 
