@@ -19,10 +19,9 @@ OWN_OUTPUTS = {"results", "logs", "reports", ".snakemake", ".git", ".venv", ".py
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
-@pytest.fixture
-def workdir(tmp_path) -> Path:
-    root = tmp_path / "main"
-    root.mkdir()
+def link_repo(root: Path) -> Path:
+    """`root` (created) with every top-level entry of the repository linked in, except outputs."""
+    root.mkdir(parents=True)
     for entry in REPO.iterdir():
         if entry.name not in OWN_OUTPUTS:
             (root / entry.name).symlink_to(entry)
@@ -30,9 +29,20 @@ def workdir(tmp_path) -> Path:
     if (REPO / "reports" / "measured").exists():
         (root / "reports" / "measured").symlink_to(REPO / "reports" / "measured")
     # profiles may name ../shared/... data (as beside the repository in CI and on dev machines)
-    if (REPO.parent / "shared").exists():
-        (tmp_path / "shared").symlink_to(REPO.parent / "shared")
+    if (REPO.parent / "shared").exists() and not (root.parent / "shared").exists():
+        (root.parent / "shared").symlink_to(REPO.parent / "shared")
     return root
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    return link_repo(tmp_path / "main")
+
+
+@pytest.fixture(scope="session")
+def make_workdir():
+    """link_repo(root) -> root: a scratch repository root for fixtures wider than one test."""
+    return link_repo
 
 
 def run_snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 from deamoe.argtypes import positive_float, positive_int
@@ -63,14 +64,25 @@ def cmd_train(args) -> int:
         spec = dataclasses.replace(spec, steps=args.steps)
     if parallel.under_torchrun():  # a rank: the launching process holds the run folder's lock
         return _train(s, spec, args)
+    from contextlib import nullcontext
+
     from deamoe.io import folder_lock
 
+    nproc, nodes = s.train.nproc_per_node, parallel.slurm_launchers()
     # One trainer per run folder: a second one (e.g. started by --rerun-incomplete while an
-    # orphaned job of a killed Snakemake still runs) stops here, naming the first one's PID.
-    with folder_lock(args.out, "train.lock", what="another trainer"):
-        nproc = s.train.nproc_per_node
-        if nproc > 1:
+    # orphaned job of a killed Snakemake still runs) stops here, naming the first one's PID.  With
+    # one launcher per node (SLURM), the first node's launcher holds it for all of them.
+    first = nodes == 1 or os.environ.get("SLURM_PROCID") == "0"
+    with folder_lock(args.out, "train.lock", what="another trainer") if first else nullcontext():
+        if nproc > 1 or nodes > 1:
             parallel.check_gpus(parallel.resolve_device(s.train.device), nproc)
+            if s.train.batch_size % (nodes * nproc * s.train.micro_batch_size):
+                from deamoe.errors import ConfigError
+
+                raise ConfigError(
+                    f"train.batch_size={s.train.batch_size} must be a multiple of {nodes} node(s) x "
+                    f"train.nproc_per_node={nproc} x train.micro_batch_size={s.train.micro_batch_size}"
+                )
             argv = ["train", "--config", args.config, "--run", args.run, "--data", args.data, "--out", args.out]
             if args.steps:
                 argv += ["--steps", str(args.steps)]

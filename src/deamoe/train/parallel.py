@@ -2,8 +2,11 @@
 
 `python -m deamoe train` with train.nproc_per_node > 1 re-launches itself under
 `torch.distributed.run` (one process per GPU with NCCL; on the CPU, gloo processes, which CI
-uses).  Multi-node runs start the same command under torchrun/srun themselves (RANK and
-WORLD_SIZE already set): nothing is re-launched then.
+uses).  On several nodes, SLURM starts one copy of the command per node
+(`srun --ntasks-per-node=1 python -m deamoe train ...`); each copy runs torchrun with
+train.nproc_per_node processes, and the copies meet in a c10d rendezvous on the first node of the
+step (`torchrun_args`).  A command started with RANK and WORLD_SIZE already set (under torchrun)
+is not re-launched.
 """
 
 from __future__ import annotations
@@ -50,14 +53,54 @@ def check_gpus(device: str, nproc: int) -> None:
         )
 
 
+def slurm_launchers(env=os.environ) -> int:
+    """How many copies of this command SLURM started in this job step (one per node); 1 outside
+    SLURM and under the one-task step that runs each Snakemake job."""
+    return int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) if "SLURM_PROCID" in env else 1
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM hostlist: 'gpu[07-09,12],cpu1' -> 'gpu07' (zero padding kept)."""
+    head = nodelist.strip()
+    depth, cut = 0, len(head)
+    for i, ch in enumerate(head):  # the first comma outside brackets ends the first entry
+        depth += ch == "["
+        depth -= ch == "]"
+        if ch == "," and depth == 0:
+            cut = i
+            break
+    head = head[:cut]
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    ranges, suffix = rest.split("]", 1)
+    return prefix + ranges.split(",")[0].split("-")[0] + (first_host(suffix) if suffix else "")
+
+
+def torchrun_args(nproc: int, env=os.environ) -> list[str]:
+    """torchrun's node arguments.  One launcher: `--standalone` (a private rendezvous on this
+    node).  Several launchers started by SLURM (one per node): all of them rendezvous (c10d) at the
+    first node of the step, on a port derived from the job id so two jobs sharing a node do not
+    meet; torchrun numbers the nodes itself, so no node rank is passed."""
+    n = slurm_launchers(env)
+    if n <= 1:
+        return ["--standalone", f"--nproc-per-node={nproc}"]
+    job = env.get("SLURM_JOB_ID", "0")
+    host = first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost")
+    port = 29500 + int(job) % 20000
+    return [f"--nnodes={n}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+            f"--rdzv-endpoint={host}:{port}", f"--rdzv-id=deamoe-{job}"]
+
+
 def launch(nproc: int, argv: list[str]) -> int:
-    """Run `python -m deamoe <argv>` under torchrun with nproc processes on this node."""
+    """Run `python -m deamoe <argv>` under torchrun with nproc processes on this node (and, when
+    SLURM started one launcher per node, together with the other nodes' launchers)."""
     from torch.distributed.run import get_args_parser, run
 
     # NVLink multicast stays off (shared hosts); harmless elsewhere.
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
-    args = get_args_parser().parse_args(["--standalone", f"--nproc-per-node={nproc}", "-m", "deamoe"])
+    args = get_args_parser().parse_args([*torchrun_args(nproc), "-m", "deamoe"])
     # Set the script's arguments after parsing: torchrun's parser would take `--run` for its
     # own `--run-path` (argparse prefix matching).
     args.training_script_args = list(argv)
