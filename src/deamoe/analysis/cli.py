@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from deamoe.config import MODEL_NAMES
+from deamoe.config import ALL_MODEL_NAMES
 
 
 @dataclass
 class AnalysisSettings:
     """The `analysis` section of the pipeline config."""
 
-    models: list[str] = field(default_factory=lambda: list(MODEL_NAMES))
+    models: list[str] = field(default_factory=lambda: list(ALL_MODEL_NAMES))
     loading_tokens: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
     )
@@ -29,7 +29,7 @@ def cmd_table1(args) -> int:
     from deamoe.io import write_csv
     from deamoe.provenance import provenance
 
-    models = _csv_list(args.models) if args.models else list(MODEL_NAMES)
+    models = _csv_list(args.models) if args.models else list(ALL_MODEL_NAMES)
     df = table1(models)
     for key, value in provenance().items():
         df[key] = value
@@ -45,7 +45,8 @@ def cmd_budget(args) -> int:
     from deamoe.analysis.budget import budget
     from deamoe.config import DeaMoEShape, MoEShape
 
-    base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert)
+    base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert,
+                    n_shared=args.n_shared)
     dea = DeaMoEShape(
         h=args.h,
         h_ffn=args.h_ffn,
@@ -53,6 +54,7 @@ def cmd_budget(args) -> int:
         n_expert=args.dea_n_expert,
         k_dept=args.k_dept,
         k_expert=args.dea_k_expert,
+        n_shared=args.n_shared,
     )
     print(json.dumps(budget(base, dea)))
     return 0
@@ -81,18 +83,22 @@ def cmd_loading(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("table1", help="Table 1: budget ratios of the paper's configurations + search")
-    p.add_argument("--models", help="comma-separated Table 1 model names (default: all five)")
+    p.add_argument("--models", help="comma-separated Table 1 model names (default: the paper's "
+                   "five, then their '<model>+shared' variants)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_table1)
 
     p = sub.add_parser("budget", help="params/FLOPs of any baseline vs DeaMoE configuration (JSON)")
     for name in ("h", "h-ffn", "n-expert", "k-expert", "n-dept", "dea-n-expert", "k-dept", "dea-k-expert"):
         p.add_argument(f"--{name}", type=int, required=True)
+    p.add_argument("--n-shared", type=int, default=0,
+                   help="always-active shared experts of width h_ffn in both layers (default 0)")
     p.set_defaults(func=cmd_budget)
 
     p = sub.add_parser("loading", help="Figure 2: expected loaded expert weights per decoding step")
     p.add_argument("--config", help="pipeline config (reads its `analysis` section)")
-    p.add_argument("--models", help="comma-separated model names (default: config or all five)")
+    p.add_argument("--models", help="comma-separated model names, '<model>+shared' for the "
+                   "real shared experts (default: config, else all presets)")
     p.add_argument("--tokens", help="comma-separated tokens per step (default: config)")
     p.add_argument("--trials", type=int, help="Monte Carlo trials per point (default: config)")
     p.add_argument("--out", required=True, help="output CSV")
