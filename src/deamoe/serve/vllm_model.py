@@ -78,18 +78,21 @@ def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
         return None
     ids, weights = route(layer.shape, layer.router(x), bias=layer.expert_bias)
     run = kernels["deamoe"] if isinstance(layer, DeaMoE) else kernels["moe"]
-    return run(layer, x, ids, weights)
+    # the shared experts (if any) on the same primitive, summed into the routed output
+    return kernels["shared"](layer, x, lambda: run(layer, x, ids, weights))
 
 
 def gpu_kernels() -> dict | None:
-    """{"moe": fused_moe_layer, "deamoe": deamoe_layer} from deamoe.kernels, or None."""
+    """{"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer} from
+    deamoe.kernels, or None."""
     try:
         from deamoe.kernels.deamoe_decode import deamoe_layer
         from deamoe.kernels.fused_moe import fused_moe_layer
+        from deamoe.kernels.shared_expert import shared_layer
     except ImportError as exc:
         logger.warning("deamoe.kernels unavailable (%s): PyTorch FFN path on GPU", exc)
         return None
-    return {"moe": fused_moe_layer, "deamoe": deamoe_layer}
+    return {"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer}
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
