@@ -95,3 +95,18 @@ def test_shared_layers_start_from_the_routed_layers_picks(tmp_path):
                      "DeepSeek-V3,4,w13=n128-k128-w4-s3;w2=n64-k64-w4-s3;block_m=16,failed\n")
     assert prior_for([str(table)], "DeepSeek-V3+shared", "baseline") == prior_for(
         [str(table)], "DeepSeek-V3", "baseline") != {}
+
+
+def test_h200_shared_config_names_the_three_models_at_the_ten_batches(monkeypatch):
+    from pathlib import Path
+
+    from deamoe.report.shared_rows import MEASURE_COMMAND, SHARED_MODELS
+    from deamoe.settings import load_section
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # its prior_picks path is relative to the repository root
+    path = "workflow/profiles/gpu/microbench-shared.yaml"
+    s = load_section(path, "microbench", MicrobenchSettings)
+    assert sorted(s.models) == sorted(SHARED_MODELS)
+    assert s.batches == [4, 8, 16, 24, 32, 40, 48, 64, 96, 128] and s.shared_stream == [False, True]
+    assert path in MEASURE_COMMAND

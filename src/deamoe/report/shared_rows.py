@@ -3,7 +3,8 @@
 The per-layer microbenchmark takes the "+shared" presets like any model name; their rows come
 from this run's microbench.csv when it measured them, else from the committed
 `reports/measured/<gpu>/microbench_shared.csv` (the same columns: it is a microbench.csv of the
-three models), else they are "not run", with the command that measures them.
+three models, and of any routed-only layer measured with them that the main table lacks), else
+they are "not run", with the command that measures them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from deamoe.report.sources import Loaded, read_csv
 SHARED_FILE = "microbench_shared.csv"
 SHARED_MODELS = tuple(SHARED_VARIANTS)  # DeepSeek-V3+shared, DeepSeek-V2+shared, Kimi-K2+shared
 MEASURE_COMMAND = (
-    "python -m deamoe microbench --config results/config.resolved.yaml --out OUT "
-    f"--models {','.join(SHARED_MODELS)} --skip battery,torch,decode,vllm_peer"
-    f" (then OUT/microbench.csv -> reports/measured/<gpu>/{SHARED_FILE})"
+    "python -m deamoe microbench --config workflow/profiles/gpu/microbench-shared.yaml "
+    f"--out OUT --skip battery,torch,decode,vllm_peer (models {', '.join(SHARED_MODELS)}; "
+    f"then OUT/microbench.csv -> reports/measured/<gpu>/{SHARED_FILE})"
 )
 
 
@@ -39,9 +40,11 @@ def shared_rows(src: Loaded, measured: Path, scale: dict) -> tuple[Loaded, Loade
     if not committed.ok:
         return src, None, (f"shared-expert rows ({', '.join(SHARED_MODELS)}): not run (no "
                            f"{path}); measured on a CUDA GPU by: {MEASURE_COMMAND}")
-    frame = committed.frame[is_shared(committed.frame["model"])]
-    if src.ok:
+    frame = committed.frame
+    if src.ok:  # the main table's own rows stay; the shared ones (and layers it lacks) join it
+        frame = frame[is_shared(frame["model"]) | ~frame["model"].isin(src.frame["model"])]
         src.frame = pd.concat([src.frame, frame], ignore_index=True)
+    frame = frame[is_shared(frame["model"])]
     where = ", ".join(str(frame[c].iloc[0])[:10] for c in ("gpu", "date") if c in frame and len(frame))
     return src, committed, (f"shared-expert rows ({', '.join(sorted(set(frame.model)))}): committed "
                             f"{path}" + (f" ({where})" if where else "") + "; the shared "
