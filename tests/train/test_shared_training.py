@@ -10,15 +10,15 @@ from transformers import AutoModelForCausalLM
 from deamoe.analysis.budget import ffn_params
 from deamoe.errors import ConfigError
 from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
-from deamoe.train.runs import model_config, pretrain_budget, run_spec
+from deamoe.train.runs import model_config, run_spec, size
 from deamoe.train.settings import load_settings
 from deamoe.train.trainer import train_run
 
 
 def _with_shared(path, baseline=1, deamoe=1):
     doc = yaml.safe_load(open(path))
-    doc["pretrain"]["baseline"]["n_shared"] = baseline
-    doc["pretrain"]["deamoe"]["n_shared"] = deamoe
+    doc["pretrain"]["sizes"]["t"]["baseline"]["n_shared"] = baseline
+    doc["pretrain"]["sizes"]["t"]["deamoe"]["n_shared"] = deamoe
     with open(path, "w") as f:
         yaml.safe_dump(doc, f)
     return path
@@ -47,7 +47,9 @@ def test_lm_with_shared_experts_balances_routed_experts_only(ffn_type):
 
 def test_pretrain_pair_with_shared_experts_trains_and_reloads(tmp_path, make_config, shards):
     s = load_settings(_with_shared(make_config(tmp_path, steps=2)))
-    for name in ("pretrain-baseline", "pretrain-deamoe"):
+    z = size(s, "t")
+    assert z.baseline.n_shared == z.deamoe.n_shared == 1
+    for name in ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"):
         spec = run_spec(s, name)
         assert model_config(s, spec, 300).n_shared == 1
         out = tmp_path / "runs" / name
@@ -60,4 +62,16 @@ def test_pretrain_pair_with_shared_experts_trains_and_reloads(tmp_path, make_con
 def test_pretrain_pair_with_different_shared_experts_is_refused(tmp_path, make_config):
     path = _with_shared(make_config(tmp_path), baseline=1, deamoe=0)
     with pytest.raises(ConfigError, match="n_shared"):
-        pretrain_budget(load_settings(path))
+        size(load_settings(path), "t")
+
+
+
+def test_budget_search_gives_deamoe_the_baselines_shared_experts():
+    from deamoe.analysis.budget import budget, search
+    from deamoe.config import TABLE1
+
+    base = TABLE1["Baseline-7B"].baseline.replace(n_shared=1)
+    found = search(base)
+    assert found and all(c["shape"].n_shared == 1 for c in found)
+    b = budget(base, found[0]["shape"])
+    assert abs(b["params_ratio"] - 1) <= 0.02 and abs(b["flops_ratio"] - 1) <= 0.02
