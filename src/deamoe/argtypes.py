@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deamoe.config import MODEL_NAMES
+from deamoe.config import ALL_MODEL_NAMES
 
 
 def _int(text: str, low: int) -> int:
@@ -24,6 +24,10 @@ def _int(text: str, low: int) -> int:
 
 def positive_int(text: str) -> int:
     return _int(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int(text, 0)
 
 
 def trials(text: str) -> int:
@@ -55,8 +59,8 @@ def positive_int_list(text: str) -> list[int]:
 def model_list(text: str) -> list[str]:
     """Comma-separated Table 1 model names (at least one, each known)."""
     names = [x.strip() for x in text.split(",") if x.strip()]
-    bad = [n for n in names if n not in MODEL_NAMES]
+    bad = [n for n in names if n not in ALL_MODEL_NAMES]
     if not names or bad:
         what = f"unknown model {bad[0]!r}" if bad else "no model given"
-        raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(MODEL_NAMES)})")
+        raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(ALL_MODEL_NAMES)})")
     return names

@@ -5,6 +5,10 @@
 down projections of the baseline expert's shape (h_ffn x h); each expert owns three h_ffn x h_ffn
 private matrices.  A token picks at most k_dept departments and k_expert experts inside them.
 
+Both may add n_shared always-active shared experts (DeepSeekMoE's shared-expert isolation): plain
+SwiGLU FFNs of width shared_mult * h_ffn applied to every token beside the routed part, identical
+in the baseline and in DeaMoE.  DeaMoE's departments cover the routed experts only.
+
 These dataclasses are the single source of shapes for the model, the budget formula, the loading
 analysis and the kernels.
 """
@@ -29,6 +33,14 @@ def _positive_int(obj, *names: str) -> None:
             raise ConfigError(f"{cls}.{name} must be an integer, got {value!r}")
         if value < 1:
             raise ConfigError(f"{cls}.{name} must be >= 1, got {value}")
+
+
+def _shared_fields(obj) -> None:
+    cls = type(obj).__name__
+    for name, low in (("n_shared", 0), ("shared_mult", 1)):
+        value = getattr(obj, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{cls}.{name} must be an integer >= {low}, got {value!r}")
 
 
 def _choice(obj, name: str, choices: tuple[str, ...]) -> None:
@@ -78,12 +90,21 @@ class MoEShape:
     n_expert: int
     k_expert: int
     routed_scaling: float = 1.0
+    n_shared: int = 0  # always-active shared experts beside the routed ones
+    shared_mult: int = 1  # width of each shared expert, in multiples of h_ffn
 
     kind = "moe"
 
     def __post_init__(self):
         _positive_int(self, "h", "h_ffn", "n_expert", "k_expert")
+        _shared_fields(self)
         _raise_first(self)
+
+    @property
+    def shared_ffn(self) -> int:
+        """Width of the shared experts taken together (n_shared SwiGLUs of shared_mult * h_ffn
+        sum to one SwiGLU of their concatenated width)."""
+        return self.n_shared * self.shared_mult * self.h_ffn
 
     def replace(self, **changes) -> "MoEShape":
         return dataclasses.replace(self, **changes)
@@ -103,11 +124,14 @@ class DeaMoEShape:
     expert_init: str = "identity"
     dept_topk: str = "soft"
     routed_scaling: float = 1.0
+    n_shared: int = 0  # always-active shared experts, as in the baseline (not in departments)
+    shared_mult: int = 1
 
     kind = "deamoe"
 
     def __post_init__(self):
         _positive_int(self, "h", "h_ffn", "n_dept", "n_expert", "k_dept", "k_expert")
+        _shared_fields(self)
         _choice(self, "operator", OPERATORS)
         _choice(self, "expert_init", EXPERT_INITS)
         _choice(self, "dept_topk", DEPT_TOPK)
@@ -116,6 +140,8 @@ class DeaMoEShape:
     @property
     def experts_per_dept(self) -> int:
         return self.n_expert // self.n_dept
+
+    shared_ffn = MoEShape.shared_ffn
 
     def replace(self, **changes) -> "DeaMoEShape":
         return dataclasses.replace(self, **changes)
@@ -170,9 +196,32 @@ TABLE1: dict[str, Table1Row] = {
 }
 MODEL_NAMES = tuple(TABLE1)
 
+# Always-active shared experts of the real models, each as wide as a routed expert (DeepSeek-V3
+# and Kimi-K2: 1 of width 2048; DeepSeek-V2: 2 of width 1536).  The paper's Table 1 is silent on
+# them; its rows above stay as printed and these are explicit variants named "<model>+shared".
+SHARED_EXPERTS = {"DeepSeek-V3": 1, "DeepSeek-V2": 2, "Kimi-K2": 1}
+SHARED_SUFFIX = "+shared"
+
+
+def _with_shared(row: Table1Row, n_shared: int) -> Table1Row:
+    return dataclasses.replace(
+        row,
+        model=row.model + SHARED_SUFFIX,
+        baseline=row.baseline.replace(n_shared=n_shared),
+        deamoe=row.deamoe.replace(n_shared=n_shared),
+    )
+
+
+SHARED_VARIANTS: dict[str, Table1Row] = {
+    r.model: r for r in (_with_shared(TABLE1[m], n) for m, n in SHARED_EXPERTS.items())
+}
+# Every preset a command takes by name: the paper's rows, then their shared-expert variants.
+PRESETS: dict[str, Table1Row] = {**TABLE1, **SHARED_VARIANTS}
+ALL_MODEL_NAMES = tuple(PRESETS)
+
 
 def table1_row(model: str) -> Table1Row:
     try:
-        return TABLE1[model]
+        return PRESETS[model]
     except KeyError:
-        raise ConfigError(f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}") from None
+        raise ConfigError(f"unknown model {model!r}; choose from {', '.join(ALL_MODEL_NAMES)}") from None

@@ -18,7 +18,9 @@ def test_table1_command_writes_contract_columns(tmp_path):
                 "dea_k_expert", "flops_ratio", "params_ratio", "paper_flops_ratio",
                 "paper_params_ratio", "searched_n_expert"]:
         assert col in df.columns
-    assert list(df.model) == ["DeepSeek-V3", "DeepSeek-V2", "Qwen3-235B-A22B", "Kimi-K2", "Baseline-7B"]
+    assert list(df.model) == ["DeepSeek-V3", "DeepSeek-V2", "Qwen3-235B-A22B", "Kimi-K2", "Baseline-7B",
+                              "DeepSeek-V3+shared", "DeepSeek-V2+shared", "Kimi-K2+shared"]
+    assert list(df.n_shared) == [0, 0, 0, 0, 0, 1, 2, 1]
 
 
 def test_budget_command_prints_json():

@@ -13,6 +13,10 @@ SHAPES = [
     DeaMoEShape(h=24, h_ffn=12, n_dept=2, n_expert=6, k_dept=1, k_expert=2, operator="rmsnorm"),
     DeaMoEShape(h=16, h_ffn=8, n_dept=4, n_expert=8, k_dept=2, k_expert=4, operator="gelu"),
     DeaMoEShape(h=16, h_ffn=8, n_dept=4, n_expert=8, k_dept=2, k_expert=4, operator="none"),
+    # shared experts (DeepSeekMoE): two of width h_ffn; one of width 2 h_ffn
+    MoEShape(h=16, h_ffn=8, n_expert=8, k_expert=2, n_shared=2),
+    DeaMoEShape(h=16, h_ffn=8, n_dept=4, n_expert=16, k_dept=2, k_expert=3, n_shared=1, shared_mult=2),
+    DeaMoEShape(h=16, h_ffn=8, n_dept=4, n_expert=16, k_dept=2, k_expert=3, n_shared=2),
 ]
 
 
@@ -81,3 +85,39 @@ def test_gradients_reach_every_parameter_family(shape):
     layer(x).pow(2).sum().backward()
     for name, p in layer.named_parameters():
         assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("shape", [s for s in SHAPES if s.n_shared], ids=lambda s: f"{s.kind}")
+def test_shared_experts_add_a_dense_swiglu_to_the_routed_part(shape):
+    """Layer = routed reference + sum of n_shared dense SwiGLU FFNs, written out here (float64)."""
+    layer = randomised(shape)
+    x = torch.randn(19, shape.h, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    ids, w = route(shape, layer.router(x))
+    sh, width = layer.shared_experts, shape.shared_mult * shape.h_ffn
+    assert sh.gate_proj.weight.shape == (shape.n_shared * width, shape.h)
+    dense = sum(
+        (torch.nn.functional.silu(x @ sh.gate_proj.weight[i * width:(i + 1) * width].T)
+         * (x @ sh.up_proj.weight[i * width:(i + 1) * width].T))
+        @ sh.down_proj.weight[:, i * width:(i + 1) * width].T
+        for i in range(shape.n_shared)
+    )
+    routed = build_ffn(shape.replace(n_shared=0)).double()
+    routed.load_state_dict({k: v for k, v in layer.state_dict().items() if "shared" not in k})
+    expected = reference_forward(routed, x, ids, w) + dense
+    torch.testing.assert_close(layer(x), expected, rtol=1e-10, atol=1e-10)
+    assert not torch.allclose(layer(x), reference_forward(routed, x, ids, w))
+
+
+def test_no_shared_experts_by_default():
+    for shape in SHAPES:
+        if not shape.n_shared:
+            assert build_ffn(shape).shared_experts is None
+            assert not any("shared" in k for k in build_ffn(shape).state_dict())
+
+
+@pytest.mark.parametrize("field,value", [("n_shared", -1), ("shared_mult", 0), ("n_shared", 1.5)])
+def test_bad_shared_fields_are_named(field, value):
+    from deamoe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        MoEShape(h=16, h_ffn=8, n_expert=8, k_expert=2, **{field: value})

@@ -68,3 +68,11 @@ VARIANTS = {
 def tiny_checkpoints(tmp_path_factory):
     root = tmp_path_factory.mktemp("ckpt")
     return {t: make_checkpoint(root / t, t, **VARIANTS[t]) for t in VARIANTS}
+
+
+@pytest.fixture(scope="session")
+def shared_checkpoints(tmp_path_factory):
+    """Both checkpoints with always-active shared experts (two, and one of twice the width)."""
+    root = tmp_path_factory.mktemp("ckpt_shared")
+    shared = {"deamoe": dict(n_shared=2), "moe": dict(n_shared=1, shared_mult=2)}
+    return {t: make_checkpoint(root / t, t, **VARIANTS[t], **shared[t]) for t in VARIANTS}

@@ -25,7 +25,11 @@ assert gpu_kernels() is not None, "deamoe.kernels not importable"
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 for shape in (DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=4,
                           expert_init="random"),
-              MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2)):
+              MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2),
+              # with shared experts: summed into the routed output on the same primitive
+              DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=4,
+                          expert_init="random", n_shared=2),
+              MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2, n_shared=1)):
     torch.manual_seed(0)
     layer = build_ffn(shape, init_std=0.1).to(dev)
     x = torch.randn(5, 64, device=dev)
@@ -48,4 +52,4 @@ def test_gpu_hook_matches_layer():
     r = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert r.stdout.split() == ["ok", "deamoe", "ok", "moe"]
+    assert r.stdout.split() == ["ok", "deamoe", "ok", "moe"] * 2

@@ -85,3 +85,23 @@ def test_greedy_tokens_depend_on_routing(tiny_checkpoints, ffn_type, tmp_path):
             layer.expert_bias.zero_()
         model.save_pretrained(tmp_path / "unbiased")
         assert hf_greedy(tmp_path / "unbiased", PROMPTS, NEW_TOKENS) != expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ffn_type", ["deamoe", "moe"])
+def test_vllm_serves_shared_expert_checkpoints(shared_checkpoints, ffn_type, tmp_path):
+    """Checkpoints with shared experts (mlp.shared_experts.*) load into vLLM and decode exactly as
+    the Hugging Face model; without their shared experts the greedy tokens differ."""
+    from safetensors.torch import load_file, save_file
+
+    ckpt = shared_checkpoints[ffn_type]
+    tensors = load_file(ckpt / "model.safetensors")
+    assert any(".mlp.shared_experts.down_proj.weight" in k for k in tensors)
+    expected = hf_greedy(ckpt, PROMPTS, NEW_TOKENS)
+    assert vllm_greedy(ckpt, PROMPTS, NEW_TOKENS) == expected
+    import shutil
+
+    shutil.copytree(ckpt, tmp_path / "no_shared")
+    save_file({k: v.zero_() if "shared_experts.down_proj" in k else v for k, v in tensors.items()},
+              tmp_path / "no_shared" / "model.safetensors", metadata={"format": "pt"})
+    assert hf_greedy(tmp_path / "no_shared", PROMPTS, NEW_TOKENS) != expected

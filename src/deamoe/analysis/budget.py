@@ -10,6 +10,10 @@ element-wise work (SiLU, sigma, the gate product, routing weights) is not counte
             flops  = 2 (k_dept * 3 h h_ffn + k_expert * 3 h_ffn^2 + h n_expert)
 The DeaMoE FLOPs use k_dept, the cap on departments per token: soft routing may use fewer, so
 this is the matched upper bound the paper describes.
+
+Shared experts (n_shared > 0) add the same term to both layers: params 3 h s, FLOPs 2 * 3 h s per
+token, with s = shape.shared_ffn (n_shared * shared_mult * h_ffn); decoding loads them once per
+step whatever the routing.
 """
 
 from __future__ import annotations
@@ -39,9 +43,14 @@ def router_params(shape: MoEShape | DeaMoEShape) -> int:
     return shape.h * shape.n_expert
 
 
+def shared_params(shape: MoEShape | DeaMoEShape) -> int:
+    """Parameters of the always-active shared experts (gate, up, down of width shared_ffn)."""
+    return 3 * shape.h * shape.shared_ffn
+
+
 def ffn_params(shape: MoEShape | DeaMoEShape) -> int:
-    """FFN + router parameters of one layer."""
-    return expert_params(shape) + router_params(shape)
+    """FFN + router parameters of one layer (shared experts included)."""
+    return expert_params(shape) + router_params(shape) + shared_params(shape)
 
 
 def ffn_flops(shape: MoEShape | DeaMoEShape) -> int:
@@ -51,7 +60,7 @@ def ffn_flops(shape: MoEShape | DeaMoEShape) -> int:
         macs = shape.k_dept * 3 * shape.h * shape.h_ffn + shape.k_expert * 3 * shape.h_ffn**2
     else:
         macs = shape.k_expert * 3 * shape.h * shape.h_ffn
-    return 2 * (macs + router)
+    return 2 * (macs + router + shared_params(shape))
 
 
 def budget(baseline: MoEShape, deamoe: DeaMoEShape) -> dict:
@@ -60,6 +69,12 @@ def budget(baseline: MoEShape, deamoe: DeaMoEShape) -> dict:
         raise ConfigError(
             f"budget: DeaMoE (h={deamoe.h}, h_ffn={deamoe.h_ffn}) must share h and h_ffn with the "
             f"baseline (h={baseline.h}, h_ffn={baseline.h_ffn})"
+        )
+    if (baseline.n_shared, baseline.shared_mult) != (deamoe.n_shared, deamoe.shared_mult):
+        raise ConfigError(
+            f"budget: DeaMoE (n_shared={deamoe.n_shared}, shared_mult={deamoe.shared_mult}) must "
+            f"have the baseline's shared experts (n_shared={baseline.n_shared}, "
+            f"shared_mult={baseline.shared_mult})"
         )
     bp, dp = ffn_params(baseline), ffn_params(deamoe)
     bf, df = ffn_flops(baseline), ffn_flops(deamoe)
@@ -83,13 +98,15 @@ def expected_loaded_params(shape: MoEShape | DeaMoEShape, tokens: int) -> float:
 
     Assumes each token picks its experts uniformly at random (and, for DeaMoE, exactly k_dept
     departments: an upper bound for soft routing).  A unit is loaded when any token uses it.
-    Used to rank search candidates; Figure 2 uses Monte Carlo through the real router.
+    Used to rank search candidates; Figure 2 uses Monte Carlo through the real router.  Shared
+    experts are loaded once per step by both layers.
     """
     experts = shape.n_expert * (1 - (1 - shape.k_expert / shape.n_expert) ** tokens)
     depts = 0.0
     if isinstance(shape, DeaMoEShape):
         depts = shape.n_dept * (1 - (1 - shape.k_dept / shape.n_dept) ** tokens)
-    return loaded_expert_params(shape, experts, depts)
+    loaded = loaded_expert_params(shape, experts, depts)
+    return loaded + shared_params(shape) if shape.n_shared else loaded
 
 
 def small_batch_loading_ratio(
@@ -122,16 +139,18 @@ def search(baseline: MoEShape, space: SearchSpace = SearchSpace()) -> list[dict]
     """
     h, f = baseline.h, baseline.h_ffn
     target_p, target_f = ffn_params(baseline), ffn_flops(baseline)
+    shared = dict(n_shared=baseline.n_shared, shared_mult=baseline.shared_mult)
     found = []
     for d in space.n_depts:
-        e_exact = (target_p - d * 3 * h * f) / (3 * f * f + h)
+        e_exact = (target_p - shared_params(baseline) - d * 3 * h * f) / (3 * f * f + h)
         if e_exact <= 0:
             continue
         for e in range(max(d, d * math.floor(e_exact * 0.9 / d)), d * math.ceil(e_exact * 1.1 / d) + 1, d):
             for kd in range(math.ceil(baseline.k_expert * space.k_dept_min_fraction), d + 1):
                 for ke in range(kd, min(space.k_expert_max, (e // d) * kd) + 1):
                     try:
-                        cand = DeaMoEShape(h=h, h_ffn=f, n_dept=d, n_expert=e, k_dept=kd, k_expert=ke)
+                        cand = DeaMoEShape(h=h, h_ffn=f, n_dept=d, n_expert=e, k_dept=kd, k_expert=ke,
+                                           **shared)
                     except ConfigError:
                         continue
                     fr, pr = ffn_flops(cand) / target_f, ffn_params(cand) / target_p

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from deamoe.argtypes import model_list, positive_int, positive_int_list, trials
-from deamoe.config import MODEL_NAMES
+from deamoe.argtypes import model_list, non_negative_int, positive_int, positive_int_list, trials
+from deamoe.config import ALL_MODEL_NAMES
 
 
 @dataclass
 class AnalysisSettings:
     """The `analysis` section of the pipeline config."""
 
-    models: list[str] = field(default_factory=lambda: list(MODEL_NAMES))
+    models: list[str] = field(default_factory=lambda: list(ALL_MODEL_NAMES))
     loading_tokens: list[int] = field(
         default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
     )
@@ -43,7 +43,7 @@ def cmd_table1(args) -> int:
 
     check_output_file(args.out)
 
-    df = table1(args.models or list(MODEL_NAMES))
+    df = table1(args.models or list(ALL_MODEL_NAMES))
     for key, value in provenance().items():
         df[key] = value
     write_csv(args.out, df)
@@ -61,9 +61,11 @@ def cmd_budget(args) -> int:
     from deamoe.errors import ConfigError
 
     try:
-        base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert)
+        base = MoEShape(h=args.h, h_ffn=args.h_ffn, n_expert=args.n_expert, k_expert=args.k_expert,
+                        n_shared=args.n_shared)
         dea = DeaMoEShape(h=args.h, h_ffn=args.h_ffn, n_dept=args.n_dept, n_expert=args.dea_n_expert,
-                          k_dept=args.k_dept, k_expert=args.dea_k_expert)
+                          k_dept=args.k_dept, k_expert=args.dea_k_expert,
+                          n_shared=args.n_shared)
     except ConfigError as exc:  # name the flags the user typed, not the shape's fields
         text = str(exc)
         for field, flag in (("DeaMoEShape.n_expert", "--dea-n-expert"),
@@ -96,18 +98,22 @@ def cmd_loading(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("table1", help="Table 1: budget ratios of the paper's configurations + search")
-    p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: all five)")
+    p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: the "
+                   "paper's five, then their '<model>+shared' variants)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_table1)
 
     p = sub.add_parser("budget", help="params/FLOPs of any baseline vs DeaMoE configuration (JSON)")
     for name in ("h", "h-ffn", "n-expert", "k-expert", "n-dept", "dea-n-expert", "k-dept", "dea-k-expert"):
         p.add_argument(f"--{name}", type=positive_int, required=True)
+    p.add_argument("--n-shared", type=non_negative_int, default=0,
+                   help="always-active shared experts of width h_ffn in both layers (default 0)")
     p.set_defaults(func=cmd_budget)
 
     p = sub.add_parser("loading", help="Figure 2: expected loaded expert weights per decoding step")
     p.add_argument("--config", help="pipeline config (reads its `analysis` section)")
-    p.add_argument("--models", type=model_list, help="comma-separated model names (default: config or all five)")
+    p.add_argument("--models", type=model_list, help="comma-separated model names, '<model>+shared' for "
+                   "the real shared experts (default: config, else all presets)")
     p.add_argument("--tokens", type=positive_int_list, help="comma-separated tokens per step (default: config)")
     p.add_argument("--trials", type=trials, help="Monte Carlo trials per point, >= 2 (default: config)")
     p.add_argument("--out", required=True, help="output CSV")

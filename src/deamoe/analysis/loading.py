@@ -5,6 +5,9 @@ and every private expert (DeaMoE), that at least one of the T tokens was routed 
 are drawn i.i.d. standard normal (the paper's figure assumes no routing skew) and pushed through
 deamoe.routing.route, the router the model itself uses; the baseline also has a closed form,
 n (1 - (1 - k/n)^T) experts, reported beside the Monte Carlo value as a check.
+
+Shared experts ("<model>+shared" presets) are loaded once per step by both layers: their bytes
+are added to both, which pulls the ratio toward 1.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from deamoe.analysis.budget import loaded_expert_params
+from deamoe.analysis.budget import loaded_expert_params, shared_params
 from deamoe.config import DeaMoEShape, MoEShape, table1_row
 from deamoe.routing import departments_of, route
 
@@ -29,15 +32,20 @@ def _distinct(ids: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def loaded_params(shape: MoEShape | DeaMoEShape, tokens: int, trials: int, gen: torch.Generator):
-    """Monte Carlo: per-trial loaded expert parameters [trials], plus mean distinct units."""
+    """Monte Carlo: per-trial loaded expert parameters [trials] (shared experts included), plus
+    mean distinct routed units."""
     logits = torch.randn(trials * tokens, shape.n_expert, generator=gen)
     ids, _ = route(shape, logits)
     ids = ids.view(trials, tokens, -1)
     experts = _distinct(ids, shape.n_expert)
+    depts, mean_depts = 0, float("nan")
     if isinstance(shape, DeaMoEShape):
         depts = _distinct(departments_of(ids, shape.experts_per_dept), shape.n_dept)
-        return loaded_expert_params(shape, experts, depts), experts.mean().item(), depts.mean().item()
-    return loaded_expert_params(shape, experts), experts.mean().item(), float("nan")
+        mean_depts = depts.mean().item()
+    loaded = loaded_expert_params(shape, experts, depts)
+    if shape.n_shared:
+        loaded = loaded + shared_params(shape)
+    return loaded, experts.mean().item(), mean_depts
 
 
 def loading_table(models, tokens, trials: int = 64, seed: int = 0) -> pd.DataFrame:

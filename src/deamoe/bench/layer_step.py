@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params
+from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params, shared_params
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
@@ -38,6 +38,9 @@ def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, 
     else:
         e = shape.n_expert
         w.update(gate_proj=mat(e, f, h), up_proj=mat(e, f, h), down_proj=mat(e, h, f))
+    if shape.n_shared:  # the shared experts, fused (deamoe.model.layers.SharedExperts)
+        S = shape.shared_ffn
+        w.update(shared_gate=mat(S, h), shared_up=mat(S, h), shared_down=mat(h, S))
     return w
 
 
@@ -53,12 +56,14 @@ def layer_bytes(shape: MoEShape | DeaMoEShape) -> int:
 
 
 def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
-    """bf16 weight bytes a step must load for this routing: router + distinct experts/departments."""
+    """bf16 weight bytes a step must load for this routing: router + distinct experts/departments
+    (+ the shared experts, loaded by every step)."""
     experts = int(torch.unique(ids).numel())
     depts = 0
     if isinstance(shape, DeaMoEShape):
         depts = int(torch.unique(ids // shape.experts_per_dept).numel())
-    return 2 * (router_params(shape) + loaded_expert_params(shape, experts, depts))
+    return 2 * (router_params(shape) + loaded_expert_params(shape, experts, depts)
+                + shared_params(shape))
 
 
 def routing_fn(logits: torch.Tensor):
@@ -84,13 +89,32 @@ def step_routing(shape, w: dict, x: torch.Tensor):
 
 
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
-             routed=None, logits=None) -> torch.Tensor:
+             routed=None, logits=None, shared=None) -> torch.Tensor:
     """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch).
     routed: (ids, weights) computed beforehand -- the step then runs no router GEMM and no
     routing.  logits: the router's output computed beforehand -- the step routes them but runs
-    no router GEMM, as vLLM's fused_moe is called and timed (from the gating output)."""
+    no router GEMM, as vLLM's fused_moe is called and timed (from the gating output).  A shape
+    with shared experts adds them (deamoe.kernels.shared_expert, `shared`: its SharedTiles;
+    torch: F.linear)."""
     if routed is not None and logits is not None:
         raise ValueError("ffn_step: give routed or logits, not both")
+
+    def step():
+        return _routed_step(shape, w, x, impl, tiles, routed, logits)
+
+    if not shape.n_shared:
+        return step()
+    if impl == "torch":
+        g, u, d = w["shared_gate"], w["shared_up"], w["shared_down"]
+        return step() + F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
+    from deamoe.kernels.shared_expert import SharedTiles, with_shared
+
+    return with_shared(step, x, w["shared_gate"], w["shared_up"], w["shared_down"],
+                       shared or SharedTiles())
+
+
+def _routed_step(shape, w, x, impl, tiles, routed, logits) -> torch.Tensor:
+    """ffn_step without the shared experts."""
 
     def routing():
         if logits is not None:
@@ -118,14 +142,14 @@ def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
 
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
                 impl: str = "triton", routed: list | None = None,
-                logits: list | None = None):
+                logits: list | None = None, shared=None):
     """fn() running the decode step of every layer copy `repeat` times: what one timed graph
     replay holds, shared by the microbenchmark and the bench tools (time it with
     time_fn(fn, replays, repeat * len(weights))).  Step j (pass j // copies, copy j % copies)
     reads xs[j % len(xs)]: one input per copy (reused each pass) or one per step (its own
     routing each, StepInputs).  routed / logits: each input's (ids, weights) or router logits
     computed beforehand (ffn_step's `routed` / `logits`, indexed as xs), or None to run the
-    router GEMM and the routing inside the step."""
+    router GEMM and the routing inside the step.  shared: the shared experts' SharedTiles."""
     for name, per in (("routed", routed), ("logits", logits)):
         if per is not None and len(per) != len(xs):
             raise ValueError(f"layer_steps: {len(per)} {name} for {len(xs)} inputs")
@@ -136,7 +160,7 @@ def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, 
             i = j % len(xs)
             ffn_step(shape, weights[j % n], xs[i], impl=impl, tiles=tiles,
                      routed=routed[i] if routed is not None else None,
-                     logits=logits[i] if logits is not None else None)
+                     logits=logits[i] if logits is not None else None, shared=shared)
     return run
 
 

@@ -24,7 +24,8 @@ from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, layer_steps,
                                      random_weights, router_logits, routing_label, step_bytes,
                                      time_fn)
-from deamoe.bench.search import prior_picks, search_point
+from deamoe.bench.search import search_point
+from deamoe.bench.shared import check_shared_stream, prior_for, shared_columns, shared_schedule
 from deamoe.config import table1_row
 from deamoe.routing import route
 
@@ -86,6 +87,7 @@ class MicrobenchSettings:
     prior_picks: list[str] | str = field(default_factory=list)  # one path or '' become a list
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
+    shared_stream: list[bool] = field(default_factory=lambda: [False, True])  # bench.shared
 
     def __post_init__(self):
         from deamoe.config import table1_row as check
@@ -133,6 +135,7 @@ class MicrobenchSettings:
         if not isinstance(self.dense_parts, bool):
             raise ConfigError(f"microbench.dense_parts: {self.dense_parts!r}: "
                               "must be true or false")
+        check_shared_stream(self.shared_stream)
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
@@ -236,8 +239,8 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     for batch in batches:
         inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
 
-        def runner(tiles, repeat=1):
-            return layer_steps(shape, weights, inputs.live, tiles, repeat, impl)
+        def runner(tiles, repeat=1, shared=None):
+            return layer_steps(shape, weights, inputs.live, tiles, repeat, impl, shared=shared)
 
         def measure(knobs, replays=s.select_replays, repeat=1):
             try:
@@ -253,10 +256,11 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
             # graphs ranked two of Qwen3's dense department tiles the other way round)
             knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch),
                                  final_measure=lambda k: measure(k, s.replays, repeats))
-            run = runner(make_tiles(shape, knobs), repeats) if knobs else None
+            run, shared_stream = shared_schedule(shape, lambda sh: runner(
+                make_tiles(shape, knobs), repeats, sh), s, copies * repeats, inputs, knobs)
             tile = knobs_name(knobs) if knobs else "failed"
         else:
-            run, tile = runner(None, repeats), "library"
+            run, tile, shared_stream = runner(None, repeats), "library", None
         final = None
         if run is not None:
             try:
@@ -270,6 +274,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
                      "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
                      "experts": experts, "copies": copies, "layers": copies * repeats,
+                     "shared_stream": shared_stream,
                      "from_logits_us": _from_logits_us(shape, weights, inputs, knobs, repeats, s)
                      if impl == "triton" and shape.kind == "moe" else float("nan")})
         if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
@@ -362,9 +367,9 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
             row = table1_row(model)
             st_b, st_d = [], []
             base = bench_impl(row.baseline, s.batches, s, device, progress=bar, stage_rows=st_b,
-                              prior=prior_picks(s.prior_picks, model, "baseline"))
+                              prior=prior_for(s.prior_picks, model, "baseline"))
             dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar, stage_rows=st_d,
-                             prior=prior_picks(s.prior_picks, model, "deamoe"))
+                             prior=prior_for(s.prior_picks, model, "deamoe"))
             if stage_rows is not None:
                 stage_rows += [{"model": model, **r} for r in st_b + st_d]
             ref = (bench_impl(row.baseline, s.batches, s, device, impl="torch", progress=bar)
@@ -393,6 +398,7 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                     "baseline_layers_per_graph": b["layers"],
                     "deamoe_layers_per_graph": d["layers"],
                     "routing": routing_label(device),
+                    **shared_columns(row, b, d),
                     "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                     "date": prov["date"], "git_sha": prov["git_sha"],
                 })

@@ -5,6 +5,7 @@
   fused_moe.py      baseline MoE layer (2 GEMMs)     } stage_benchmark.py times each launch
   deamoe_decode.py  DeaMoE layer (4 GEMMs)           }   of either layer alone (CUDA graph)
   streams.py        fork / join of launch sequences on CUDA streams (split_launches, dense_parts)
+  shared_expert.py  always-active shared experts (dense SwiGLU, 2 GEMMs) beside either layer
   stream_read.py    streaming-read kernel            + stream_read_benchmark.py (roofline)
   routing_topk.py   single-launch routing (softmax top-k / group-limited), used by both layers
   battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward

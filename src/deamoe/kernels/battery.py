@@ -25,6 +25,7 @@ from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
 PATTERNS = ("random", "same", "empty")
+SHARED_PROJ = ("gate_proj", "up_proj", "down_proj")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,12 @@ def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tenso
     if any(p.dtype != torch.float32 for p in layer.parameters()):
         layer = copy.copy(layer)  # shallow: same weights, reached through _Upcast
         layer._parameters = {n: _Upcast(p) for n, p in layer._parameters.items()}
+        if s.n_shared:  # the shared experts' Linear weights likewise
+            shared = copy.copy(layer.shared_experts)
+            shared._modules = {n: copy.copy(m) for n, m in shared._modules.items()}
+            for m in shared._modules.values():
+                m._parameters = {n: _Upcast(p) for n, p in m._parameters.items()}
+            layer._modules = {**layer._modules, "shared_experts": shared}
     per_token = ids.shape[1] * s.h_ffn * max(s.h, s.h_ffn) * 4
     chunk = max(1, int(budget_bytes // per_token))
     outs = [
@@ -132,21 +139,30 @@ def _kernel_weights(layer, dtype) -> dict:
     return {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
 
 
-def run_kernel(shape, w: dict, x, ids, weights, tiles=None):
+def run_kernel(shape, w: dict, x, ids, weights, tiles=None, shared_tiles=None):
     from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
     from deamoe.kernels.fused_moe import MoETiles, fused_moe
+    from deamoe.kernels.shared_expert import SharedTiles, with_shared
 
-    if isinstance(shape, DeaMoEShape):
-        return deamoe_forward(
-            x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"], w["expert_up"],
-            w["expert_down"], ids, weights, operator=shape.operator, tiles=tiles or DeaMoETiles(),
-        )
-    return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
-                     tiles or MoETiles())
+    def routed():
+        if isinstance(shape, DeaMoEShape):
+            return deamoe_forward(
+                x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
+                w["expert_up"], w["expert_down"], ids, weights, operator=shape.operator,
+                tiles=tiles or DeaMoETiles(),
+            )
+        return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
+                         tiles or MoETiles())
+
+    if not shape.n_shared:
+        return routed()
+    return with_shared(routed, x, *(w[f"shared_experts.{p}.weight"] for p in SHARED_PROJ),
+                       shared_tiles or SharedTiles())
 
 
 @torch.no_grad()
-def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=None) -> dict:
+def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=None,
+               shared_tiles=None) -> dict:
     """Run one case; returns a row with the relative error and whether it passed."""
     shape = case.shape
     if layer is None:
@@ -162,7 +178,7 @@ def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=
         junk = torch.full((64 << 20,), float("nan"), device=device)
         del junk
     with poisoned_allocations():
-        out = run_kernel(shape, w, x, ids, weights, tiles).float()
+        out = run_kernel(shape, w, x, ids, weights, tiles, shared_tiles).float()
     if device != "cpu":
         torch.cuda.synchronize()
     rel = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
@@ -187,6 +203,15 @@ def small_shapes() -> dict[str, MoEShape | DeaMoEShape]:
     }
 
 
+def shared_shapes() -> dict[str, MoEShape | DeaMoEShape]:
+    """Small shapes with always-active shared experts (two; one of twice the width)."""
+    return {
+        "moe-shared": MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4, n_shared=2),
+        "deamoe-shared": DeaMoEShape(h=96, h_ffn=48, n_dept=2, n_expert=8, k_dept=2, k_expert=3,
+                                     n_shared=1, shared_mult=2),
+    }
+
+
 def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
     return [dataclasses.replace(shape, operator=op) for op in ("gelu", "rmsnorm", "none")]
 
@@ -196,7 +221,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
     from deamoe.config import TABLE1
 
     rows = []
-    for name, shape in small_shapes().items():
+    for name, shape in {**small_shapes(), **shared_shapes()}.items():
         for seed, tokens in enumerate((1, 37, 256)):
             for pattern in PATTERNS:
                 rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype))

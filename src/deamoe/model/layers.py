@@ -12,6 +12,13 @@ DeaMoE expert e of department j = e // (n_expert // n_dept), for a token x with 
   y_e = SiLU(A_g a_g) * (A_u a_u),  z_e = sigma(A_d^T y_e)  once per (token, expert)
   out = sum_j W_d (sum_{e in j} w_e z_e)                    once per (token, department)
 Summing the weighted z_e before W_d is exact because W_d is linear (Section 3.2).
+
+With shape.n_shared > 0 both layers add `shared_experts` (DeepSeekMoE's shared-expert isolation):
+one SwiGLU FFN of width shape.shared_ffn applied to every token and added to the routed output,
+unweighted and unscaled.  n_shared experts of width w sum to one SwiGLU of width n_shared * w (the
+rows of gate/up and columns of down concatenated), so they are stored fused, as DeepSeek's and
+vLLM's checkpoints store them:
+  shared_experts.gate_proj, .up_proj [shared_ffn, h]; .down_proj [h, shared_ffn]   (nn.Linear)
 """
 
 from __future__ import annotations
@@ -45,6 +52,23 @@ def operator(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     return _OPERATORS[name]
 
 
+class SharedExperts(nn.Module):
+    """The always-active shared experts, fused into one SwiGLU FFN of width shape.shared_ffn."""
+
+    def __init__(self, h: int, width: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(h, width, bias=False)
+        self.up_proj = nn.Linear(h, width, bias=False)
+        self.down_proj = nn.Linear(width, h, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def shared_experts(shape: MoEShape | DeaMoEShape) -> SharedExperts | None:
+    return SharedExperts(shape.h, shape.shared_ffn) if shape.n_shared else None
+
+
 class MoE(nn.Module):
     """Standard MoE FFN with SwiGLU experts (equations 1-3)."""
 
@@ -57,15 +81,24 @@ class MoE(nn.Module):
         self.gate_proj = nn.Parameter(torch.empty(n, f, h))
         self.up_proj = nn.Parameter(torch.empty(n, f, h))
         self.down_proj = nn.Parameter(torch.empty(n, h, f))
+        self.shared_experts = shared_experts(shape)
         self.register_buffer("expert_bias", torch.zeros(n))
         self.last_logits: torch.Tensor | None = None
         self.last_ids: torch.Tensor | None = None
         self.reset_parameters()
 
+    def shared_parameters(self) -> tuple[nn.Parameter, ...]:
+        s = self.shared_experts
+        return () if s is None else (s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight)
+
     def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj):
+        for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj,
+                  *self.shared_parameters()):
             nn.init.normal_(w, std=self.init_std)
         nn.init.zeros_(self.expert_bias)
+
+    def _add_shared(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return out if self.shared_experts is None else out + self.shared_experts(x).to(out.dtype)
 
     def _route(self, x, ids, weights):
         if ids is None:
@@ -88,7 +121,7 @@ class MoE(nn.Module):
         y = grouped_mm(act, self.down_proj, counts)
         y = y * weights.reshape(-1)[order, None].to(y.dtype)
         out = y.new_zeros(x.shape[0], h).index_add_(0, token, y)
-        return out.reshape(*lead, h)
+        return self._add_shared(x, out).reshape(*lead, h)
 
 
 class DeaMoE(nn.Module):
@@ -107,6 +140,7 @@ class DeaMoE(nn.Module):
         self.expert_gate = nn.Parameter(torch.empty(e, f, f))
         self.expert_up = nn.Parameter(torch.empty(e, f, f))
         self.expert_down = nn.Parameter(torch.empty(e, f, f))
+        self.shared_experts = shared_experts(shape)
         self.register_buffer("expert_bias", torch.zeros(e))
         self.last_logits: torch.Tensor | None = None
         self.last_ids: torch.Tensor | None = None
@@ -115,8 +149,12 @@ class DeaMoE(nn.Module):
     def expert_parameters(self) -> tuple[nn.Parameter, ...]:
         return (self.expert_gate, self.expert_up, self.expert_down)
 
+    shared_parameters = MoE.shared_parameters
+    _add_shared = MoE._add_shared
+
     def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down):
+        for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down,
+                  *self.shared_parameters()):
             nn.init.normal_(w, std=self.init_std)
         for w in self.expert_parameters():
             if self.shape.expert_init == "identity":
@@ -166,16 +204,41 @@ class DeaMoE(nn.Module):
         zsum = z.new_zeros(pair_token.numel(), s.h_ffn).index_add_(0, pair, z)
         o = grouped_mm(zsum, self.dept_down, dept_counts)
         out = o.new_zeros(T, h).index_add_(0, pair_token, o)
-        return out.reshape(*lead, h)
+        return self._add_shared(x, out).reshape(*lead, h)
 
 
 def reference_forward(
     layer: MoE | DeaMoE, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
 ) -> torch.Tensor:
-    """Plain per-(token, expert) evaluation of equation 4 (MoE: equation 1), summed with eq. 3.
+    """Plain per-(token, expert) evaluation of equation 4 (MoE: equation 1), summed with eq. 3,
+    plus each shared expert as its own dense SwiGLU FFN.
 
     Gathers each assignment's full weights; only for tests and kernel checks at small shapes.
     """
+    out = routed_reference(layer, x, ids, weights)
+    return out + shared_reference(layer, x) if layer.shape.n_shared else out
+
+
+def shared_reference(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor:
+    """Sum over the n_shared shared experts, each a dense SwiGLU of width shared_mult * h_ffn
+    cut from the fused weights; zeros without shared experts."""
+    out = torch.zeros_like(x)
+    s = layer.shape
+    if not s.n_shared:
+        return out
+    sh, width = layer.shared_experts, s.shared_ffn // s.n_shared
+    for i in range(s.n_shared):
+        rows = slice(i * width, (i + 1) * width)
+        g = x @ sh.gate_proj.weight[rows].T
+        u = x @ sh.up_proj.weight[rows].T
+        out = out + (F.silu(g) * u) @ sh.down_proj.weight[:, rows].T
+    return out
+
+
+def routed_reference(
+    layer: MoE | DeaMoE, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
+) -> torch.Tensor:
+    """The routed part of reference_forward."""
     w = weights.to(x.dtype)[..., None]
     if isinstance(layer, MoE):
         g = torch.einsum("tkfh,th->tkf", layer.gate_proj[ids], x)

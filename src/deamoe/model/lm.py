@@ -52,6 +52,8 @@ class DeaMoEConfig(PretrainedConfig):
         expert_init: str = "identity",
         dept_topk: str = "soft",
         routed_scaling: float = 1.0,
+        n_shared: int = 0,
+        shared_mult: int = 1,
         load_balance: str = "aux_loss",
         aux_loss_coef: float = 0.01,
         bias_update_rate: float = 1e-3,
@@ -77,6 +79,8 @@ class DeaMoEConfig(PretrainedConfig):
         self.expert_init = expert_init
         self.dept_topk = dept_topk
         self.routed_scaling = routed_scaling
+        self.n_shared = n_shared  # always-active shared experts beside the routed ones
+        self.shared_mult = shared_mult
         self.load_balance = load_balance
         self.aux_loss_coef = aux_loss_coef
         self.bias_update_rate = bias_update_rate
@@ -114,6 +118,8 @@ class DeaMoEConfig(PretrainedConfig):
                 n_expert=self.n_expert,
                 k_expert=self.k_expert,
                 routed_scaling=self.routed_scaling,
+                n_shared=self.n_shared,
+                shared_mult=self.shared_mult,
             )
         return DeaMoEShape(
             h=self.hidden_size,
@@ -126,6 +132,8 @@ class DeaMoEConfig(PretrainedConfig):
             expert_init=self.expert_init,
             dept_topk=self.dept_topk,
             routed_scaling=self.routed_scaling,
+            n_shared=self.n_shared,
+            shared_mult=self.shared_mult,
         )
 
 
@@ -298,6 +306,8 @@ class DeaMoEForCausalLM(DeaMoEPreTrainedModel, GenerationMixin):
             loss=loss, logits=logits, past_key_values=past_key_values if use_cache else None
         )
 
+    # Load balancing and the routing statistics see the routed experts only: shared experts take
+    # every token and have no router column.
     def aux_loss(self) -> torch.Tensor:
         """Mean over layers of the Switch load-balancing loss of the last forward."""
         losses = [

@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from deamoe.io import atomic_path  # noqa: E402
 from deamoe import paper  # noqa: E402
+from deamoe.config import SHARED_SUFFIX  # noqa: E402
 from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure4_5_microbench", "table4_loss_curves",
@@ -66,7 +67,12 @@ def figure2(art: Artifact):
     ax.fill_between([t0, t1], lo, hi, color="0.85", label=f"paper: DeepSeek-V3 range {t0}-{t1} tokens")
     ax.axhline(paper.FIG2_MIN_RATIO, ls=":", color="0.4", label="paper: lowest ratio (49.1%)")
     if art.data is not None:
-        sns.lineplot(data=art.data, x="tokens", y="ratio", hue="model", marker="o", ax=ax)
+        # one colour per model; "<model>+shared" (its shared experts loaded by both layers) dashed
+        shared = art.data["model"].str.endswith(SHARED_SUFFIX)
+        data = art.data.assign(model=art.data["model"].str.removesuffix(SHARED_SUFFIX),
+                               experts=shared.map({False: "routed only", True: "+ shared experts"}))
+        sns.lineplot(data=data, x="tokens", y="ratio", hue="model", style="experts", marker="o",
+                     style_order=["routed only", "+ shared experts"], ax=ax)
     else:
         _not_run(ax, art)
     ax.set_xscale("log", base=2)
@@ -107,13 +113,29 @@ def figure3(art: Artifact):
     return fig
 
 
+def _shared_curve(ax, data, model: str) -> None:
+    """The "<model>+shared" layer (its shared experts in both layers) beside the routed-only one."""
+    d = data[data["model"] == model + SHARED_SUFFIX].sort_values("batch")
+    if not len(d):
+        return
+    ax.plot(d["batch"], d["baseline_us"] / d["deamoe_us"], "D--", color="C2",
+            label=f"reproduced, {model}{SHARED_SUFFIX}")
+    if "ideal_speedup" in d:
+        ax.plot(d["batch"], d["ideal_speedup"], "v:", color="C3", label="ideal, + shared experts")
+
+
 def figure45(art: Artifact):
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.4), sharey=True)
     data = art.data
+    extra = []  # models measured only with their shared experts get a panel of their own
+    if data is not None:
+        extra = [m.removesuffix(SHARED_SUFFIX) for m in dict.fromkeys(data["model"])
+                 if m.endswith(SHARED_SUFFIX) and m.removesuffix(SHARED_SUFFIX) not in PANEL_MODELS]
+    panels = PANEL_MODELS + tuple(extra)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 4.4), sharey=True)
     gpu = "measured"
     if data is not None and "gpu" in data.columns and len(data):
         gpu = str(data["gpu"].iloc[0])
-    for ax, model in zip(axes, PANEL_MODELS):
+    for ax, model in zip(axes, panels):
         for (pgpu, pmodel), values in paper.FIG45.items():
             if pmodel == model:
                 ax.plot(list(values), list(values.values()), "s--", alpha=0.7,
@@ -123,11 +145,13 @@ def figure45(art: Artifact):
                 ax.axhline(peak, ls=":", color="0.55", label=f"paper, {pgpu} peak {peak:.2f}x")
         if data is not None:
             d = data[data["model"] == model].sort_values("batch")
-            speed = d["speedup"] if "speedup" in d else d["baseline_us"] / d["deamoe_us"]
-            ax.plot(d["batch"], speed, "o-", color="C0", label=f"reproduced, {gpu}")
-            if "ideal_speedup" in d:
-                ax.plot(d["batch"], d["ideal_speedup"], "^:", color="C1",
-                        label="ideal (bytes ratio), same routing")
+            if len(d):
+                speed = d["speedup"] if "speedup" in d else d["baseline_us"] / d["deamoe_us"]
+                ax.plot(d["batch"], speed, "o-", color="C0", label=f"reproduced, {gpu}")
+                if "ideal_speedup" in d:
+                    ax.plot(d["batch"], d["ideal_speedup"], "^:", color="C1",
+                            label="ideal (bytes ratio), same routing")
+            _shared_curve(ax, data, model)
         elif model == PANEL_MODELS[0]:
             _not_run(ax, art)
         ax.axhline(1.0, color="0.7", lw=0.8)

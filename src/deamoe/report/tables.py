@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
+from deamoe.report.shared_rows import shared_rows
 from deamoe.report.sources import (Loaded, not_run, read_csv, read_json, run_summaries,
                                    training_logs)
 
@@ -56,8 +57,8 @@ def table1(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "analysis" / "table1.csv",
                    required=("model", "flops_ratio", "params_ratio"), profile=profile,
                    scale=ANALYTIC)
-    cols = ["model", "h", "h_ffn", "n_expert", "k_expert", "n_dept", "dea_n_expert", "k_dept",
-            "dea_k_expert", "flops_ratio", "paper_flops_ratio", "params_ratio",
+    cols = ["model", "h", "h_ffn", "n_expert", "k_expert", "n_shared", "n_dept", "dea_n_expert",
+            "k_dept", "dea_k_expert", "flops_ratio", "paper_flops_ratio", "params_ratio",
             "paper_params_ratio", "note"]
     notes = ["ratios are DeaMoE / baseline FFN+router FLOPs and parameters; "
              "paper_* columns are the paper's"]
@@ -295,6 +296,7 @@ def _roofline_note(frame: pd.DataFrame) -> str:
 def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
     src = _microbench_source(results, measured, "microbench.csv",
                              ("model", "batch", "baseline_us", "deamoe_us"), profile)
+    src, shared_src, shared_note = shared_rows(src, measured, KERNEL)
     rows = []
     if src.ok:
         df = src.frame.copy()
@@ -334,7 +336,7 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
             for batch, v in values.items():
                 rows.append({"model": model, "batch": batch, "speedup": NOT_RUN,
                              f"paper {gpu}": v})
-    notes = [paper.PAPER_SCALE["figure45"], paper.FIG45_NOTE]
+    notes = [paper.PAPER_SCALE["figure45"], paper.FIG45_NOTE, shared_note]
     if src.ok and src.reason:
         notes.insert(0, src.reason)
     if src.ok and "baseline_layers_per_graph" in src.frame.columns:
@@ -364,7 +366,7 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
     if src.ok and sizes:
         notes.append(sizes)
     return Artifact("figure4_5", "Figures 4/5: per-layer decode speedup, DeaMoE over baseline",
-                    pd.DataFrame(rows), [src], notes, data=src.frame)
+                    pd.DataFrame(rows), [src, *filter(None, [shared_src])], notes, data=src.frame)
 
 
 def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:

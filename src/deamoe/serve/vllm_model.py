@@ -14,8 +14,8 @@ The FFN runs inside one opaque custom op, `torch.ops.deamoe.ffn(x, layer_name)`,
 The op finds its layer through vLLM's forward context (the same mechanism vLLM uses for its own
 fused-MoE and attention ops), so no weights travel as op arguments.
 
-Weight names equal the Hugging Face checkpoint's (model.layers.N.mlp.dept_gate, ...); only
-q/k/v are stacked into vLLM's QKVParallelLinear.  Tensor parallelism is not supported (world
+Weight names equal the Hugging Face checkpoint's (model.layers.N.mlp.dept_gate, ...,
+model.layers.N.mlp.shared_experts.gate_proj.weight for the shared experts); only q/k/v are stacked into vLLM's QKVParallelLinear.  Tensor parallelism is not supported (world
 size 1): the checkpoints served here fit one device.
 """
 
@@ -78,18 +78,21 @@ def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
         return None
     ids, weights = route(layer.shape, layer.router(x), bias=layer.expert_bias)
     run = kernels["deamoe"] if isinstance(layer, DeaMoE) else kernels["moe"]
-    return run(layer, x, ids, weights)
+    # the shared experts (if any) on the same primitive, summed into the routed output
+    return kernels["shared"](layer, x, lambda: run(layer, x, ids, weights))
 
 
 def gpu_kernels() -> dict | None:
-    """{"moe": fused_moe_layer, "deamoe": deamoe_layer} from deamoe.kernels, or None."""
+    """{"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer} from
+    deamoe.kernels, or None."""
     try:
         from deamoe.kernels.deamoe_decode import deamoe_layer
         from deamoe.kernels.fused_moe import fused_moe_layer
+        from deamoe.kernels.shared_expert import shared_layer
     except ImportError as exc:
         logger.warning("deamoe.kernels unavailable (%s): PyTorch FFN path on GPU", exc)
         return None
-    return {"moe": fused_moe_layer, "deamoe": deamoe_layer}
+    return {"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer}
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
@@ -129,6 +132,8 @@ class DeaMoEFFN(nn.Module):
     def _adopt(self, name: str, param: nn.Parameter) -> None:
         if name == "router.weight":
             self.router = self.ffn.router  # a submodule: router.weight keeps its name
+        elif name.startswith("shared_experts."):
+            self.shared_experts = self.ffn.shared_experts  # likewise shared_experts.*.weight
         else:
             self.register_parameter(name, param)
 
@@ -138,6 +143,8 @@ class DeaMoEFFN(nn.Module):
             setattr(self.ffn, name, param)
         self.ffn.expert_bias = self.expert_bias
         self.ffn.router = self.router
+        if self.ffn.shape.n_shared:
+            self.ffn.shared_experts = self.shared_experts
 
     def forward_impl(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:

@@ -36,7 +36,7 @@ DECODER_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_
 PRETRAIN_RUN = re.compile(r"pretrain-(?P<size>[a-z0-9]+)-(?P<model>baseline|deamoe)-s(?P<seed>\d+)")
 ABLATION_RUN = re.compile(r"ablation-(?P<variant>no[1-6])-s(?P<seed>\d+)")
 
-_MOE_KEYS = {"h_ffn", "n_expert", "k_expert", "routed_scaling"}
+_MOE_KEYS = {"h_ffn", "n_expert", "k_expert", "routed_scaling", "n_shared", "shared_mult"}
 _DEAMOE_KEYS = _MOE_KEYS | {"n_dept", "k_dept", "operator", "expert_init", "dept_topk"}
 _DEAMOE_REQUIRED = ("h_ffn", "n_dept", "n_expert", "k_dept", "k_expert")
 

@@ -1,0 +1,61 @@
+"""The microbenchmark's layers with shared experts ("<model>+shared" presets).
+
+Their shared experts run on the grouped-GEMM primitive beside the routed layer
+(deamoe.kernels.shared_expert): the up-projection either in line or on its own side stream
+beside the routed launches (`microbench.shared_stream` lists the schedules tried).  The routed
+knobs are searched as for any layer; then each schedule is timed on the point's pick, on the
+reported graph, and the faster is reported (`<kind>_shared_stream` in microbench.csv).
+"""
+
+from __future__ import annotations
+
+from deamoe.config import SHARED_SUFFIX
+from deamoe.errors import ConfigError
+
+
+def check_shared_stream(values) -> None:
+    if not isinstance(values, list) or not values or any(not isinstance(v, bool) for v in values):
+        raise ConfigError(f"microbench.shared_stream: {values!r}: must list true and/or false")
+
+
+def shared_schedule(shape, runner, s, per_call: int, inputs, knobs):
+    """(run, stream): runner(SharedTiles) -> the point's timed fn on its pick `knobs`; for a
+    layer with shared experts the faster of s.shared_stream's schedules (stream None for one
+    without; run None when no knobs were found or no schedule runs)."""
+    from deamoe.bench.layer_step import time_fn
+    from deamoe.kernels.shared_expert import SharedTiles
+
+    if not knobs:
+        return None, None
+    if not shape.n_shared:
+        return runner(None), None
+    timed = []
+    for stream in dict.fromkeys(s.shared_stream):
+        run = runner(SharedTiles(block_m=s.block_m, stream=stream))
+        try:
+            us = time_fn(run, s.replays, per_call, prepare=inputs.prepare).median_us
+        except Exception as exc:  # noqa: BLE001 - the other schedule may still run
+            print(f"  shared_stream={stream}: {type(exc).__name__}: {str(exc)[:160]}")
+            continue
+        timed.append((us, stream, run))
+    if not timed:
+        return None, None
+    _, stream, run = min(timed, key=lambda r: r[0])
+    return run, stream
+
+
+def prior_for(paths: list[str], model: str, kind: str) -> dict[int, list[dict]]:
+    """Earlier picks for `model` (search.prior_picks); a "<model>+shared" layer without its own
+    takes the routed layer's (the same routed GEMMs; its shared experts have their own)."""
+    from deamoe.bench.search import prior_picks
+
+    return (prior_picks(paths, model, kind)
+            or prior_picks(paths, model.removesuffix(SHARED_SUFFIX), kind))
+
+
+def shared_columns(row, b: dict, d: dict) -> dict:
+    """microbench.csv columns of a layer pair with shared experts (none for one without)."""
+    if not row.baseline.n_shared:
+        return {}
+    return {"n_shared": row.baseline.n_shared, "baseline_shared_stream": b.get("shared_stream"),
+            "deamoe_shared_stream": d.get("shared_stream")}

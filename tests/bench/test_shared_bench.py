@@ -1,0 +1,112 @@
+"""The microbenchmark with shared experts ("<model>+shared"): weights, bytes, the step against the
+layer reference, both schedules timed and reported (CPU: interpreter kernels, host clock)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
+from deamoe.analysis.budget import shared_params
+from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
+from deamoe.bench.microbench import MicrobenchSettings, bench_impl
+from deamoe.bench.shared import prior_for, shared_columns
+from deamoe.config import PRESETS, DeaMoEShape, MoEShape
+from deamoe.errors import ConfigError
+from deamoe.kernels.shared_expert import SharedTiles
+
+MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4, n_shared=2)
+DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5, n_shared=1)
+TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1"], select_replays=1, replays=1, rotate_bytes=1e9,
+                          max_copies=1, compile_routing=False, coordinate_search=False,
+                          stage_batches=[], min_layers_per_graph=1)
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_weights_and_bytes_include_the_shared_experts(shape):
+    w = random_weights(shape, "cpu", torch.float32, seed=1)
+    assert w["shared_gate"].shape == (shape.shared_ffn, shape.h)
+    assert w["shared_down"].shape == (shape.h, shape.shared_ffn)
+    assert layer_bytes(shape) == sum(2 * t.numel() for t in w.values())
+    ids = torch.tensor([[0, 1, 4, 5, 6][: shape.k_expert]])
+    plain = shape.replace(n_shared=0)
+    assert step_bytes(shape, ids) - step_bytes(plain, ids) == 2 * shared_params(shape)
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+@pytest.mark.parametrize("impl", ["triton", "torch"])
+def test_ffn_step_with_shared_experts_equals_the_layer_reference(shape, impl):
+    from deamoe.model.layers import build_ffn, reference_forward
+    from deamoe.routing import route
+
+    if impl == "torch" and shape.kind == "deamoe":
+        pytest.skip("the torch reference implementation is the baseline's")
+    if impl == "torch" and not hasattr(torch, "_grouped_mm"):
+        pytest.skip("no torch._grouped_mm")
+    w = random_weights(shape, "cpu", torch.float32, seed=2)
+    layer = build_ffn(shape.replace(expert_init="random") if shape.kind == "deamoe" else shape)
+    names = {"router": "router.weight", "shared_gate": "shared_experts.gate_proj.weight",
+             "shared_up": "shared_experts.up_proj.weight",
+             "shared_down": "shared_experts.down_proj.weight"}
+    with torch.no_grad():
+        layer.load_state_dict({names.get(k, k): v for k, v in w.items()}, strict=False)
+        x = torch.randn(7, shape.h, generator=torch.Generator().manual_seed(3))
+        ids, weights = route(shape, x @ w["router"].T)
+        ref = reference_forward(layer, x, ids, weights)
+        for tiles in (None, SharedTiles(stream=True)):
+            try:
+                out = ffn_step(shape, w, x, impl=impl, shared=tiles)
+            except RuntimeError as exc:  # torch._grouped_mm needs a GPU on some builds
+                pytest.skip(str(exc)[:80])
+            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+def test_bench_impl_times_both_shared_schedules_and_reports_one(shape, monkeypatch):
+    seen = []
+    real = SharedTiles
+
+    def spy(**kw):  # the schedules the microbenchmark tries (the search's steps use the default)
+        if "stream" in kw:
+            seen.append(kw["stream"])
+        return real(**kw)
+
+    monkeypatch.setattr("deamoe.kernels.shared_expert.SharedTiles", spy)
+    (row,) = bench_impl(shape, [3], TINY, device="cpu")
+    assert row["us"] > 0 and row["shared_stream"] in (False, True)
+    assert seen == [False, True]
+
+
+def test_settings_and_columns():
+    with pytest.raises(ConfigError, match="shared_stream"):
+        MicrobenchSettings(shared_stream=[])
+    MicrobenchSettings(models=["DeepSeek-V3+shared", "Kimi-K2+shared", "DeepSeek-V2+shared"])
+    with pytest.raises(ConfigError, match="Qwen3-235B-A22B\\+shared"):
+        MicrobenchSettings(models=["Qwen3-235B-A22B+shared"])
+    row = PRESETS["DeepSeek-V2+shared"]
+    assert shared_columns(row, {"shared_stream": True}, {"shared_stream": False}) == {
+        "n_shared": 2, "baseline_shared_stream": True, "deamoe_shared_stream": False}
+    assert shared_columns(PRESETS["DeepSeek-V2"], {}, {}) == {}
+
+
+def test_shared_layers_start_from_the_routed_layers_picks(tmp_path):
+    table = tmp_path / "mb.csv"
+    table.write_text("model,batch,baseline_tile,deamoe_tile\n"
+                     "DeepSeek-V3,4,w13=n128-k128-w4-s3;w2=n64-k64-w4-s3;block_m=16,failed\n")
+    assert prior_for([str(table)], "DeepSeek-V3+shared", "baseline") == prior_for(
+        [str(table)], "DeepSeek-V3", "baseline") != {}
+
+
+def test_h200_shared_config_names_the_three_models_at_the_ten_batches(monkeypatch):
+    from pathlib import Path
+
+    from deamoe.report.shared_rows import MEASURE_COMMAND, SHARED_MODELS
+    from deamoe.settings import load_section
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)  # its prior_picks path is relative to the repository root
+    path = "workflow/profiles/gpu/microbench-shared.yaml"
+    s = load_section(path, "microbench", MicrobenchSettings)
+    assert sorted(s.models) == sorted(SHARED_MODELS)
+    assert s.batches == [4, 8, 16, 24, 32, 40, 48, 64, 96, 128] and s.shared_stream == [False, True]
+    assert path in MEASURE_COMMAND

@@ -1,0 +1,65 @@
+"""Shared-expert rows in the report: Figure 2's dashed curves, Figures 4/5's '+shared' rows from a
+committed microbench_shared.csv, and "not run" with the measuring command until it exists."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from deamoe.report import figures, tables
+from deamoe.report.build import ReportSettings, write_report
+from deamoe.report.shared_rows import SHARED_FILE, SHARED_MODELS
+
+BATCHES = [4, 8, 16, 24, 32, 40, 48, 64, 96, 128]
+
+
+def _shared_table(path, gpu="NVIDIA H200"):
+    rows = [{"model": m, "batch": b, "baseline_us": 200.0 + b, "deamoe_us": 150.0 + b,
+             "speedup": (200.0 + b) / (150.0 + b), "ideal_speedup": 1.3, "baseline_bytes": 2e8,
+             "deamoe_bytes": 1.5e8, "peak_read_tbps": 4.6, "gpu": gpu,
+             "date": "2026-12-01T18:00:00Z", "git_sha": "0123456789ab"}
+            for m in SHARED_MODELS for b in BATCHES]
+    pd.DataFrame(rows).to_csv(path, index=False)
+
+
+def test_shared_rows_not_run_until_measured(results, measured, tmp_path):
+    write_report(results, measured, tmp_path / "r", ReportSettings())
+    md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+    assert "shared-expert rows (DeepSeek-V3+shared, DeepSeek-V2+shared, Kimi-K2+shared): not run" in md
+    assert "--config workflow/profiles/gpu/microbench-shared.yaml" in md
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    assert not f45["model"].str.endswith("+shared").any()
+    assert f45["speedup"].notna().all()  # the routed-only rows still shown
+
+
+def test_committed_shared_rows_beside_routed_rows(results, measured, tmp_path):
+    _shared_table(measured / "h200" / SHARED_FILE)
+    write_report(results, measured, tmp_path / "r", ReportSettings())
+    f45 = pd.read_csv(tmp_path / "r" / "tables" / "figure4_5.csv")
+    assert set(SHARED_MODELS) <= set(f45["model"]) and "DeepSeek-V3" in set(f45["model"])
+    row = f45[(f45["model"] == "Kimi-K2+shared") & (f45["batch"] == 8)].iloc[0]
+    assert row["speedup"] == pytest.approx(208 / 158)
+    assert row["speedup / ideal"] == pytest.approx(208 / 158 / 1.3)
+    md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()
+    assert f"committed {measured / 'h200' / SHARED_FILE}" in md and "not run" not in md.split(
+        "Scale and hardware")[0].split("\n")[0]
+    art = tables.figure45(results, measured / "h200", "tiny")
+    assert art.status == "ok" and len(art.sources) == 2
+    fig = figures.figure45(art)  # DeepSeek-V2 and Kimi-K2 get panels of their own
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == ["Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B", "DeepSeek-V2", "Kimi-K2"]
+    labels = [line.get_label() for line in fig.axes[1].get_lines()]
+    assert "reproduced, DeepSeek-V3+shared" in labels and "reproduced, NVIDIA H200" in labels
+
+
+def test_figure2_draws_shared_curves_beside_routed(results, tmp_path):
+    path = results / "analysis" / "loading.csv"
+    df = pd.read_csv(path)
+    shared = df[df.model == "DeepSeek-V3"].assign(model="DeepSeek-V3+shared",
+                                                  ratio=lambda d: 0.5 + d.ratio / 2)
+    pd.concat([df, shared]).to_csv(path, index=False)
+    art = tables.figure2(results, "tiny")
+    assert "DeepSeek-V3+shared" in art.table.columns and "DeepSeek-V3" in art.table.columns
+    fig = figures.figure2(art)
+    labels = fig.axes[0].get_legend_handles_labels()[1]
+    assert "+ shared experts" in labels and "routed only" in labels
