@@ -84,11 +84,11 @@ def test_report_shows_committed_rows_and_not_run_for_missing_sizes(tmp_path):
     assert "small (7.0M params, 32.8M tokens, 3 seeds): DeaMoE - baseline held-out loss +0.1667" in text
     assert "Not run: medium." in text
     assert set(art.data["size"]) == {"small", "large"}  # loss curves of the committed pairs
-    ppl = ladder.table3_gpu(results, measured, None, ("small", "medium", "large")).table
+    ppl = ladder.metric_table("table3_gpu", results, measured, None, ("small", "medium", "large")).table
     row = ppl[(ppl["size"] == "small") & (ppl["dataset"] == "wikitext2")].iloc[0]
     assert row["baseline"] == 142.5 and row["DeaMoE paper"] == 20.33
     assert ppl.loc[ppl["size"] == "medium", "dataset"].tolist() == ["not run"]
-    acc = ladder.table2_gpu(results, measured, None, ("small", "large")).table
+    acc = ladder.metric_table("table2_gpu", results, measured, None, ("small", "large")).table
     assert acc.loc[acc["size"] == "small", "seeds"].tolist() == [1]  # only seed 0 was evaluated
 
 
@@ -108,3 +108,22 @@ def test_nothing_anywhere_is_not_run_with_the_way_to_run_it(tmp_path):
     assert "not tested at GPU scale" in art.notes[0]
     t4 = ladder.table4_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None)
     assert t4.status == "not run" and (t4.table["loss_last_n"] == "not run").all()
+
+
+def test_table4_at_gpu_scale_averages_seeds_and_ranks_the_means(tmp_path):
+    measured = tmp_path / "measured" / "h200"
+    folder = measured / "quality" / "ablation"
+    folder.mkdir(parents=True)
+    rows = [{"run": f"ablation-no{i}-s{seed}", "variant": f"No.{i}", "seed": seed, "size": "medium",
+             "loss_last_n": 3.0 + (7 - i) / 8 + seed / 4, "last_n": 100, "val_loss": 3.5 + seed / 2,
+             "mean_distinct_departments": 4.0 + seed / 2 if i == 1 else 3.0, **GPU}
+            for i in range(1, 7) for seed in (0, 1)]
+    pd.DataFrame(rows).to_csv(folder / "summary.csv", index=False)
+    art = ladder.table4_gpu(tmp_path / "results", measured, None)
+    t = art.table.set_index("variant")
+    assert art.status == "ok" and list(t.index) == [f"No.{i}" for i in range(1, 7)]
+    assert t.loc["No.1", "loss last N"] == 3.0 + 6 / 8 + 1 / 8  # mean of 3.75 and 4.0
+    assert t.loc["No.1", "loss std"] == pytest.approx(math.sqrt(2) / 8, abs=1e-15)
+    assert t.loc["No.1", "seeds"] == 2 and t.loc["No.1", "mean distinct departments"] == 4.25
+    assert t.loc["No.6", "rank"] == 1 and t.loc["No.1", "rank"] == 6 and t.loc["No.1", "paper rank"] == 1
+    assert "reproduced at size medium: mean training loss over the last 100 steps" in art.notes[1]

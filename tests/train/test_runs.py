@@ -133,3 +133,16 @@ def test_unknown_run_names_are_refused():
         runs.run_spec(s, "pretrain-big-deamoe-s0")
     with pytest.raises(ConfigError, match="seed 3 is not among the seeds of size tiny"):
         runs.run_spec(s, "pretrain-tiny-deamoe-s3")
+
+
+def test_a_size_may_change_other_model_fields_for_a_sweep():
+    from deamoe.train.runs import model_config
+
+    s = load_settings(doc=_tiny(sizes={"a": {}, "b": {"model": {"aux_loss_coef": 0.05}, "lr": 1e-2}}))
+    a, b = (model_config(s, runs.run_spec(s, f"pretrain-{z}-deamoe-s0"), 300) for z in "ab")
+    assert (a.aux_loss_coef, b.aux_loss_coef) == (0.01, 0.05)
+    assert runs.run_spec(s, "pretrain-b-baseline-s0").lr == 1e-2
+    with pytest.raises(ConfigError, match=r"unknown key model.colour"):
+        runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"colour": 1}}})), "a")
+    with pytest.raises(ConfigError, match=r"pretrain.sizes.a.model.hidden_size: set it as pretrain.sizes.a.hidden_size"):
+        runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"hidden_size": 8}}})), "a")

@@ -216,7 +216,10 @@ def quality_gap(art: Artifact):
 def ladder_curves(art: Artifact):
     """Training loss of each pair, one panel per size: mean over seeds with a +-1 std band."""
     data = art.data
-    sizes = list(dict.fromkeys(data["size"])) if data is not None else []
+    sizes = []
+    if data is not None and art.rows is not None:  # smallest model first
+        sizes = [s for s in art.rows.groupby("size")["params"].max().sort_values().index
+                 if s in set(data["size"])]
     fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(4.2 * max(len(sizes), 1), 4.2), squeeze=False)
     for ax, size in zip(axes[0], sizes):
         d = data[data["size"] == size]

@@ -19,6 +19,7 @@ from deamoe.report.sources import Loaded, not_run, read_csv
 from deamoe.report.tables import NOT_RUN, Artifact, _norm
 
 MODELS = ("baseline", "deamoe")
+TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
 HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU (README: "
               "Quality at GPU scale), or commit their rows under reports/measured/{gpu}/quality/")
 
@@ -192,22 +193,24 @@ def _metric_table(rows: pd.DataFrame | None, sizes: list[str], prefix: str, pape
     return pd.DataFrame(out)
 
 
-def table2_gpu(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> Artifact:
-    rows, _, sources = ladder_rows(results, measured, profile)
-    table = _metric_table(rows, _sizes(rows, sizes), "acc_", paper.TABLE2, "task")
-    return Artifact("table2_gpu", "Table 2 at GPU scale: downstream accuracy (%), mean and spread "
-                    "over the evaluated seeds", table, sources or [_missing(measured)],
-                    [paper.PAPER_SCALE["table2"], "lm-evaluation-harness, zero-shot, the seeds in "
-                     "eval.seeds; the metric the paper's column is read as (acc or acc_norm)"])
+# key -> (column prefix in runs.csv, the paper's table, label, title, notes)
+_METRIC_TABLES = {
+    "table2_gpu": ("acc_", paper.TABLE2, "task", "Table 2 at GPU scale: downstream accuracy (%), mean and "
+                   "spread over the evaluated seeds", [paper.PAPER_SCALE["table2"], "lm-evaluation-harness, "
+                   "zero-shot, the seeds in eval.seeds; the metric the paper's column is read as (acc or acc_norm)"]),
+    "table3_gpu": ("ppl_", paper.TABLE3, "dataset", "Table 3 at GPU scale: word perplexity, mean and spread "
+                   "over seeds", [paper.PAPER_SCALE["table3"], "every pre-training run, through the "
+                   "pipeline's perplexity tasks (lm-evaluation-harness)"]),
+}
 
 
-def table3_gpu(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> Artifact:
+def metric_table(key: str, results: Path, measured: Path, profile: str | None,
+                 sizes: tuple[str, ...]) -> Artifact:
+    """Table 2 or 3 at GPU scale (`key` in _METRIC_TABLES)."""
+    prefix, paper_table, label, title, notes = _METRIC_TABLES[key]
     rows, _, sources = ladder_rows(results, measured, profile)
-    table = _metric_table(rows, _sizes(rows, sizes), "ppl_", paper.TABLE3, "dataset")
-    return Artifact("table3_gpu", "Table 3 at GPU scale: word perplexity, mean and spread over "
-                    "seeds", table, sources or [_missing(measured)],
-                    [paper.PAPER_SCALE["table3"], "every pre-training run, through the pipeline's "
-                     "perplexity tasks (lm-evaluation-harness)"])
+    table = _metric_table(rows, _sizes(rows, sizes), prefix, paper_table, label)
+    return Artifact(key, title, table, sources or [_missing(measured)], notes)
 
 
 def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
@@ -217,7 +220,7 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     paper_rows = pd.DataFrame(paper.TABLE4, columns=["variant", "operator", "init", "dept_topk", "paper_loss"])
     if rows is None:
         table = paper_rows.assign(loss_last_n=NOT_RUN)
-        return Artifact("table4_gpu", "Table 4 at GPU scale", table, [_missing(measured)], [paper.TABLE4_SCALE])
+        return Artifact("table4_gpu", TABLE4_TITLE, table, [_missing(measured)], [paper.TABLE4_SCALE])
     rows = rows.assign(model=rows["variant"])
     last = seed_spread(rows, "loss_last_n", by=("variant",)).set_index("variant")
     held = seed_spread(rows, "val_loss", by=("variant",)).set_index("variant")
@@ -233,10 +236,10 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
              "steps, held-out loss and distinct departments per token, mean and std over seeds; ranks "
              "order the variants by mean loss (the paper's ordering is its claim)",
              f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token"]
-    return Artifact("table4_gpu", "Table 4 at GPU scale: ablation, mean and spread over seeds",
-                    table, sources, notes, data=rows)
+    return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=rows)
 
 
 def build(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> list[Artifact]:
-    return [pretrain_gpu(results, measured, profile, sizes), table2_gpu(results, measured, profile, sizes),
-            table3_gpu(results, measured, profile, sizes), table4_gpu(results, measured, profile)]
+    return [pretrain_gpu(results, measured, profile, sizes),
+            *(metric_table(key, results, measured, profile, sizes) for key in _METRIC_TABLES),
+            table4_gpu(results, measured, profile)]

@@ -12,14 +12,15 @@ order, and the two models of a pair share it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from deamoe import paper
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.settings import from_dict
-from deamoe.train.settings import Settings, SizeSettings
+from deamoe.train.settings import Settings, SizeSettings, parse_section
 
 # Table 4 of the paper (deamoe.paper) keyed by variant: (operator, expert init, department top-k,
 # reported loss) in the config's spelling ("No.2", "RMSNorm" -> "no2", "rmsnorm").
@@ -53,6 +54,7 @@ class RunSpec:
     seed: int = 0
     decoder: dict = field(default_factory=dict)  # hidden_size, layers, heads, kv heads
     lr: float = 0.0  # 0: train.lr
+    model: dict = field(default_factory=dict)  # other `model` fields of this size
 
     def shape(self, hidden_size: int | None = None) -> MoEShape | DeaMoEShape:
         cls = DeaMoEShape if self.ffn_type == "deamoe" else MoEShape
@@ -72,6 +74,7 @@ class Size:
     lr: float
     runs_per_gpu: int
     seeds: tuple[int, ...]
+    model: dict
 
 
 def seeds(settings: Settings, kind: str) -> tuple[int, ...]:
@@ -105,6 +108,10 @@ def size(settings: Settings, name: str) -> Size:
     where = f"pretrain.sizes.{name}"
     z = from_dict(SizeSettings, p.sizes[name], where)
     decoder = {k: getattr(z, k) or getattr(settings.model, k) for k in DECODER_KEYS}
+    bad = sorted(set(z.model) & set(DECODER_KEYS))
+    if bad:
+        raise ConfigError(f"{where}.model.{bad[0]}: set it as {where}.{bad[0]}")
+    parse_section("model", {**asdict(settings.model), **z.model})  # names a bad key as model.<key>
     h = decoder["hidden_size"]
     if h % decoder["num_attention_heads"] or decoder["num_attention_heads"] % decoder["num_key_value_heads"]:
         raise ConfigError(f"{where}: hidden_size {h} must split into num_attention_heads "
@@ -137,7 +144,8 @@ def size(settings: Settings, name: str) -> Size:
     if len(set(z.seeds)) != len(z.seeds) or any(x < 0 for x in z.seeds):
         raise ConfigError(f"{where}.seeds must be distinct integers >= 0, got {list(z.seeds)}")
     return Size(name, decoder, baseline, deamoe, b, z.steps or p.steps or settings.train.steps,
-                z.lr or settings.train.lr, z.runs_per_gpu, tuple(z.seeds) or seeds(settings, "pretrain"))
+                z.lr or settings.train.lr, z.runs_per_gpu, tuple(z.seeds) or seeds(settings, "pretrain"),
+                dict(z.model))
 
 
 def _ffn_fields(shape) -> dict:
@@ -182,7 +190,7 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
         if r["variant"] == "no1":
             paper_values["paper_mean_distinct_departments"] = PAPER_DISTINCT_DEPARTMENTS_NO1
         spec = RunSpec(name, "ablation", "deamoe", ffn, a.steps or settings.train.steps, paper_values,
-                       z.name, r["seed"], z.decoder, z.lr)
+                       z.name, r["seed"], z.decoder, z.lr, z.model)
         _shape(DeaMoEShape, "ablation", h=z.decoder["hidden_size"], **ffn)  # names the bad field now
         return spec
     z = size(settings, r["size"])
@@ -191,14 +199,14 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
                           f"({', '.join(map(str, z.seeds))})")
     shape = z.baseline if r["model"] == "baseline" else z.deamoe
     return RunSpec(name, "pretrain", shape.kind, _ffn_fields(shape), z.steps, {}, z.name, r["seed"],
-                   z.decoder, z.lr)
+                   z.decoder, z.lr, z.model)
 
 
 def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
     """The DeaMoEConfig of a run (decoder from `model`, FFN from the run)."""
     from deamoe.model import DeaMoEConfig
 
-    m = settings.model
+    m = dataclasses.replace(settings.model, **spec.model)
     return DeaMoEConfig(
         vocab_size=vocab_size,
         **spec.decoder,

@@ -104,6 +104,8 @@ class SizeSettings:
     seeds: tuple[int, ...] = ()  # empty: pretrain.seeds
     steps: int = 0  # 0: pretrain.steps (0: train.steps)
     lr: float = 0.0  # 0: train.lr (the pair always shares it)
+    # Other `model` fields for this size (e.g. aux_loss_coef, init_std): a sweep is a set of sizes
+    model: dict = field(default_factory=dict)
     runs_per_gpu: int = 1  # runs of this size that share one GPU at a time (the workflow's gpu_slots)
 
 
