@@ -18,7 +18,7 @@ from deamoe.kernels.shared_expert import SharedTiles
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4, n_shared=2)
 DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5, n_shared=1)
 TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1"], select_replays=1, replays=1, rotate_bytes=1e9,
-                          max_copies=1, compile_routing=False, coordinate_search=False,
+                          max_copies=1, coordinate_search=False,
                           stage_batches=[], min_layers_per_graph=1)
 
 
