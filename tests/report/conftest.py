@@ -27,7 +27,8 @@ def write_results(root: Path, *, eval_=True, serve=True, microbench_gpu=False) -
 
     res = root / "results"
     (res).mkdir(parents=True, exist_ok=True)
-    (res / "config.resolved.yaml").write_text("profile: tiny\n")
+    (res / "config").mkdir()
+    (res / "config" / "resolved-0123456789abcdef.yaml").write_text("profile: tiny\n")
     _csv(res / "analysis" / "table1.csv", [
         {"model": r.model, "h": r.baseline.h, "h_ffn": r.baseline.h_ffn,
          "n_expert": r.baseline.n_expert, "k_expert": r.baseline.k_expert,

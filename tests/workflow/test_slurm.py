@@ -153,7 +153,9 @@ def _train(workdir: Path, cfg: Path, run: str, out: Path, env=None, launcher=())
 
 
 def _config(workdir: Path, path: Path, **train) -> Path:
-    cfg = yaml.safe_load((workdir / "results" / "config.resolved.yaml").read_text())
+    # the resolved config the run wrote (results/config/resolved-<content hash>.yaml; the newest)
+    resolved = max((workdir / "results" / "config").glob("resolved-*.yaml"), key=lambda p: p.stat().st_mtime)
+    cfg = yaml.safe_load(resolved.read_text())
     cfg["train"].update(train)
     path.write_text(yaml.safe_dump(cfg))
     return path

@@ -188,11 +188,12 @@ def training_logs(results: Path, runs: list[str]) -> pd.DataFrame | None:
 
 
 def resolved_profile(results: Path) -> str | None:
-    """The profile named in the resolved config the pipeline wrote, if any."""
+    """The profile named in the newest resolved config the pipeline wrote
+    (results/config/resolved-<content hash>.yaml), if any."""
     import yaml
 
-    path = Path(results) / "config.resolved.yaml"
-    if not path.exists():
+    paths = sorted(Path(results).glob("config/resolved-*.yaml"), key=lambda p: p.stat().st_mtime)
+    if not paths:
         return None
-    cfg = yaml.safe_load(path.read_text()) or {}
+    cfg = yaml.safe_load(paths[-1].read_text()) or {}
     return cfg.get("profile")
