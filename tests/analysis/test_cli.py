@@ -34,7 +34,7 @@ def test_bad_budget_input_is_one_line_error():
     r = run("budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2",
             "--n-dept", "4", "--dea-n-expert", "10", "--k-dept", "2", "--dea-k-expert", "2")
     assert r.returncode == 2
-    assert r.stderr.strip().count("\n") == 0 and "n_expert" in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "--dea-n-expert" in r.stderr
 
 
 def test_loading_command(tmp_path):

@@ -12,15 +12,8 @@
 The per-layer and model-level benchmarks, GPU checks and A/B tools live in deamoe.bench.
 docs/kernels.md gives the design, the measurements behind each decision and the ideas rejected.
 
-Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set here
-before any kernel is decorated, since Triton reads it at decoration time): slow, but exact
-enough for the CI correctness battery at small shapes.
+Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set by
+`import deamoe` before Triton can load: Triton reads it when a function is decorated, its own
+triton.language helpers included): slow, but exact enough for the CI correctness battery at
+small shapes.
 """
-
-import os as _os
-
-if "TRITON_INTERPRET" not in _os.environ:
-    import torch as _torch
-
-    if not _torch.cuda.is_available():
-        _os.environ["TRITON_INTERPRET"] = "1"
