@@ -41,6 +41,9 @@ def register(sub) -> None:
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
                    "picks the decode benchmark uses for models this run does not measure")
+    p.add_argument("--merge-decode-into", help="a decode_tpot.csv (e.g. a copy of the committed "
+                   "table) into which this run's decode_tpot.csv is merged: its rows replace those "
+                   "of the same (model, batch), the others are kept")
     p.set_defaults(func=cmd_microbench)
     _register_bench(sub)
 
@@ -226,4 +229,10 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         return 0
     from deamoe.bench.run import run_all
 
-    return run_all(s, out, skip, tiles_from)
+    rc = run_all(s, out, skip, tiles_from)
+    if args.merge_decode_into and (out / "decode_tpot.csv").exists():
+        from deamoe.bench.decode import merge_tpot
+
+        n = merge_tpot(out / "decode_tpot.csv", args.merge_decode_into)
+        print(f"merged {out / 'decode_tpot.csv'} into {args.merge_decode_into} ({n} rows)")
+    return rc
