@@ -70,3 +70,13 @@ def test_packaged_picks_cover_the_7b_layers():
     for shape in (row.baseline, row.deamoe):
         assert packaged().knobs(shape, 1)[0] == 4
         assert packaged().knobs(shape, 256)[0] == 128
+
+
+def test_imports_nothing_from_vllm():
+    import subprocess
+    import sys
+
+    code = ("import sys, deamoe.serve.ffn_op; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr[-2000:]

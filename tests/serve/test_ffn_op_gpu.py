@@ -4,7 +4,7 @@ A two-layer decoder (RMSNorm -> FFN -> residual, twice) of Baseline-7B / DeaMoE-
 -- the shapes the committed H200 table measured, so every batch runs a tuned pick -- is captured
 in one CUDA graph per batch (1, 4, 16, 64), with host synchronisation made an error during the
 capture, and replayed on new inputs.  Each layer's FFN output must equal the PyTorch reference
-layer (fp32, deamoe.model.layers) on the input that layer saw in the replay, routed by
+layer (deamoe.model.layers, fp32 with the same weights) on the input that layer saw in the replay, routed by
 deamoe.routing.route from the same bf16 router logits: relative error by norm < 1e-2.  (Each
 layer is checked on its own input so that a routing near-tie flipped by bf16 noise in layer 1
 does not make layer 2 differ.)
@@ -37,23 +37,24 @@ def _rms(x: torch.Tensor) -> torch.Tensor:
 
 
 def _layers(shape, n: int, seed: int) -> list:
-    """n (bf16 layer, its fp32 reference) pairs: the benchmark's fan-in scaled random weights and
-    a nonzero fp32 selection bias (as a checkpoint trained with bias balancing has)."""
+    """n (bf16 layer, its fp32 reference) pairs: the benchmark's fan-in scaled random weights, the
+    reference holding the same (bf16-rounded) values in fp32, and a nonzero fp32 selection bias
+    (as a checkpoint trained with bias balancing has)."""
     from deamoe.bench.layer_step import random_weights
     from deamoe.model.layers import build_ffn
 
     out = []
     for i in range(n):
-        ref = build_ffn(shape).to("cuda").eval()
-        w = random_weights(shape, "cuda", torch.float32, seed=seed + i)
+        layer = build_ffn(shape).to("cuda", torch.bfloat16).eval()
+        w = random_weights(shape, "cuda", torch.bfloat16, seed=seed + i)
         g = torch.Generator(device="cuda").manual_seed(seed + 100 + i)
         with torch.no_grad():
-            ref.router.weight.copy_(w.pop("router"))
+            layer.router.weight.copy_(w.pop("router"))
             for name, t in w.items():
-                getattr(ref, name).copy_(t)
-            ref.expert_bias.copy_(torch.randn(shape.n_expert, generator=g, device="cuda") * 1e-3)
-        layer = copy.deepcopy(ref).to(torch.bfloat16)
-        layer.expert_bias = ref.expert_bias.clone()  # the bias stays fp32, as trained
+                getattr(layer, name).copy_(t)
+        # the bias stays fp32, as trained
+        layer.expert_bias = torch.randn(shape.n_expert, generator=g, device="cuda") * 1e-3
+        ref = copy.deepcopy(layer).float()
         out.append((layer, ref))
     return out
 
