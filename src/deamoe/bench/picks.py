@@ -27,7 +27,8 @@ from deamoe.config import DeaMoEShape, MoEShape
 
 PACKAGED = Path(__file__).with_name("tile_picks.json")
 # the shape fields a pick depends on: GEMM sizes, routing fan-out and the fused operator
-# (initialisation, the routing rule's tie-breaking and the weight scaling change no kernel)
+# (the expert initialisation, the soft/strict department rule and the routing weights' scaling
+# change no GEMM's shape)
 KEY_FIELDS = {"moe": ("h", "h_ffn", "n_expert", "k_expert"),
               "deamoe": ("h", "h_ffn", "n_dept", "n_expert", "k_dept", "k_expert", "operator")}
 _NO_PICK = ("failed", "library")  # microbench.csv entries that name no tiles

@@ -1,5 +1,5 @@
-"""Figure 3 (right) at GPU scale: the largest batch each model sustains under a TPOT budget, from the
-model-level decode step (decode_tpot.csv: a Baseline-7B-shaped decoder, random bf16 weights,
+"""Figure 3 (right) at GPU scale: the largest batch each model sustains under a TPOT budget, from
+the model-level decode step (decode_tpot.csv: a Baseline-7B-shaped decoder, random bf16 weights,
 static KV cache, one CUDA graph per step) -- not a vLLM server: no scheduler, no prefill, no paged
 attention, so the budgets are on the decode step alone.
 

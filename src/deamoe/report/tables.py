@@ -441,7 +441,6 @@ def decode_tpot(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 def build_all(results: Path, measured: Path, profile: str | None) -> list[Artifact]:
     from deamoe.report.decode_slo import decode_slo  # it builds on this module
-
     results, measured = Path(results), Path(measured)
     return [table1(results, profile), figure2(results, profile), figure3(results, profile),
             figure3_slo(results, profile), decode_slo(results, measured, profile),
