@@ -195,6 +195,22 @@ def _peer(args) -> int:
                               args.replays, args.tiny)
 
 
+def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
+    """--merge-decode-into's problems, before any GPU work: nothing to merge, the run's own
+    table, or a file that is no decode_tpot table."""
+    from deamoe.errors import ConfigError
+
+    if "decode" in skip:
+        raise ConfigError("--merge-decode-into: the decode part is skipped (--skip decode)")
+    if into.resolve() == (out / "decode_tpot.csv").resolve():
+        raise ConfigError(f"--merge-decode-into: {into} is this run's own decode_tpot.csv; "
+                          "name another table (e.g. a copy of the committed one)")
+    if into.exists():
+        from deamoe.bench.decode import read_tpot
+
+        read_tpot(into)
+
+
 def cmd_microbench(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -222,6 +238,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--tiles-from: no such file {tiles_from}")
     out = Path(args.out)
+    if args.merge_decode_into:
+        _check_merge_target(Path(args.merge_decode_into), out, skip)
     if not torch.cuda.is_available():
         write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
                                          **provenance("cpu")})

@@ -130,21 +130,33 @@ def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
     return out
 
 
+def read_tpot(path):
+    """A decode_tpot.csv as a DataFrame; a DataError naming the file if it lacks the key or
+    TPOT columns."""
+    import pandas as pd
+
+    from deamoe.errors import DataError
+
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:  # pandas' parser and decoding errors are ValueErrors
+        raise DataError(f"{path}: not a decode_tpot CSV ({str(exc).splitlines()[0]})") from None
+    missing = {"model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"} - set(df.columns)
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))} of a decode_tpot table")
+    return df
+
+
 def merge_tpot(new, into) -> int:
     """Merge the decode_tpot.csv `new` into the table `into` (written in place; created if
     missing): rows of `new` replace those of the same (model, batch), the others are kept, sorted
     by model and batch.  Returns the number of rows written."""
     import pandas as pd
 
-    from deamoe.errors import DataError
     from deamoe.io import write_csv
 
-    add = pd.read_csv(new)
-    old = pd.read_csv(into) if Path(into).exists() else add.iloc[:0]
-    for name, df in ((new, add), (into, old)):
-        missing = {"model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"} - set(df.columns)
-        if missing:
-            raise DataError(f"{name}: missing column(s) {', '.join(sorted(missing))}")
+    add = read_tpot(new)
+    old = read_tpot(into) if Path(into).exists() else add.iloc[:0]
     keys = set(zip(add["model"], add["batch"]))
     kept = old[[k not in keys for k in zip(old["model"], old["batch"])]]
     out = pd.concat([kept, add], ignore_index=True).sort_values(["model", "batch"])
