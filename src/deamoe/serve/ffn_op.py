@@ -31,6 +31,10 @@ def layer_weights(layer: MoE | DeaMoE) -> dict:
     w = {name: getattr(layer, name) for name in names}
     w["router"] = layer.router.weight
     w["expert_bias"] = layer.expert_bias
+    if layer.shape.n_shared:  # ffn_step adds the shared experts itself
+        from deamoe.kernels.shared_expert import shared_weights
+
+        w["shared_gate"], w["shared_up"], w["shared_down"] = shared_weights(layer)
     return w
 
 

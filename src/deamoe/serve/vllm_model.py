@@ -72,10 +72,7 @@ def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
     if not kernels_available():
         logger.warning_once("triton unavailable: PyTorch FFN path on GPU (needs --enforce-eager)")
         return None
-    from deamoe.kernels.shared_expert import shared_layer
-
-    # the shared experts (if any) on the same grouped-GEMM primitive, summed into the routed output
-    return shared_layer(layer, x, lambda: decode_ffn(layer, x))
+    return decode_ffn(layer, x)  # with the shared experts, if any (ffn_step adds them)
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
