@@ -17,7 +17,7 @@ from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_
 from deamoe.bench.knobs import BLOCK_M_KNOBS, GEMM_STAGES, parse_knobs
 from deamoe.bench.microbench import MicrobenchSettings, bench_impl
 from deamoe.config import DeaMoEShape, MoEShape
-from deamoe.errors import ConfigError
+from deamoe.errors import ConfigError, DataError
 
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
 DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
@@ -347,6 +347,7 @@ def test_cli_tiles_from_names_a_missing_file(tmp_path):
 
 def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():
     from deamoe.bench.run import decode_tiles
+    from deamoe.config import table1_row
 
     def row(model, batch, base, dea):
         return {"model": model, "batch": batch, "baseline_tile": base, "deamoe_tile": dea}
@@ -355,12 +356,41 @@ def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():
              row("Baseline-7B", 16, "block_m=32", "dense_dept_up=1"),
              row("Qwen3-235B-A22B", 16, "library", "library")]
     best = decode_tiles(ours, other)
-    assert set(best) == {("baseline", "Baseline-7B", 8), ("baseline", "Baseline-7B", 16),
-                         ("deamoe", "Baseline-7B", 16)}
-    assert best[("baseline", "Baseline-7B", 8)].split_launches == 2  # this run's pick wins
-    assert best[("baseline", "Baseline-7B", 8)].w13.block_n == 64
-    assert best[("baseline", "Baseline-7B", 16)].block_m == 32
-    assert best[("deamoe", "Baseline-7B", 16)].dense_dept_up is True
+    base, dea = table1_row("Baseline-7B").baseline, table1_row("Baseline-7B").deamoe
+    assert best.tiles(base, 8).split_launches == 2  # this run's pick wins
+    assert best.tiles(base, 8).w13.block_n == 64
+    assert best.tiles(base, 16).block_m == 32
+    assert best.tiles(dea, 16).dense_dept_up is True
+    assert best.tiles(dea, 8).split_launches == 4  # this run's search failed there
+    assert best.knobs(base, 160) == (16, "block_m=32")  # beyond the table: the nearest batch
+    assert best.knobs(table1_row("Qwen3-235B-A22B").baseline, 16) is None
+
+
+def test_decode_runs_the_nearest_pick_and_names_it():
+    from deamoe.bench.picks import TilePicks, shape_key
+
+    dec = DecoderShape(n_layers=1, heads=4, context=8, vocab=50)
+    picks = TilePicks({shape_key(MOE): {2: "split_launches=2"}})
+    rows = run_decode(["tiny"], [3], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)},
+                      tiles=picks)
+    assert {r["ffn"]: r["tiles_batch"] for r in rows} == {"baseline": 2, "deamoe": None}
+
+
+def test_merge_tpot_replaces_the_same_points(tmp_path):
+    import pandas as pd
+
+    from deamoe.bench.decode import merge_tpot
+
+    cols = ["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"]
+    into, new = tmp_path / "into.csv", tmp_path / "new.csv"
+    pd.DataFrame([["m", 4, 1.0, 1.0], ["m", 8, 2.0, 2.0]], columns=cols).to_csv(into, index=False)
+    pd.DataFrame([["m", 160, 5.0, 6.0], ["m", 8, 3.0, 2.5]], columns=cols).to_csv(new, index=False)
+    assert merge_tpot(new, into) == 3
+    got = pd.read_csv(into)
+    assert got["batch"].tolist() == [4, 8, 160] and got["baseline_tpot_ms"].tolist() == [1, 3, 5]
+    pd.DataFrame({"model": ["m"]}).to_csv(new, index=False)
+    with pytest.raises(DataError, match="new.csv: missing column"):
+        merge_tpot(new, into)
 
 
 def test_schema_matches_settings():

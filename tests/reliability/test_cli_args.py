@@ -62,6 +62,9 @@ CASES = [
     (MICRO + ["--models", "Nope"], ["--models", "'Nope'"]),
     (MICRO + ["--skip", "everything"], ["--skip", "everything"]),
     (MICRO + ["--tiles-from", "no.csv"], ["--tiles-from", "no.csv"]),
+    (MICRO + ["--skip", "decode", "--merge-decode-into", "t.csv"], ["--merge-decode-into"]),
+    (MICRO + ["--merge-decode-into", "c.yaml"], ["c.yaml", "decode_tpot"]),
+    (MICRO + ["--merge-decode-into", "mb/decode_tpot.csv"], ["--merge-decode-into", "own"]),
     # commands reading what earlier stages wrote
     (["eval", "--config", "c.yaml", "--checkpoint", "nock", "--model", "deamoe", "--out", "e"], ["nock"]),
     (["eval-tables", "--config", "c.yaml", "--in", "noin", "--out", "et"], ["noin"]),

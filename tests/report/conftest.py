@@ -100,8 +100,9 @@ def write_microbench(folder: Path, gpu: str = "NVIDIA H200") -> None:
                          "torch": "2.11.0+cu130", "triton": "3.6.0",
                          "date": "2026-11-29T10:00:00Z", "git_sha": "fedcba987654"})
     _csv(folder / "microbench.csv", rows)
-    _csv(folder / "decode_tpot.csv", [{"model": "Baseline-7B", "batch": b, "baseline_ms": 1.0,
-                                       "deamoe_ms": 0.8, "speedup": 1.25, "gpu": gpu}
+    _csv(folder / "decode_tpot.csv", [{"model": "Baseline-7B", "batch": b,
+                                       "baseline_tpot_ms": 2.0 + 0.05 * b,
+                                       "deamoe_tpot_ms": 1.8 + 0.04 * b, "gpu": gpu}
                                       for b in BATCHES])
 
 

@@ -1,5 +1,5 @@
-"""The GPU hook of the vLLM model (deamoe.kernels' Triton kernels inside torch.ops.deamoe.ffn)
-computes the same FFN as the PyTorch layer.  Without CUDA the kernels run under Triton's
+"""The GPU hook of the vLLM model (deamoe.serve.ffn_op inside torch.ops.deamoe.ffn) computes the
+same FFN as the PyTorch layer.  Without CUDA the kernels run under Triton's
 interpreter, which must be switched on before vLLM imports Triton: so the check runs in a fresh
 process with TRITON_INTERPRET=1.  It verifies the wiring (routing by deamoe.routing, weights,
 kernel choice per FFN type); on a GPU the same script runs the compiled kernels."""
@@ -19,9 +19,9 @@ SCRIPT = r"""
 import torch, vllm
 from deamoe.config import DeaMoEShape, MoEShape
 from deamoe.model.layers import build_ffn
-from deamoe.serve.vllm_model import _gpu_ffn, gpu_kernels
+from deamoe.serve.vllm_model import _gpu_ffn, kernels_available
 
-assert gpu_kernels() is not None, "deamoe.kernels not importable"
+assert kernels_available(), "triton not importable"
 dev = "cuda" if torch.cuda.is_available() else "cpu"
 for shape in (DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=4,
                           expert_init="random"),

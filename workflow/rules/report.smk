@@ -12,6 +12,7 @@ REPORT_TABLES = [
     ("figure2", "Figure 2 - weight loading", "Figure 2 data: loaded-weight ratio"),
     ("figure3", "Figure 3 - serving", "Figure 3 data: TPOT and speedup"),
     ("figure3_slo", "Figure 3 - serving", "Figure 3: throughput under a TPOT budget"),
+    ("figure3_slo_decode", "Figure 3 - serving", "Figure 3 at GPU scale: decode-step budget"),
     ("figure4_5", "Figures 4-5 - decode kernels", "Figures 4/5 data: per-layer speedups"),
     ("decode_tpot", "Figures 4-5 - decode kernels", "Model-level decode TPOT"),
     ("vllm_peer", "Figures 4-5 - decode kernels", "vLLM's kernel on the same GPU"),
@@ -27,6 +28,7 @@ REPORT_TABLES = [
 REPORT_FIGURES = [
     ("figure2_loading", "Figure 2 - weight loading", "figure2", "Figure 2"),
     ("figure3_tpot", "Figure 3 - serving", "figure3", "Figure 3"),
+    ("figure3_slo_decode", "Figure 3 - serving", "figure3_slo_decode", "Figure 3 at GPU scale"),
     ("figure4_5_microbench", "Figures 4-5 - decode kernels", "figure4_5", "Figures 4/5"),
     ("table4_loss_curves", "Table 4 - ablation", "table4_loss_curves", "Ablation loss curves"),
     ("pretrain_loss_curves", "Pre-training", "pretrain_loss_curves", "Pre-training loss curves"),

@@ -41,6 +41,9 @@ def register(sub) -> None:
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
                    "picks the decode benchmark uses for models this run does not measure")
+    p.add_argument("--merge-decode-into", help="a decode_tpot.csv (e.g. a copy of the committed "
+                   "table) into which this run's decode_tpot.csv is merged: its rows replace those "
+                   "of the same (model, batch), the others are kept")
     p.set_defaults(func=cmd_microbench)
     _register_bench(sub)
 
@@ -192,6 +195,22 @@ def _peer(args) -> int:
                               args.replays, args.tiny)
 
 
+def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
+    """--merge-decode-into's problems, before any GPU work: nothing to merge, the run's own
+    table, or a file that is no decode_tpot table."""
+    from deamoe.errors import ConfigError
+
+    if "decode" in skip:
+        raise ConfigError("--merge-decode-into: the decode part is skipped (--skip decode)")
+    if into.resolve() == (out / "decode_tpot.csv").resolve():
+        raise ConfigError(f"--merge-decode-into: {into} is this run's own decode_tpot.csv; "
+                          "name another table (e.g. a copy of the committed one)")
+    if into.exists():
+        from deamoe.bench.decode import read_tpot
+
+        read_tpot(into)
+
+
 def cmd_microbench(args: argparse.Namespace) -> int:
     import dataclasses
 
@@ -219,6 +238,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
 
         raise ConfigError(f"--tiles-from: no such file {tiles_from}")
     out = Path(args.out)
+    if args.merge_decode_into:
+        _check_merge_target(Path(args.merge_decode_into), out, skip)
     if not torch.cuda.is_available():
         write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
                                          **provenance("cpu")})
@@ -226,4 +247,10 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         return 0
     from deamoe.bench.run import run_all
 
-    return run_all(s, out, skip, tiles_from)
+    rc = run_all(s, out, skip, tiles_from)
+    if args.merge_decode_into and (out / "decode_tpot.csv").exists():
+        from deamoe.bench.decode import merge_tpot
+
+        n = merge_tpot(out / "decode_tpot.csv", args.merge_decode_into)
+        print(f"merged {out / 'decode_tpot.csv'} into {args.merge_decode_into} ({n} rows)")
+    return rc

@@ -12,6 +12,7 @@ microseconds per step, the same for both models).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -76,10 +77,13 @@ class RandomDecoder:
 
 def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", tiles=None,
                seed=0, progress=None, shapes=None) -> list[dict]:
-    """Rows {model, ffn, batch, tpot_ms} for the baseline and DeaMoE decoders of each model.
+    """Rows {model, ffn, batch, tpot_ms, tiles_batch} for the baseline and DeaMoE decoders of each
+    model.
 
-    tiles: optional {(kind, model, batch): tile object} from the microbenchmark's search;
-    shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the Table 1 presets (tests).
+    tiles: optional deamoe.bench.picks.TilePicks (the microbenchmark's per-layer picks; a batch
+    it did not measure runs the pick of the nearest measured batch, named in `tiles_batch`), or
+    None for the default tiles; shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the
+    Table 1 presets (tests).
     """
     from deamoe.config import table1_row
 
@@ -90,12 +94,14 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
             net = RandomDecoder(shape, dec, max(batches), device, seed)
             for batch in batches:
                 tokens = torch.randint(0, dec.vocab, (batch,), device=device)
-                t = (tiles or {}).get((kind, model, batch))
+                found = tiles.knobs(shape, batch) if tiles is not None else None
+                t = tiles.tiles(shape, batch) if found else None
                 with torch.no_grad():
                     timing = time_fn(lambda: net.step(tokens, t), replays)
                 rows.append({"model": model, "ffn": kind, "batch": batch,
                              "tpot_ms": timing.median_us / 1e3, "p10_ms": timing.p10_us / 1e3,
-                             "p90_ms": timing.p90_us / 1e3})
+                             "p90_ms": timing.p90_us / 1e3,
+                             "tiles_batch": found[0] if found else None})
                 if progress is not None:
                     progress.update(1)
             del net
@@ -116,8 +122,43 @@ def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
         out.append({
             "model": model, "batch": batch, "baseline_tpot_ms": r["tpot_ms"],
             "deamoe_tpot_ms": d["tpot_ms"], "speedup": r["tpot_ms"] / d["tpot_ms"],
+            "baseline_tiles_batch": r.get("tiles_batch"), "deamoe_tiles_batch": d.get("tiles_batch"),
             "layers": dec.n_layers, "heads": dec.heads, "context": dec.context, "vocab": dec.vocab,
             "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
             "date": prov["date"], "git_sha": prov["git_sha"],
         })
     return out
+
+
+def read_tpot(path):
+    """A decode_tpot.csv as a DataFrame; a DataError naming the file if it lacks the key or
+    TPOT columns."""
+    import pandas as pd
+
+    from deamoe.errors import DataError
+
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as exc:  # pandas' parser and decoding errors are ValueErrors
+        raise DataError(f"{path}: not a decode_tpot CSV ({str(exc).splitlines()[0]})") from None
+    missing = {"model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"} - set(df.columns)
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))} of a decode_tpot table")
+    return df
+
+
+def merge_tpot(new, into) -> int:
+    """Merge the decode_tpot.csv `new` into the table `into` (written in place; created if
+    missing): rows of `new` replace those of the same (model, batch), the others are kept, sorted
+    by model and batch.  Returns the number of rows written."""
+    import pandas as pd
+
+    from deamoe.io import write_csv
+
+    add = read_tpot(new)
+    old = read_tpot(into) if Path(into).exists() else add.iloc[:0]
+    keys = set(zip(add["model"], add["batch"]))
+    kept = old[[k not in keys for k in zip(old["model"], old["batch"])]]
+    out = pd.concat([kept, add], ignore_index=True).sort_values(["model", "batch"])
+    write_csv(into, out.reset_index(drop=True))
+    return len(out)

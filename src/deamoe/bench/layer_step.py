@@ -83,9 +83,11 @@ def routing_label(device) -> str:
 
 
 def step_routing(shape, w: dict, x: torch.Tensor):
-    """(ids, weights) of one decode step: the router GEMM, then deamoe.routing.route (routing_fn)."""
+    """(ids, weights) of one decode step: the router GEMM, then deamoe.routing.route (routing_fn)
+    with the layer's selection bias w["expert_bias"] where the weights have one (a trained
+    checkpoint's; the benchmark's random weights have none)."""
     logits = F.linear(x, w["router"])
-    return routing_fn(logits)(shape, logits)
+    return routing_fn(logits)(shape, logits, w.get("expert_bias"))
 
 
 def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
@@ -118,7 +120,7 @@ def _routed_step(shape, w, x, impl, tiles, routed, logits) -> torch.Tensor:
 
     def routing():
         if logits is not None:
-            return routing_fn(logits)(shape, logits)
+            return routing_fn(logits)(shape, logits, w.get("expert_bias"))
         return step_routing(shape, w, x)
 
     if isinstance(shape, DeaMoEShape):

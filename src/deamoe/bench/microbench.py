@@ -71,6 +71,9 @@ class MicrobenchSettings:
     decode: bool = True
     vllm_peer: bool = True  # vLLM's own kernel beside our baseline (deamoe.bench.vllm_peer)
     decode_models: list[str] = field(default_factory=lambda: ["Baseline-7B"])
+    # finer than `batches` at 64..96 and past 128: DeaMoE's batch under the baseline's TPOT there
+    decode_batches: list[int] = field(default_factory=lambda: [
+        4, 8, 16, 24, 32, 40, 48, 64, 72, 80, 88, 96, 128, 160, 192, 256])
     decode_layers: int = 24
     decode_heads: int = 16
     decode_context: int = 512

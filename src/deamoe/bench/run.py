@@ -14,7 +14,6 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.knobs import make_tiles, parse_knobs
 from deamoe.bench.microbench import MicrobenchSettings, run_microbench
 from deamoe.io import write_csv, write_json
 from deamoe.provenance import provenance
@@ -43,21 +42,13 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     return {"status": "ok", "points": len(points)}
 
 
-def decode_tiles(rows: list[dict], extra: list[dict] = ()) -> dict:
-    """{(kind, model, batch): tiles} for the decode benchmark: this run's per-layer picks, and for
-    (model, batch) points this run did not measure, those of `extra` (rows of another
-    microbench.csv, e.g. a committed table)."""
-    from deamoe.config import table1_row
+def decode_tiles(rows: list[dict], extra: list[dict] = ()):
+    """The decode benchmark's TilePicks: this run's per-layer picks, and for (shape, batch) points
+    this run did not measure, those of `extra` (rows of another microbench.csv, e.g. a committed
+    table); a batch neither measured runs the nearest measured batch's pick."""
+    from deamoe.bench.picks import TilePicks
 
-    seen = {(r["model"], r["batch"]) for r in rows}
-    best = {}
-    for r in [*rows, *(r for r in extra if (r["model"], r["batch"]) not in seen)]:
-        row = table1_row(r["model"])
-        for kind, shape in (("baseline", row.baseline), ("deamoe", row.deamoe)):
-            name = r[f"{kind}_tile"]
-            if isinstance(name, str) and name not in ("failed", "library"):
-                best[(kind, r["model"], int(r["batch"]))] = make_tiles(shape, parse_knobs(name))
-    return best
+    return TilePicks.from_rows(rows, "this run").merged(TilePicks.from_rows(extra, "tiles-from"))
 
 
 def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path | None = None) -> int:
@@ -117,8 +108,8 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
         extra = pd.read_csv(tiles_from).to_dict("records") if tiles_from is not None else []
         best = decode_tiles(rows, extra)
         dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
-        with tqdm(total=2 * len(s.decode_models) * len(s.batches), desc="decode") as bar:
-            raw = run_decode(s.decode_models, s.batches, dec, s.decode_replays, tiles=best,
+        with tqdm(total=2 * len(s.decode_models) * len(s.decode_batches), desc="decode") as bar:
+            raw = run_decode(s.decode_models, s.decode_batches, dec, s.decode_replays, tiles=best,
                              seed=s.seed, progress=bar)
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)

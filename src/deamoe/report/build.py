@@ -17,9 +17,9 @@ from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, ladder, tables
 
-TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure4_5", "decode_tpot", "vllm_peer",
-          "table2", "table3", "table4", "pretrain", "pretrain_gpu", "table2_gpu", "table3_gpu",
-          "table4_gpu")
+TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
+          "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
+          "table2_gpu", "table3_gpu", "table4_gpu")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
 # "Scale and hardware" section, instead of in every row of the displayed table
@@ -165,6 +165,7 @@ def _index(arts: dict, profile: str | None) -> str:
              "and hardware (device, versions, git sha, date) of its numbers.", "",
              "| artifact | status | table | figure |", "|---|---|---|---|"]
     fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
+              "figure3_slo_decode": "figure3_slo_decode",
               "figure4_5": "figure4_5_microbench", "table4": "table4_loss_curves",
               "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves")}
     for key in TABLES:

@@ -22,8 +22,8 @@ from deamoe import paper  # noqa: E402
 from deamoe.config import SHARED_SUFFIX  # noqa: E402
 from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
 
-FIGURES = ("figure2_loading", "figure3_tpot", "figure4_5_microbench", "table4_loss_curves",
-           "pretrain_loss_curves", "quality_gap", "quality_loss_curves")
+FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",
+           "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves")
 PANEL_MODELS = ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B")
 
 
@@ -238,11 +238,14 @@ def ladder_curves(art: Artifact):
 
 def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[Path]:
     """Draw every figure in FIGURES (always all of them: the workflow declares each file)."""
+    from deamoe.report import decode_slo  # it draws with this module's footer
+
     sns.set_theme(style="whitegrid", context="paper")
     paper_t4 = {v: loss for v, *_, loss in paper.TABLE4}
     figs = {
         "figure2_loading": figure2(arts["figure2"]),
         "figure3_tpot": figure3(arts["figure3"]),
+        "figure3_slo_decode": decode_slo.figure(arts["figure3_slo_decode"]),
         "figure4_5_microbench": figure45(arts["figure4_5"]),
         "table4_loss_curves": loss_curves(arts["table4"], "Table 4: ablation variants, training loss", paper_t4),
         "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),

@@ -9,8 +9,9 @@ DeaMoE), so routing goes through deamoe.routing.route and the layer math is the 
 The FFN runs inside one opaque custom op, `torch.ops.deamoe.ffn(x, layer_name)`, for two reasons:
   * torch.compile / CUDA graphs see a single op with a static output shape; the data-dependent
     grouping inside (argsort, bincount, nonzero) never reaches the compiler;
-  * on GPU the op's body calls the project's Triton kernels (deamoe.kernels), which CUDA graphs
-    then capture as part of the decode step (see `_gpu_ffn`).
+  * on GPU the op's body is deamoe.serve.ffn_op.decode_ffn: the project's Triton kernels with
+    the tiles the H200 microbenchmark picked per layer shape and batch, which CUDA graphs then
+    capture as part of the decode step (see `_gpu_ffn`).
 The op finds its layer through vLLM's forward context (the same mechanism vLLM uses for its own
 fused-MoE and attention ops), so no weights travel as op arguments.
 
@@ -50,7 +51,7 @@ from vllm.utils.torch_utils import (
 )
 
 from deamoe.model.layers import DeaMoE, MoE, build_ffn
-from deamoe.routing import route
+from deamoe.serve.ffn_op import decode_ffn, kernels_available
 
 logger = init_logger(__name__)
 
@@ -63,36 +64,15 @@ _QKV = {"q_proj": "q", "k_proj": "k", "v_proj": "v"}
 
 
 def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
-    """GPU HOOK: the project's Triton decode kernels (deamoe.kernels) for one FFN layer.
-
-    Routing is deamoe.routing.route (the layer's router + expert_bias: no second router); the
-    expert math is deamoe.kernels.fused_moe.fused_moe_layer (baseline) or
-    deamoe.kernels.deamoe_decode.deamoe_layer (DeaMoE), both on the shared grouped-GEMM
-    primitive with on-device alignment (no host synchronisation), so the CUDA graphs vLLM
-    captures around this op contain the kernels.  Returns None when the kernels cannot be
-    imported (then the PyTorch layer runs; it synchronises with the host, so the server must run
-    with --enforce-eager: deamoe.serve.server adds it).
-    """
-    kernels = gpu_kernels()
-    if kernels is None:
+    """GPU path: deamoe.serve.ffn_op.decode_ffn -- the Triton decode kernels with the committed
+    H200 tile picks for this layer's shape and batch, routing on the GPU without host
+    synchronisation, so the CUDA graphs vLLM captures around this op contain the kernels.
+    Returns None when Triton cannot be imported (then the PyTorch layer runs; it synchronises
+    with the host, so the server must run with --enforce-eager: deamoe.serve.server adds it)."""
+    if not kernels_available():
+        logger.warning_once("triton unavailable: PyTorch FFN path on GPU (needs --enforce-eager)")
         return None
-    ids, weights = route(layer.shape, layer.router(x), bias=layer.expert_bias)
-    run = kernels["deamoe"] if isinstance(layer, DeaMoE) else kernels["moe"]
-    # the shared experts (if any) on the same primitive, summed into the routed output
-    return kernels["shared"](layer, x, lambda: run(layer, x, ids, weights))
-
-
-def gpu_kernels() -> dict | None:
-    """{"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer} from
-    deamoe.kernels, or None."""
-    try:
-        from deamoe.kernels.deamoe_decode import deamoe_layer
-        from deamoe.kernels.fused_moe import fused_moe_layer
-        from deamoe.kernels.shared_expert import shared_layer
-    except ImportError as exc:
-        logger.warning("deamoe.kernels unavailable (%s): PyTorch FFN path on GPU", exc)
-        return None
-    return {"moe": fused_moe_layer, "deamoe": deamoe_layer, "shared": shared_layer}
+    return decode_ffn(layer, x)  # with the shared experts, if any (ffn_step adds them)
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:

@@ -1,0 +1,144 @@
+"""The decode kernels' tile picks per layer shape and batch size, from a microbenchmark table.
+
+The microbenchmark's search writes each point's pick into microbench.csv (`baseline_tile`,
+`deamoe_tile`: knob names, deamoe.bench.knobs).  `TilePicks` reads those picks keyed by the
+layer's shape and answers `tiles(shape, batch)`: the pick of the nearest measured batch (ties go
+to the smaller batch, whose BLOCK_M pads less), or the default tiles for a shape the table never
+measured.  The vLLM model's FFN op (deamoe.serve.ffn_op) and the model-level decode benchmark
+(deamoe.bench.decode) both take their tiles from here.
+
+How an installed package finds the committed table: the table lives in the repository
+(reports/measured/h200/microbench.csv), outside the package, so its picks also ship as package
+data, `tile_picks.json` next to this module, generated from the table by
+    python -m deamoe.bench.picks reports/measured/h200/microbench.csv
+(tests/bench/test_picks.py fails when the two differ, so the table stays the one definition).
+`packaged()` returns those; `TilePicks.from_table(path)` reads any other microbench.csv.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deamoe.config import DeaMoEShape, MoEShape
+
+PACKAGED = Path(__file__).with_name("tile_picks.json")
+# the shape fields a pick depends on: GEMM sizes, routing fan-out and the fused operator
+# (the expert initialisation, the soft/strict department rule and the routing weights' scaling
+# change no GEMM's shape)
+KEY_FIELDS = {"moe": ("h", "h_ffn", "n_expert", "k_expert"),
+              "deamoe": ("h", "h_ffn", "n_dept", "n_expert", "k_dept", "k_expert", "operator")}
+_NO_PICK = ("failed", "library")  # microbench.csv entries that name no tiles
+_COLUMN = {"moe": "baseline_tile", "deamoe": "deamoe_tile"}
+
+
+def shape_key(shape: MoEShape | DeaMoEShape) -> tuple:
+    return (shape.kind, *(getattr(shape, f) for f in KEY_FIELDS[shape.kind]))
+
+
+def nearest_batch(measured, batch: int) -> int:
+    """The measured batch closest to `batch` (the smaller one on a tie)."""
+    return min(measured, key=lambda b: (abs(b - batch), b))
+
+
+@dataclass(frozen=True)
+class TilePicks:
+    """{shape key: {batch: knobs name}} with where they came from."""
+
+    picks: dict = field(default_factory=dict)
+    source: str = ""
+
+    @classmethod
+    def from_rows(cls, rows, source: str = "") -> "TilePicks":
+        """From microbench.csv rows ({model, batch, baseline_tile, deamoe_tile}); the model names
+        a Table 1 row, whose two layer shapes the picks belong to."""
+        from deamoe.config import table1_row
+
+        picks: dict = {}
+        for r in rows:
+            row = table1_row(r["model"])
+            for shape in (row.baseline, row.deamoe):
+                name = r.get(_COLUMN[shape.kind])
+                if isinstance(name, str) and name not in _NO_PICK:
+                    picks.setdefault(shape_key(shape), {})[int(r["batch"])] = name
+        return cls(picks, source)
+
+    @classmethod
+    def from_table(cls, path) -> "TilePicks":
+        import pandas as pd
+
+        from deamoe.errors import DataError
+
+        path = Path(path)
+        if not path.is_file():
+            raise DataError(f"tile picks: no such table {path}")
+        df = pd.read_csv(path)
+        missing = {"model", "batch", *_COLUMN.values()} - set(df.columns)
+        if missing:
+            raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
+        return cls.from_rows(df.to_dict("records"), str(path))
+
+    def merged(self, other: "TilePicks") -> "TilePicks":
+        """These picks, with (shape, batch) points they lack filled in from `other`."""
+        picks = {k: dict(v) for k, v in other.picks.items()}
+        for key, by_batch in self.picks.items():
+            picks.setdefault(key, {}).update(by_batch)
+        return TilePicks(picks, " + ".join(s for s in (self.source, other.source) if s))
+
+    def knobs(self, shape, batch: int) -> tuple[int, str] | None:
+        """(measured batch used, knobs name) for this shape at `batch`; None: never measured."""
+        by_batch = self.picks.get(shape_key(shape))
+        if not by_batch:
+            return None
+        b = nearest_batch(by_batch, batch)
+        return b, by_batch[b]
+
+    def tiles(self, shape, batch: int):
+        """MoETiles / DeaMoETiles for one decode step of `batch` tokens (defaults if unmeasured)."""
+        from deamoe.bench.knobs import make_tiles, parse_knobs
+
+        found = self.knobs(shape, batch)
+        return make_tiles(shape, parse_knobs(found[1]) if found else {})
+
+    def to_json(self) -> dict:
+        entries = []
+        for key, by_batch in sorted(self.picks.items(), key=lambda kv: str(kv[0])):
+            kind, values = key[0], key[1:]
+            entries.append({"kind": kind, "shape": dict(zip(KEY_FIELDS[kind], values)),
+                            "batches": {str(b): by_batch[b] for b in sorted(by_batch)}})
+        return {"source": self.source, "picks": entries}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> "TilePicks":
+        picks = {}
+        for e in obj["picks"]:
+            key = (e["kind"], *(e["shape"][f] for f in KEY_FIELDS[e["kind"]]))
+            picks[key] = {int(b): name for b, name in e["batches"].items()}
+        return cls(picks, obj.get("source", ""))
+
+
+@functools.lru_cache(maxsize=1)
+def packaged() -> TilePicks:
+    """The committed H200 picks shipped with the package (see the module docstring)."""
+    return TilePicks.from_json(json.loads(PACKAGED.read_text()))
+
+
+def main(argv: list[str]) -> int:
+    """Regenerate the packaged picks from a microbench.csv (argv: [table])."""
+    from deamoe.io import write_text
+
+    if len(argv) != 1:
+        print("usage: python -m deamoe.bench.picks MICROBENCH_CSV", file=sys.stderr)
+        return 2
+    picks = TilePicks.from_table(argv[0])
+    write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n")
+    print(f"wrote {PACKAGED}: {sum(map(len, picks.picks.values()))} picks, "
+          f"{len(picks.picks)} shapes, from {argv[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""deamoe.bench.picks: the packaged picks equal the committed table's; nearest measured batch."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from deamoe.bench.picks import PACKAGED, TilePicks, nearest_batch, packaged, shape_key
+from deamoe.config import table1_row
+from deamoe.errors import DataError
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = ROOT / "reports" / "measured" / "h200" / "microbench.csv"
+
+
+def test_packaged_picks_are_the_committed_tables():
+    # the table is the one definition; the package file is generated from it
+    assert packaged().picks == TilePicks.from_table(TABLE).picks, (
+        f"{PACKAGED} differs from {TABLE}: run python -m deamoe.bench.picks "
+        "reports/measured/h200/microbench.csv")
+    assert json.loads(PACKAGED.read_text())["source"] == "reports/measured/h200/microbench.csv"
+
+
+def test_nearest_batch_prefers_the_smaller_on_a_tie():
+    measured = [4, 8, 16, 24, 64, 96, 128]
+    assert [nearest_batch(measured, b) for b in (1, 6, 12, 20, 80, 81, 256)] == \
+        [4, 4, 8, 16, 64, 96, 128]
+
+
+def test_tiles_per_shape_and_batch():
+    row = table1_row("Baseline-7B")
+    rows = [{"model": "Baseline-7B", "batch": 8, "baseline_tile": "block_m=32",
+             "deamoe_tile": "failed"},
+            {"model": "Baseline-7B", "batch": 64, "baseline_tile": "split_launches=4",
+             "deamoe_tile": "dense_dept_up=1"}]
+    picks = TilePicks.from_rows(rows)
+    assert picks.tiles(row.baseline, 1).block_m == 32
+    assert picks.tiles(row.baseline, 40).split_launches == 4
+    assert picks.knobs(row.deamoe, 8) == (64, "dense_dept_up=1")  # 8 failed: 64 is measured
+    assert picks.knobs(row.deamoe.replace(operator="gelu"), 8) is None
+    assert picks.tiles(table1_row("DeepSeek-V3").baseline, 8).block_m == 16  # defaults
+    assert shape_key(row.deamoe) != shape_key(row.deamoe.replace(operator="gelu"))
+
+
+def test_merged_keeps_own_picks_and_fills_in():
+    row = table1_row("Baseline-7B")
+    ours = TilePicks.from_rows([{"model": "Baseline-7B", "batch": 8,
+                                 "baseline_tile": "block_m=32", "deamoe_tile": "library"}], "a")
+    other = TilePicks.from_rows([{"model": "Baseline-7B", "batch": 8,
+                                  "baseline_tile": "block_m=64", "deamoe_tile": "dense_dept_up=1"},
+                                 {"model": "Baseline-7B", "batch": 16,
+                                  "baseline_tile": "block_m=64", "deamoe_tile": "library"}], "b")
+    both = ours.merged(other)
+    assert both.knobs(row.baseline, 8) == (8, "block_m=32")
+    assert both.knobs(row.baseline, 16) == (16, "block_m=64")
+    assert both.knobs(row.deamoe, 16) == (8, "dense_dept_up=1")
+    assert both.source == "a + b"
+    assert TilePicks.from_json(both.to_json()).picks == both.picks
+
+
+def test_bad_tables_name_the_file(tmp_path):
+    with pytest.raises(DataError, match="no.csv"):
+        TilePicks.from_table(tmp_path / "no.csv")
+    bad = tmp_path / "bad.csv"
+    bad.write_text("model,batch\nBaseline-7B,4\n")
+    with pytest.raises(DataError, match="bad.csv: missing column.*baseline_tile"):
+        TilePicks.from_table(bad)

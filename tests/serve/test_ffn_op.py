@@ -1,0 +1,82 @@
+"""The vLLM model's FFN op body (deamoe.serve.ffn_op.decode_ffn) on the CPU: Triton's interpreter
+runs the kernels, so this checks the wiring -- the layer's weights and selection bias, the tiles
+of the nearest measured batch -- against the PyTorch layer.  The same op in CUDA graphs on a GPU:
+tests/serve/test_ffn_op_gpu.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
+from deamoe.bench.picks import TilePicks, shape_key
+from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.model.layers import build_ffn
+from deamoe.serve import ffn_op
+
+MOE = MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2)
+DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=4,
+                  expert_init="random")
+# non-default picks at batch 4 (split parts on their own streams, the dense department GEMM)
+PICKS = TilePicks({shape_key(MOE): {4: "w13=n32-k32-w4-s1;w2=n16-k32-w4-s1;split_launches=2"},
+                   shape_key(DEA): {4: "dept_up=n32-k32-w4-s1;split_launches=2;dense_dept_up=1"}})
+
+
+def _layer(shape):
+    torch.manual_seed(0)
+    layer = build_ffn(shape, init_std=0.1).eval()
+    layer.expert_bias.normal_(std=0.05)  # a trained bias-balancing checkpoint: selection moves
+    return layer
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+@pytest.mark.parametrize("picks", [PICKS, TilePicks()], ids=["picked", "unmeasured"])
+def test_decode_ffn_equals_the_layer(shape, picks):
+    layer = _layer(shape)
+    x = torch.randn(2, 3, shape.h)  # leading dims kept
+    with torch.no_grad():
+        got = ffn_op.decode_ffn(layer, x, picks)
+        torch.testing.assert_close(got, layer(x), rtol=1e-3, atol=1e-4)
+        # the bias is the layer's: without it the selection (and the output) differs
+        saved = layer.expert_bias.clone()
+        layer.expert_bias.zero_()
+        assert not torch.allclose(ffn_op.decode_ffn(layer, x, picks), got, atol=1e-4)
+        layer.expert_bias.copy_(saved)
+
+
+def test_decode_ffn_runs_the_pick_of_the_nearest_batch(monkeypatch):
+    import deamoe.bench.layer_step as layer_step
+
+    seen = []
+    monkeypatch.setattr(layer_step, "ffn_step",
+                        lambda shape, w, x, tiles: seen.append((x.shape[0], tiles, w)) or x)
+    layer = _layer(DEA)
+    for batch in (1, 4, 9):
+        ffn_op.decode_ffn(layer, torch.randn(batch, DEA.h), PICKS)
+    ffn_op.decode_ffn(_layer(DEA.replace(h_ffn=16)), torch.randn(4, DEA.h), PICKS)
+    assert [b for b, _, _ in seen] == [1, 4, 9, 4]
+    assert all(t.split_launches == 2 and t.dense_dept_up for _, t, _ in seen[:3])
+    assert seen[3][1].split_launches == 1  # a shape the table never measured: default tiles
+    w = seen[0][2]
+    assert w["router"] is layer.router.weight and w["expert_bias"] is layer.expert_bias
+    assert w["expert_down"] is layer.expert_down
+
+
+def test_packaged_picks_cover_the_7b_layers():
+    from deamoe.bench.picks import packaged
+    from deamoe.config import table1_row
+
+    row = table1_row("Baseline-7B")
+    for shape in (row.baseline, row.deamoe):
+        assert packaged().knobs(shape, 1)[0] == 4
+        assert packaged().knobs(shape, 256)[0] == 128
+
+
+def test_imports_nothing_from_vllm():
+    import subprocess
+    import sys
+
+    code = ("import sys, deamoe.serve.ffn_op; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr[-2000:]
