@@ -58,7 +58,7 @@ def test_budget_cli_n_shared_counts_both_layers():
         assert shared[f"{kind}_flops"] == plain[f"{kind}_flops"] + 2 * 2 * s
     assert round(shared["flops_ratio"], 4) == 1.2584
     r = run(*args, "--n-shared", "-1")
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "n_shared" in r.stderr
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--n-shared" in r.stderr
 
 
 def test_table1_paper_rows_unchanged_and_v2_note_names_the_reading():

@@ -114,7 +114,7 @@ def test_cli_bad_config_key_exits_2_with_one_line(tmp_path):
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"error: config file {cfg}: unknown key eval.limt (known: batch_size, bootstrap_iters, "
                                              "data_dir, device, dtype, hf_home, limit, log_samples, max_length, "
-                                             "num_fewshot, online, ppl_max_chars, seed, tasks)"]
+                                             "num_fewshot, online, ppl_max_chars, seed, seeds, tasks)"]
 
 
 def test_task_subset_writes_only_those_tasks(tmp_path):
