@@ -84,24 +84,22 @@ def _damage(path, kind):
 
 @pytest.mark.parametrize("kind", ["config.json not JSON", "weights truncated", "weights missing",
                                   "tokenizer not JSON", "config.json missing", "bad shape in config"])
-def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, failing, checkpoint, kind,
-                                                                         monkeypatch, request):
-    from conftest import write_config
+def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, checkpoint, kind):
+    """Run as a user runs it, in a fresh process: in-process, logging handlers and warnings
+    state left by earlier tests (transformers, lm-eval) can add lines of their own."""
+    from conftest import assert_one_line_error, tree, write_config
 
-    from transformers.utils import logging as hf_logging
-
-    # transformers' warnings may go to a handler bound to an earlier test's captured stderr
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    request.addfinalizer(lambda: hf_logging.set_verbosity(level))
-    for var in ("HF_HOME", "HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.setenv(var, os.environ.get(var, ""))  # eval sets them: restore after the test
     damaged = work / "ckpt"
     shutil.copytree(checkpoint, damaged)
     _damage(damaged, kind)
     write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1})
-    failing(["eval", "--config", "c.yaml", "--checkpoint", "ckpt", "--model", "deamoe", "--out", "res/eval"],
-            "ckpt")
+    before = tree(work)
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run([sys.executable, "-m", "deamoe", "eval", "--config", "c.yaml", "--checkpoint",
+                           "ckpt", "--model", "deamoe", "--out", "res/eval"], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert_one_line_error(proc.returncode, proc.stderr, "ckpt")
+    assert tree(work) == before, "a failed command changed the tree"
 
 
 import os  # noqa: E402  (used by the damaged-checkpoint test's environment guard)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import re
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
 import pytest
 import yaml
 
@@ -57,6 +59,11 @@ SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+)")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    if os.environ.get("DEAMOE_SLURM_TEST") != "1":
+        # opt-in until a whole run has been timed on a quiet 2-core machine: the tiny pipeline
+        # through SLURM took over 25 min on a loaded one (vLLM serve jobs alone 6.5 min)
+        pytest.skip("the SLURM cluster test runs with DEAMOE_SLURM_TEST=1 "
+                    "(installs slurm-wlm + munge, 10-25 min)")
     reason = ensure_installed()
     if reason:
         pytest.skip(reason)
