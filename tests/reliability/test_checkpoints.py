@@ -87,7 +87,14 @@ def _damage(path, kind):
 def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, checkpoint, kind):
     """Run as a user runs it, in a fresh process: in-process, logging handlers and warnings
     state left by earlier tests (transformers, lm-eval) can add lines of their own."""
-    from conftest import assert_one_line_error, tree, write_config
+    import importlib.util
+    from pathlib import Path
+
+    # this folder's conftest by path: `from conftest import` can find another folder's conftest
+    spec = importlib.util.spec_from_file_location("reliability_conftest", Path(__file__).with_name("conftest.py"))
+    helpers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(helpers)
+    assert_one_line_error, tree, write_config = helpers.assert_one_line_error, helpers.tree, helpers.write_config
 
     damaged = work / "ckpt"
     shutil.copytree(checkpoint, damaged)
