@@ -68,9 +68,9 @@ def cmd_budget(args) -> int:
                           n_shared=args.n_shared)
     except ConfigError as exc:  # name the flags the user typed, not the shape's fields
         text = str(exc)
-        for field, flag in (("DeaMoEShape.n_expert", "--dea-n-expert"),
+        for key, flag in (("DeaMoEShape.n_expert", "--dea-n-expert"),
                             ("DeaMoEShape.k_expert", "--dea-k-expert"), ("DeaMoEShape.", "--"), ("MoEShape.", "--")):
-            text = text.replace(field, flag)
+            text = text.replace(key, flag)
         raise ConfigError(text.replace("_", "-")) from None
     print(json.dumps(budget(base, dea)))
     return 0
