@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deamoe.config import ALL_MODEL_NAMES
+from deamoe.shapes import ALL_MODEL_NAMES
 
 
 def _int(text: str, low: int) -> int:

@@ -82,7 +82,7 @@ def _train_conflicts(t) -> list[str]:
 
 def _ablation_conflicts(settings) -> list[str]:
     """The ablation FFN (its fields, 0 = the size's DeaMoE) and the strict variants' k_expert."""
-    from deamoe.config import ffn_conflicts
+    from deamoe.shapes import ffn_conflicts
     from deamoe.train.runs import TABLE4, ablation_size, size
 
     a = settings.ablation
@@ -106,7 +106,7 @@ def _ablation_conflicts(settings) -> list[str]:
 
 def _pretrain_conflicts(settings) -> list[str]:
     """Every size of the ladder: its decoder, its FFN pair, their budget match, its seeds."""
-    from deamoe.config import ffn_conflicts
+    from deamoe.shapes import ffn_conflicts
     from deamoe.train.runs import size
 
     out = []

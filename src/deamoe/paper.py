@@ -1,7 +1,7 @@
 """The paper's numbers: the one copy every stage and the report put beside the reproduced ones.
 
 Transcribed from the paper (arXiv 2608.14385v1) and checked against its text. Table 1 lives in
-`deamoe.config.TABLE1` (one copy, shared with the analysis stage). Figure values came out of the
+`deamoe.shapes.TABLE1` (one copy, shared with the analysis stage). Figure values came out of the
 PDF as loose annotations: where the order along the x axis had to be inferred, the entry says so,
 and values that could not be assigned to a batch size are left out rather than guessed.
 """

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 
 
 def _scores(logits: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ import pytest
 from deamoe.analysis.budget import budget, ffn_flops, ffn_params, search
 from deamoe.analysis.loading import loading_table
 from deamoe.analysis.table1 import table1
-from deamoe.config import MODEL_NAMES, TABLE1, DeaMoEShape, MoEShape
+from deamoe.shapes import MODEL_NAMES, TABLE1, DeaMoEShape, MoEShape
 
 
 def test_budget_counts_by_hand_baseline_7b():

@@ -13,7 +13,7 @@ import pytest
 from deamoe.analysis.budget import budget, expected_loaded_params, ffn_flops, ffn_params
 from deamoe.analysis.loading import loading_table
 from deamoe.analysis.table1 import table1
-from deamoe.config import MODEL_NAMES, PRESETS, SHARED_EXPERTS, TABLE1, table1_row
+from deamoe.shapes import MODEL_NAMES, PRESETS, SHARED_EXPERTS, TABLE1, table1_row
 from deamoe.model.layers import build_ffn
 
 DATA = Path(__file__).parent / "data"  # written by the code before shared experts existed

@@ -16,7 +16,7 @@ from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
 from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
 from deamoe.bench.knobs import BLOCK_M_KNOBS, GEMM_STAGES, parse_knobs
 from deamoe.bench.microbench import MicrobenchSettings, bench_impl
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError, DataError
 
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
@@ -347,7 +347,7 @@ def test_cli_tiles_from_names_a_missing_file(tmp_path):
 
 def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():
     from deamoe.bench.run import decode_tiles
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
 
     def row(model, batch, base, dea):
         return {"model": model, "batch": batch, "baseline_tile": base, "deamoe_tile": dea}

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deamoe.bench.picks import PACKAGED, TilePicks, nearest_batch, packaged, shape_key
-from deamoe.config import table1_row
+from deamoe.shapes import table1_row
 from deamoe.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.microbench import MicrobenchSettings
 from deamoe.bench.search import search_tiles
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)

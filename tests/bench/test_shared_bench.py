@@ -11,7 +11,7 @@ from deamoe.analysis.budget import shared_params
 from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
 from deamoe.bench.microbench import MicrobenchSettings, bench_impl
 from deamoe.bench.shared import prior_for, shared_columns
-from deamoe.config import PRESETS, DeaMoEShape, MoEShape
+from deamoe.shapes import PRESETS, DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.kernels.shared_expert import SharedTiles
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA)
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.kernels.routing_topk import compare_with_reference, group_limited_topk, route_kernel
 from deamoe.routing import route
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from deamoe.analysis.budget import ffn_params
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.model.layers import DeaMoE, MoE, build_ffn, operator, reference_forward
 from deamoe.routing import route
 

@@ -23,7 +23,7 @@ def _csv(path: Path, rows) -> None:
 
 def write_results(root: Path, *, eval_=True, serve=True, microbench_gpu=False) -> Path:
     """A results/ tree as the stages write it (only the columns the contracts name)."""
-    from deamoe.config import TABLE1
+    from deamoe.shapes import TABLE1
 
     res = root / "results"
     (res).mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import torch
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.bench.picks import TilePicks, shape_key
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.model.layers import build_ffn
 from deamoe.serve import ffn_op
 
@@ -64,7 +64,7 @@ def test_decode_ffn_runs_the_pick_of_the_nearest_batch(monkeypatch):
 
 def test_packaged_picks_cover_the_7b_layers():
     from deamoe.bench.picks import packaged
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
 
     row = table1_row("Baseline-7B")
     for shape in (row.baseline, row.deamoe):

@@ -81,7 +81,7 @@ def rows():
 @pytest.mark.parametrize("kind", ["moe", "deamoe"])
 def test_decoder_in_cuda_graph_equals_reference(kind, rows):
     from deamoe.bench.picks import packaged
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
     from deamoe.routing import route
     from deamoe.serve.ffn_op import decode_ffn
 

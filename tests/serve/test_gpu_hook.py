@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 SCRIPT = r"""
 import torch, vllm
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.model.layers import build_ffn
 from deamoe.serve.vllm_model import _gpu_ffn, kernels_available
 

@@ -68,7 +68,7 @@ def test_pretrain_pair_with_different_shared_experts_is_refused(tmp_path, make_c
 
 def test_budget_search_gives_deamoe_the_baselines_shared_experts():
     from deamoe.analysis.budget import budget, search
-    from deamoe.config import TABLE1
+    from deamoe.shapes import TABLE1
 
     base = TABLE1["Baseline-7B"].baseline.replace(n_shared=1)
     found = search(base)

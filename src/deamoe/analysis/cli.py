@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass, field
 
 from deamoe.argtypes import model_list, non_negative_int, positive_int, positive_int_list, trials
-from deamoe.config import ALL_MODEL_NAMES
+from deamoe.shapes import ALL_MODEL_NAMES
 
 
 @dataclass
@@ -21,7 +21,7 @@ class AnalysisSettings:
     seed: int = 0
 
     def __post_init__(self):
-        from deamoe.config import table1_row
+        from deamoe.shapes import table1_row
         from deamoe.errors import ConfigError
 
         for m in self.models:
@@ -56,7 +56,7 @@ def cmd_table1(args) -> int:
 
 def cmd_budget(args) -> int:
     from deamoe.analysis.budget import budget
-    from deamoe.config import DeaMoEShape, MoEShape
+    from deamoe.shapes import DeaMoEShape, MoEShape
 
     from deamoe.errors import ConfigError
 

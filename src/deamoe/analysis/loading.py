@@ -17,7 +17,7 @@ import torch
 from tqdm import tqdm
 
 from deamoe.analysis.budget import loaded_expert_params, shared_params
-from deamoe.config import DeaMoEShape, MoEShape, table1_row
+from deamoe.shapes import DeaMoEShape, MoEShape, table1_row
 from deamoe.routing import departments_of, route
 
 BYTES_PER_PARAM = 2  # bf16 weights

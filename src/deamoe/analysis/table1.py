@@ -5,7 +5,7 @@ row's `note` says so with the most likely cause, found by recomputing under the 
 (e.g. counting shared experts); the formula itself is never adjusted to match.
 
 Rows named "<model>+shared" are the with-shared readings: the real model's shared experts counted
-in both layers' parameters and FLOPs (deamoe.config.SHARED_VARIANTS), beside the paper's ratios
+in both layers' parameters and FLOPs (deamoe.shapes.SHARED_VARIANTS), beside the paper's ratios
 for that model; the paper's rows count routed experts only, as printed.
 """
 
@@ -15,7 +15,7 @@ import pandas as pd
 
 from deamoe.analysis.budget import (SearchSpace, budget, ffn_flops, search, shared_params,
                                     small_batch_loading_ratio)
-from deamoe.config import SHARED_EXPERTS, MoEShape, Table1Row, table1_row
+from deamoe.shapes import SHARED_EXPERTS, MoEShape, Table1Row, table1_row
 
 
 def _agrees(value: float, paper: float) -> bool:

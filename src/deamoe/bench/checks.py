@@ -69,7 +69,7 @@ def picks_check(out: Path, table: str, every: bool = False) -> int:
     import pandas as pd
 
     from deamoe.bench.knobs import make_tiles, parse_knobs
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
     from deamoe.kernels.battery import Case, build_layer, check_case
 
     picks = pd.read_csv(table)
@@ -99,7 +99,7 @@ def picks_check(out: Path, table: str, every: bool = False) -> int:
 
 def stream_check(out: Path) -> int:
     """Every stream option of both layers -> out/stream_check.csv."""
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
     from deamoe.kernels.battery import PATTERNS, Case, build_layer, check_case, small_shapes
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
@@ -145,7 +145,7 @@ def routing_check(out: Path) -> int:
     import pandas as pd
 
     from deamoe.bench.layer_step import time_fn
-    from deamoe.config import TABLE1
+    from deamoe.shapes import TABLE1
     from deamoe.io import write_csv
     from deamoe.kernels.routing_topk import compare_with_reference, route_kernel
     from deamoe.routing import route

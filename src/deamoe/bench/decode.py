@@ -85,7 +85,7 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
     None for the default tiles; shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the
     Table 1 presets (tests).
     """
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
 
     rows = []
     for model in models:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params, shared_params
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
 BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}

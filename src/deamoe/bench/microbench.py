@@ -26,7 +26,7 @@ from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, l
                                      time_fn)
 from deamoe.bench.search import search_point
 from deamoe.bench.shared import check_shared_stream, prior_for, shared_columns, shared_schedule
-from deamoe.config import table1_row
+from deamoe.shapes import table1_row
 from deamoe.routing import route
 
 # vLLM's Triton fused MoE on an H200 as quoted in the kernel goals (bf16, default config, CUDA
@@ -93,7 +93,7 @@ class MicrobenchSettings:
     shared_stream: list[bool] = field(default_factory=lambda: [False, True])  # bench.shared
 
     def __post_init__(self):
-        from deamoe.config import table1_row as check
+        from deamoe.shapes import table1_row as check
         from deamoe.errors import ConfigError
         from deamoe.kernels.grouped_gemm import TileConfig
 

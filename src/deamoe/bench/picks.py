@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 
 PACKAGED = Path(__file__).with_name("tile_picks.json")
 # the shape fields a pick depends on: GEMM sizes, routing fan-out and the fused operator
@@ -55,7 +55,7 @@ class TilePicks:
     def from_rows(cls, rows, source: str = "") -> "TilePicks":
         """From microbench.csv rows ({model, batch, baseline_tile, deamoe_tile}); the model names
         a Table 1 row, whose two layer shapes the picks belong to."""
-        from deamoe.config import table1_row
+        from deamoe.shapes import table1_row
 
         picks: dict = {}
         for r in rows:

@@ -9,7 +9,7 @@ reported graph, and the faster is reported (`<kind>_shared_stream` in microbench
 
 from __future__ import annotations
 
-from deamoe.config import SHARED_SUFFIX
+from deamoe.shapes import SHARED_SUFFIX
 from deamoe.errors import ConfigError
 
 

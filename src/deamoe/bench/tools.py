@@ -118,7 +118,7 @@ def trace(out: Path, table: str, models: list[str], batches: list[int],
 
     from deamoe.bench.knobs import make_tiles, parse_knobs
     from deamoe.bench.layer_step import ffn_step, random_weights
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
     from deamoe.io import write_csv
 
     out = Path(out)
@@ -206,7 +206,7 @@ def overread(out: Path, draws: int = 2000) -> int:
 
     from deamoe.analysis.budget import loaded_expert_params
     from deamoe.bench.layer_step import step_bytes
-    from deamoe.config import table1_row
+    from deamoe.shapes import table1_row
     from deamoe.io import write_csv
     from deamoe.routing import route
 

@@ -247,7 +247,7 @@ def config_name(c: dict) -> str:
 def check_rows(kernel: Path) -> list[dict]:
     """The peer path against the battery's fp32 reference layer at small shapes, one row each:
     vLLM's naive block assignment and its aligned one, block_m 16 and 32."""
-    from deamoe.config import MoEShape
+    from deamoe.shapes import MoEShape
     from deamoe.kernels.battery import _kernel_weights, _reference, build_layer
     from deamoe.routing import route
 
@@ -385,7 +385,7 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     from deamoe.bench.knobs import knobs_name, make_tiles
     from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
                                          step_logits)
-    from deamoe.config import MoEShape, table1_row
+    from deamoe.shapes import MoEShape, table1_row
     from deamoe.io import write_csv
     from deamoe.provenance import provenance
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
 PATTERNS = ("random", "same", "empty")
@@ -218,7 +218,7 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
 
 def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None) -> list[dict]:
     """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes."""
-    from deamoe.config import TABLE1
+    from deamoe.shapes import TABLE1
 
     rows = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 
 NEG_KEY = tl.constexpr(-9223372036854775807)  # below every real key (also -inf's)
 

@@ -17,7 +17,7 @@ from transformers import initialization as init
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.model.layers import DeaMoE, MoE, build_ffn
 from deamoe.routing import distinct_departments, expert_counts, load_balance_loss, update_bias

@@ -23,7 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1]  # src/deamoe
 # model file; the others keep a deamoe_ prefix so they cannot shadow anything)
 MODULES = {
     "deamoe.errors": "deamoe_errors",
-    "deamoe.config": "deamoe_shapes",
+    "deamoe.shapes": "deamoe_shapes",
     "deamoe.routing": "deamoe_routing",
     "deamoe.model.grouped": "deamoe_grouped",
     "deamoe.model.layers": "deamoe_layers",

@@ -19,7 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from deamoe.io import atomic_path  # noqa: E402
 from deamoe import paper  # noqa: E402
-from deamoe.config import SHARED_SUFFIX  # noqa: E402
+from deamoe.shapes import SHARED_SUFFIX  # noqa: E402
 from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",

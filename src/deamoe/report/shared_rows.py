@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.config import SHARED_SUFFIX, SHARED_VARIANTS
+from deamoe.shapes import SHARED_SUFFIX, SHARED_VARIANTS
 from deamoe.report.sources import Loaded, read_csv
 
 SHARED_FILE = "microbench_shared.csv"

@@ -52,7 +52,7 @@ def _norm(name: str) -> str:
 
 
 def table1(results: Path, profile: str | None) -> Artifact:
-    from deamoe.config import TABLE1
+    from deamoe.shapes import TABLE1
 
     src = read_csv(results / "analysis" / "table1.csv",
                    required=("model", "flops_ratio", "params_ratio"), profile=profile,

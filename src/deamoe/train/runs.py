@@ -17,7 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from deamoe import paper
-from deamoe.config import DeaMoEShape, MoEShape
+from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.settings import from_dict
 from deamoe.train.settings import Settings, SizeSettings, parse_section

@@ -1,6 +1,6 @@
 import pytest
 
-from deamoe.config import DeaMoEShape, MoEShape, shape_from_dict, table1_row
+from deamoe.shapes import DeaMoEShape, MoEShape, shape_from_dict, table1_row
 from deamoe.errors import ConfigError
 
 
