@@ -107,11 +107,14 @@ def _register_peer(tools) -> None:
     ex.add_argument("--to", type=Path, default=PEER_KERNEL)
     ch = steps.add_parser("check", help="the peer path against a reference (CPU or GPU)")
     ch.add_argument("--kernel", type=Path, default=PEER_KERNEL)
-    rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv")
+    rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv "
+                          "('<model>+shared': vLLM's shared-expert MLP beside its fused MoE)")
     rn.add_argument("out", type=Path)
     rn.add_argument("points", nargs="+", help="MODEL:BATCH")
     rn.add_argument("--kernel", type=Path, default=PEER_KERNEL)
-    rn.add_argument("--table", default=TABLE, help="the baseline tiles to time (baseline_tile)")
+    rn.add_argument("--table", default=TABLE, help="the microbench.csv whose baseline picks are "
+                    "timed (baseline_tile; '<model>+shared' points: their shared experts' "
+                    "schedule too, e.g. reports/measured/h200/microbench_shared.csv)")
     rn.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
     rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
@@ -191,8 +194,10 @@ def _peer(args) -> int:
         return 0
     if args.step == "check":
         return vllm_peer.check(args.kernel)
-    return vllm_peer.run_peer(args.kernel, args.points, args.out, args.table, args.rounds,
-                              args.replays, args.tiny)
+    from deamoe.bench.vllm_peer_run import run_peer
+
+    return run_peer(args.kernel, args.points, args.out, args.table, args.rounds, args.replays,
+                    args.tiny)
 
 
 def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:

@@ -25,7 +25,7 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     recorded, not raised (the per-layer tables are already written)."""
     import importlib.util
 
-    from deamoe.bench import vllm_peer
+    from deamoe.bench import vllm_peer, vllm_peer_run
 
     if importlib.util.find_spec("vllm") is None:
         why = "vLLM is not installed (pip install vllm): nothing to copy its kernel from"
@@ -35,7 +35,8 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     points = [f"{r['model']}:{r['batch']}" for r in rows]
     try:
         vllm_peer.extract(kernel)
-        vllm_peer.run_peer(kernel, points, out, out / "microbench.csv", peak=peak, settings=s)
+        vllm_peer_run.run_peer(kernel, points, out, out / "microbench.csv", peak=peak,
+                               settings=s)
     except Exception as exc:  # noqa: BLE001 - reported in status.json and the log
         print(f"vllm peer failed: {type(exc).__name__}: {exc}", flush=True)
         return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:300]}
