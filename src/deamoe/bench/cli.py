@@ -90,7 +90,8 @@ def _register_bench(sub) -> None:
              "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
     t.add_argument("--draws", type=int, default=2000)
     t = tool("import", _import, "copy a device run's tables (several parts of one run: "
-             "concatenated) into --dest, git_sha 'unknown' replaced by --sha", out=False)
+             "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
+             "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
     t.add_argument("dirs", nargs="+", type=Path)
     t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
@@ -250,6 +251,11 @@ def cmd_microbench(args: argparse.Namespace) -> int:
                                          **provenance("cpu")})
         print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
         return 0
+    if "decode" not in skip and s.decode:  # a decoder too large for the GPU: before any work
+        from deamoe.bench.decode import DecoderShape, check_decode_fits
+
+        check_decode_fits(s.decode_models, s.decode_batches, DecoderShape.of(s),
+                          torch.cuda.mem_get_info()[1])
     from deamoe.bench.run import run_all
 
     rc = run_all(s, out, skip, tiles_from)
