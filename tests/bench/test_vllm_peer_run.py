@@ -52,6 +52,22 @@ def test_the_committed_table_lacks_the_shared_points_and_says_where_they_are():
         vllm_peer_run.checked_points(["DeepSeek-V3:4", "DeepSeek-V3+shared:4"], COMMITTED)
 
 
+def test_the_committed_shared_table_feeds_the_shared_peer():
+    # the H200 run of the "+shared" layers: every point a peer run can take, each with the
+    # schedule of its shared experts that run picked
+    from deamoe.shapes import table1_row
+
+    table = ROOT / "reports/measured/h200/microbench_shared.csv"
+    df = pd.read_csv(table)
+    shared = df[df["model"].str.endswith("+shared")]
+    rows = vllm_peer_run.checked_points([f"{m}:{b}" for m, b in zip(shared.model, shared.batch)],
+                                        table)
+    assert len(rows) == len(shared) == 30
+    streams = [vllm_peer_run.shared_tiles(table1_row(m).baseline, r, 16).stream
+               for (m, _), r in rows.items()]
+    assert streams == shared["baseline_shared_stream"].astype(bool).tolist()
+
+
 def test_our_shared_experts_run_on_the_tables_schedule(tmp_path):
     table = _table(tmp_path / "mb.csv", ("DeepSeek-V3+shared", 4, True),
                    ("DeepSeek-V3+shared", 8, False), ("DeepSeek-V3", 4, None))
