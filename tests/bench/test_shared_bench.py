@@ -110,3 +110,58 @@ def test_h200_shared_config_names_the_three_models_at_the_ten_batches(monkeypatc
     assert sorted(s.models) == sorted(SHARED_MODELS)
     assert s.batches == [4, 8, 16, 24, 32, 40, 48, 64, 96, 128] and s.shared_stream == [False, True]
     assert path in MEASURE_COMMAND
+
+
+def test_shared_schedules_follow_the_nearest_measured_batch():
+    from deamoe.bench.shared import decode_shared_tiles, shared_schedules
+
+    rows = [{"model": "m+shared", "batch": 4, "baseline_shared_stream": True,
+             "deamoe_shared_stream": False},
+            {"model": "m+shared", "batch": 16, "baseline_shared_stream": False,
+             "deamoe_shared_stream": float("nan")},  # no DeaMoE pick at 16
+            {"model": "m", "batch": 4}]  # a layer without shared experts: no column
+    sched = shared_schedules(rows)
+    assert sched == {("m+shared", "baseline"): {4: True, 16: False},
+                     ("m+shared", "deamoe"): {4: False}}
+    got = {b: decode_shared_tiles(sched, "m+shared", "baseline", b, 32) for b in (5, 10, 12, 160)}
+    assert {b: t.stream for b, t in got.items()} == {5: True, 10: True, 12: False, 160: False}
+    assert got[5].block_m == 32
+    assert decode_shared_tiles(sched, "m", "baseline", 4, 16) is None
+
+
+def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
+    from deamoe.bench import decode
+
+    seen = []
+    real = decode.ffn_step
+
+    def spy(shape, w, x, **kw):
+        seen.append((shape.kind, kw["shared"]))
+        return real(shape, w, x, **kw)
+
+    monkeypatch.setattr(decode, "ffn_step", spy)
+    dec = decode.DecoderShape(n_layers=1, heads=4, context=8, vocab=50)
+    rows = decode.run_decode(["m+shared"], [3], dec, replays=1, device="cpu",
+                             shapes={"m+shared": (MOE, DEA)},
+                             shared={("m+shared", "baseline"): {2: True}}, block_m=32)
+    assert {k: s for k, s in seen} == {"moe": SharedTiles(block_m=32, stream=True),
+                                       "deamoe": None}  # none picked: ffn_step's in-line default
+    prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}
+    (row,) = decode.tpot_table(rows, prov, dec)
+    assert row["baseline_shared_stream"] is True and row["deamoe_shared_stream"] is False
+
+
+def test_a_decoder_too_large_for_the_gpu_is_named_before_any_work():
+    from deamoe.bench.decode import DecoderShape, RandomDecoder, check_decode_fits, decoder_bytes
+
+    dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
+    net = RandomDecoder(MOE, dec, max_batch=3, device="cpu", dtype=torch.bfloat16)
+    held = [net.embed, net.lm_head] + [t for L in net.layers for t in
+                                       [L["wqkv"], L["wo"], L["k"], L["v"], *L["ffn"].values()]]
+    assert decoder_bytes(MOE, dec, 3) == sum(2 * t.numel() for t in held)
+    h200 = DecoderShape(n_layers=24, heads=16, context=512, vocab=32000)
+    check_decode_fits(["Baseline-7B"], [4, 256], h200, 141e9)
+    with pytest.raises(ConfigError, match=r"microbench.decode_models: DeepSeek-V2\+shared: its "
+                       r"decoder holds \d+\.\d GB \(24 layers, microbench.decode_layers\) > "
+                       r"the GPU's 141.0 GB"):
+        check_decode_fits(["Baseline-7B", "DeepSeek-V2+shared"], [4, 256], h200, 141e9)

@@ -39,6 +39,20 @@ def test_import_concatenates_the_calls_and_fills_in_the_sha(tmp_path):
     assert list(pd.read_csv(dest / "decode_tpot.csv").git_sha) == ["541eb69"]
 
 
+def test_import_puts_the_shared_expert_layers_beside_the_main_table(tmp_path):
+    run, dest = tmp_path / "run", tmp_path / "dest"
+    run.mkdir(), dest.mkdir()
+    pd.DataFrame({"model": ["Baseline-7B"], "batch": [4]}).to_csv(dest / "microbench.csv",
+                                                                  index=False)
+    pd.DataFrame({"model": ["DeepSeek-V3+shared", "Kimi-K2+shared"], "batch": [4, 8],
+                  "git_sha": ["unknown", "unknown"]}).to_csv(run / "microbench.csv", index=False)
+    assert main(["bench", "import", str(run), "--sha", "541eb69", "--dest", str(dest)]) == 0
+    assert list(pd.read_csv(dest / "microbench.csv").model) == ["Baseline-7B"]  # untouched
+    shared = pd.read_csv(dest / "microbench_shared.csv")
+    assert list(shared.model) == ["DeepSeek-V3+shared", "Kimi-K2+shared"]
+    assert list(shared.git_sha) == ["541eb69", "541eb69"]
+
+
 def test_import_of_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
     assert main(["bench", "import", str(tmp_path), "--dest", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err

@@ -90,7 +90,8 @@ def _register_bench(sub) -> None:
              "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
     t.add_argument("--draws", type=int, default=2000)
     t = tool("import", _import, "copy a device run's tables (several parts of one run: "
-             "concatenated) into --dest, git_sha 'unknown' replaced by --sha", out=False)
+             "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
+             "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
     t.add_argument("dirs", nargs="+", type=Path)
     t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
@@ -107,11 +108,14 @@ def _register_peer(tools) -> None:
     ex.add_argument("--to", type=Path, default=PEER_KERNEL)
     ch = steps.add_parser("check", help="the peer path against a reference (CPU or GPU)")
     ch.add_argument("--kernel", type=Path, default=PEER_KERNEL)
-    rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv")
+    rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv "
+                          "('<model>+shared': vLLM's shared-expert MLP beside its fused MoE)")
     rn.add_argument("out", type=Path)
     rn.add_argument("points", nargs="+", help="MODEL:BATCH")
     rn.add_argument("--kernel", type=Path, default=PEER_KERNEL)
-    rn.add_argument("--table", default=TABLE, help="the baseline tiles to time (baseline_tile)")
+    rn.add_argument("--table", default=TABLE, help="the microbench.csv whose baseline picks are "
+                    "timed (baseline_tile; '<model>+shared' points: their shared experts' "
+                    "schedule too, e.g. reports/measured/h200/microbench_shared.csv)")
     rn.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
     rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
@@ -191,8 +195,10 @@ def _peer(args) -> int:
         return 0
     if args.step == "check":
         return vllm_peer.check(args.kernel)
-    return vllm_peer.run_peer(args.kernel, args.points, args.out, args.table, args.rounds,
-                              args.replays, args.tiny)
+    from deamoe.bench.vllm_peer_run import run_peer
+
+    return run_peer(args.kernel, args.points, args.out, args.table, args.rounds, args.replays,
+                    args.tiny)
 
 
 def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
@@ -245,6 +251,11 @@ def cmd_microbench(args: argparse.Namespace) -> int:
                                          **provenance("cpu")})
         print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
         return 0
+    if "decode" not in skip and s.decode:  # a decoder too large for the GPU: before any work
+        from deamoe.bench.decode import DecoderShape, check_decode_fits
+
+        check_decode_fits(s.decode_models, s.decode_batches, DecoderShape.of(s),
+                          torch.cuda.mem_get_info()[1])
     from deamoe.bench.run import run_all
 
     rc = run_all(s, out, skip, tiles_from)

@@ -27,6 +27,11 @@ class DecoderShape:
     context: int
     vocab: int
 
+    @classmethod
+    def of(cls, s) -> "DecoderShape":
+        """The decoder of the microbenchmark's settings (decode_layers, _heads, _context, _vocab)."""
+        return cls(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
+
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     xf = x.float()
@@ -60,7 +65,7 @@ class RandomDecoder:
                                  device=device, dtype=dtype),
             })
 
-    def step(self, tokens: torch.Tensor, tiles=None) -> torch.Tensor:
+    def step(self, tokens: torch.Tensor, tiles=None, shared=None) -> torch.Tensor:
         B = tokens.shape[0]
         x = self.embed[tokens]
         for L in self.layers:
@@ -71,20 +76,50 @@ class RandomDecoder:
             vc[:, :, -1:].copy_(v)
             o = F.scaled_dot_product_attention(q, kc, vc)
             x = x + F.linear(o.reshape(B, self.h), L["wo"])
-            x = x + ffn_step(self.shape, L["ffn"], _rms(x, self.norm), tiles=tiles)
+            x = x + ffn_step(self.shape, L["ffn"], _rms(x, self.norm), tiles=tiles,
+                             shared=shared)
         return F.linear(_rms(x, self.norm), self.lm_head).argmax(-1)
 
 
+def decoder_bytes(shape, dec: DecoderShape, max_batch: int) -> int:
+    """bf16 bytes a RandomDecoder holds: per layer QKV + output projection, the FFN (router,
+    experts, shared experts) and the K/V caches of max_batch sequences; embedding and LM head."""
+    from deamoe.analysis.budget import ffn_params
+
+    h = shape.h
+    layer = 4 * h * h + ffn_params(shape) + 2 * max_batch * dec.context * h
+    return 2 * (dec.n_layers * layer + 2 * dec.vocab * h)
+
+
+def check_decode_fits(models, batches, dec: DecoderShape, gpu_bytes: int) -> None:
+    """A ConfigError naming the model whose decoder (baseline or DeaMoE, built one at a time)
+    cannot fit the GPU's `gpu_bytes`, before any GPU work."""
+    from deamoe.errors import ConfigError
+    from deamoe.shapes import table1_row
+
+    for model in models:
+        row = table1_row(model)
+        need = max(decoder_bytes(s, dec, max(batches)) for s in (row.baseline, row.deamoe))
+        if need > gpu_bytes:
+            raise ConfigError(
+                f"microbench.decode_models: {model}: its decoder holds {need / 1e9:.1f} GB "
+                f"({dec.n_layers} layers, microbench.decode_layers) > the GPU's "
+                f"{gpu_bytes / 1e9:.1f} GB; lower decode_layers or drop the model")
+
+
 def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", tiles=None,
-               seed=0, progress=None, shapes=None) -> list[dict]:
+               seed=0, progress=None, shapes=None, shared=None, block_m: int = 16) -> list[dict]:
     """Rows {model, ffn, batch, tpot_ms, tiles_batch} for the baseline and DeaMoE decoders of each
     model.
 
     tiles: optional deamoe.bench.picks.TilePicks (the microbenchmark's per-layer picks; a batch
     it did not measure runs the pick of the nearest measured batch, named in `tiles_batch`), or
     None for the default tiles; shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the
-    Table 1 presets (tests).
+    Table 1 presets (tests).  A layer with shared experts ("<model>+shared") runs them on the
+    schedule `shared` ({(model, kind): {batch: stream}}, deamoe.bench.shared.shared_schedules)
+    picked at the nearest measured batch (`shared_stream`), else in line.
     """
+    from deamoe.bench.shared import decode_shared_tiles
     from deamoe.shapes import table1_row
 
     rows = []
@@ -96,12 +131,15 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
                 tokens = torch.randint(0, dec.vocab, (batch,), device=device)
                 found = tiles.knobs(shape, batch) if tiles is not None else None
                 t = tiles.tiles(shape, batch) if found else None
+                sh = decode_shared_tiles(shared or {}, model, kind, batch, block_m)
                 with torch.no_grad():
-                    timing = time_fn(lambda: net.step(tokens, t), replays)
+                    timing = time_fn(lambda: net.step(tokens, t, sh), replays)
                 rows.append({"model": model, "ffn": kind, "batch": batch,
                              "tpot_ms": timing.median_us / 1e3, "p10_ms": timing.p10_us / 1e3,
                              "p90_ms": timing.p90_us / 1e3,
-                             "tiles_batch": found[0] if found else None})
+                             "tiles_batch": found[0] if found else None,
+                             **({"shared_stream": bool(sh and sh.stream)}
+                                if shape.n_shared else {})})
                 if progress is not None:
                     progress.update(1)
             del net
@@ -123,6 +161,8 @@ def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
             "model": model, "batch": batch, "baseline_tpot_ms": r["tpot_ms"],
             "deamoe_tpot_ms": d["tpot_ms"], "speedup": r["tpot_ms"] / d["tpot_ms"],
             "baseline_tiles_batch": r.get("tiles_batch"), "deamoe_tiles_batch": d.get("tiles_batch"),
+            **({"baseline_shared_stream": r["shared_stream"],
+                "deamoe_shared_stream": d["shared_stream"]} if "shared_stream" in r else {}),
             "layers": dec.n_layers, "heads": dec.heads, "context": dec.context, "vocab": dec.vocab,
             "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
             "date": prov["date"], "git_sha": prov["git_sha"],

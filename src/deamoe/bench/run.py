@@ -25,7 +25,7 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     recorded, not raised (the per-layer tables are already written)."""
     import importlib.util
 
-    from deamoe.bench import vllm_peer
+    from deamoe.bench import vllm_peer, vllm_peer_run
 
     if importlib.util.find_spec("vllm") is None:
         why = "vLLM is not installed (pip install vllm): nothing to copy its kernel from"
@@ -35,7 +35,8 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
     points = [f"{r['model']}:{r['batch']}" for r in rows]
     try:
         vllm_peer.extract(kernel)
-        vllm_peer.run_peer(kernel, points, out, out / "microbench.csv", peak=peak, settings=s)
+        vllm_peer_run.run_peer(kernel, points, out, out / "microbench.csv", peak=peak,
+                               settings=s)
     except Exception as exc:  # noqa: BLE001 - reported in status.json and the log
         print(f"vllm peer failed: {type(exc).__name__}: {exc}", flush=True)
         return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:300]}
@@ -105,12 +106,14 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
         status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
+        from deamoe.bench.shared import shared_schedules
         extra = pd.read_csv(tiles_from).to_dict("records") if tiles_from is not None else []
         best = decode_tiles(rows, extra)
-        dec = DecoderShape(s.decode_layers, s.decode_heads, s.decode_context, s.decode_vocab)
+        dec = DecoderShape.of(s)
         with tqdm(total=2 * len(s.decode_models) * len(s.decode_batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.decode_batches, dec, s.decode_replays, tiles=best,
-                             seed=s.seed, progress=bar)
+                             seed=s.seed, progress=bar, block_m=s.block_m,
+                             shared={**shared_schedules(extra), **shared_schedules(rows)})
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]

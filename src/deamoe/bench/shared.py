@@ -59,3 +59,28 @@ def shared_columns(row, b: dict, d: dict) -> dict:
         return {}
     return {"n_shared": row.baseline.n_shared, "baseline_shared_stream": b.get("shared_stream"),
             "deamoe_shared_stream": d.get("shared_stream")}
+
+
+def shared_schedules(rows) -> dict[tuple[str, str], dict[int, bool]]:
+    """{(model, kind): {batch: stream}}: the schedule of the shared experts each microbench.csv
+    row picked (`<kind>_shared_stream`), for the layers that have them."""
+    out: dict = {}
+    for r in rows:
+        for kind in ("baseline", "deamoe"):
+            v = r.get(f"{kind}_shared_stream")
+            if str(v) in ("True", "False"):  # None / NaN: no shared experts, or no pick
+                out.setdefault((r["model"], kind), {})[int(r["batch"])] = str(v) == "True"
+    return out
+
+
+def decode_shared_tiles(schedules: dict, model: str, kind: str, batch: int, block_m: int):
+    """SharedTiles for a decode step of `batch` tokens: the schedule the nearest measured
+    batch picked (deamoe.bench.picks.nearest_batch), or None (ffn_step's default: in line)
+    where none was measured."""
+    from deamoe.bench.picks import nearest_batch
+    from deamoe.kernels.shared_expert import SharedTiles
+
+    by_batch = schedules.get((model, kind))
+    if not by_batch:
+        return None
+    return SharedTiles(block_m=block_m, stream=by_batch[nearest_batch(by_batch, batch)])

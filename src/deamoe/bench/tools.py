@@ -239,11 +239,14 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
     """microbench.csv and decode_tpot.csv of one run (several device calls: their rows
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
     copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
-    that was sent (default HEAD) is filled in."""
+    that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
+    (workflow/profiles/gpu/microbench-shared.yaml's run) goes to microbench_shared.csv, where
+    the report reads them, never over the main table."""
     import pandas as pd
 
     from deamoe.errors import DataError
     from deamoe.io import write_csv
+    from deamoe.report.shared_rows import SHARED_FILE, is_shared
 
     sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
@@ -255,6 +258,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
         df = pd.concat(parts, ignore_index=True)
         if "git_sha" in df:
             df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
+        if name == "microbench.csv" and is_shared(df["model"]).any():
+            name = SHARED_FILE
         write_csv(Path(dest) / name, df)
         written.append(name)
     if not written:

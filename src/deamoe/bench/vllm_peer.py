@@ -9,22 +9,8 @@
   bench peer check [--kernel FILE]
       CPU (TRITON_INTERPRET=1) or GPU: the peer path at small shapes against deamoe's reference
       layer (both the aligned and the naive block assignment); exits 1 on a mismatch.
-  bench peer run OUT_DIR MODEL:BATCH ... [--kernel FILE] [--rounds 2]
-      CUDA: for each point, on the same layer copies and the same rotating routings
-      (point_inputs), interleaved rounds of
-        ours logits   our baseline on its committed tiles from the router logits (routing,
-                      align, GEMMs): how vLLM's own benchmark times its fused MoE (gating
-                      output in)
-        ours routed   the same with ids and weights given: align + GEMMs
-        vllm routed   vLLM's fused_experts path for bf16 with ids and weights given and its
-                      block alignment computed beforehand (outside the timed graph): w13 GEMM,
-                      SiLU*up, w2 GEMM weighted by the routing weights, sum over k -- vLLM's
-                      kernel and default config (no tuned file exists for these shapes), its
-                      naive block assignment where vLLM takes it, a one-launch Triton SiLU*up
-                      and torch.sum standing in for vLLM's CUDA silu_and_mul and moe_sum
-      "vllm routed" leaves out vLLM's routing and alignment launches, so it is a lower bound
-      on vLLM's time from routed ids: our "ours routed" pays its own align launch.  Writes
-      vllm_peer.csv (rewritten after each point) and roofline.json under OUT_DIR.
+  bench peer run OUT_DIR MODEL:BATCH ... [--kernel FILE] [--table CSV] [--rounds 2]
+      CUDA: the kernel timed beside our baseline (deamoe.bench.vllm_peer_run).
 """
 
 from __future__ import annotations
@@ -33,9 +19,7 @@ import ast
 import functools
 import importlib.util
 import os
-import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -182,8 +166,10 @@ class VllmMoE:
     [gate; up] (E, 2I, H) and w2 (E, H, I), the intermediate caches allocated once (so the
     step captures in a CUDA graph), config = vLLM's get_default_config for this batch."""
 
-    def __init__(self, peer, gate, up, down, batch: int, k: int):
+    def __init__(self, peer, gate, up, down, batch: int, k: int, shared=None):
         self.peer = peer
+        # (gate, up, down) of the layer's shared experts: vLLM's shared-expert MLP beside it
+        self.shared = None if shared is None else VllmSharedMLP(*shared, batch)
         self.w13 = torch.cat([gate, up], dim=1).contiguous()
         self.w2 = down.contiguous()
         self.E, n2, _ = self.w13.shape
@@ -229,6 +215,11 @@ class VllmMoE:
             BLOCK_SIZE_K=block_k, SWAP_AB=False, USE_TD=False, **cfg)
 
     def __call__(self, x, topk_weights, sorted_ids, expert_ids, ntp) -> torch.Tensor:
+        def routed():
+            return self._routed(x, topk_weights, sorted_ids, expert_ids, ntp)
+        return routed() if self.shared is None else self.shared.beside(x, routed)
+
+    def _routed(self, x, topk_weights, sorted_ids, expert_ids, ntp) -> torch.Tensor:
         self._gemm(x, self.w13, self.cache1, topk_weights, sorted_ids, expert_ids, ntp,
                    False, self.k)
         rows = self.cache2.shape[0]
@@ -236,6 +227,53 @@ class VllmMoE:
         self._gemm(self.cache2, self.w2, self.cache3, topk_weights, sorted_ids, expert_ids,
                    ntp, True, 1)
         return torch.sum(self.cache3, dim=1, out=self.out)
+
+
+@functools.lru_cache(maxsize=None)
+def _aux_stream(device_index: int) -> torch.cuda.Stream:
+    """vLLM's aux_stream(): one side stream per process for every layer's shared experts."""
+    return torch.cuda.Stream(device_index)
+
+
+class VllmSharedMLP:
+    """vLLM's shared experts for bf16 (DeepseekV2MLP: gate_up_proj [2S, h] = [gate; up],
+    SiluAndMul, down_proj [h, S], unquantized linears, i.e. cuBLAS GEMMs; S = n_shared *
+    moe_intermediate_size) run as its SharedExperts runs them for a decode batch: on its aux
+    stream, forked before the routed experts and joined after them (tokens <=
+    VLLM_SHARED_EXPERTS_STREAM_TOKEN_THRESHOLD, 256 by default), then `shared_output +
+    fused_output`.  Buffers allocated once (the step captures in a CUDA graph); the same
+    one-launch Triton SiLU*up stands in for vLLM's CUDA silu_and_mul as in VllmMoE."""
+
+    def __init__(self, gate, up, down, batch: int):
+        self.w13 = torch.cat([gate, up], dim=0).contiguous()
+        self.w2 = down.contiguous()
+        self.S = gate.shape[0]
+        dev, dt = gate.device, gate.dtype
+        self.gate_up = torch.empty(batch, 2 * self.S, device=dev, dtype=dt)
+        self.hidden = torch.empty(batch, self.S, device=dev, dtype=dt)
+        self.shared_out = torch.empty(batch, down.shape[0], device=dev, dtype=dt)
+        self.out = torch.empty(batch, down.shape[0], device=dev, dtype=dt)
+        self.act = _silu_and_mul_kernel()
+
+    def _mlp(self, x) -> None:
+        torch.mm(x, self.w13.t(), out=self.gate_up)  # F.linear's GEMM, into the buffer
+        self.act[(x.shape[0], -(-self.S // 1024))](self.gate_up, self.hidden, self.S, BLOCK=1024)
+        torch.mm(self.hidden, self.w2.t(), out=self.shared_out)
+
+    def beside(self, x, routed) -> torch.Tensor:
+        """routed() -> the fused experts' output; returns it plus the shared experts'."""
+        fork = x.is_cuda
+        if fork:
+            main, aux = torch.cuda.current_stream(x.device), _aux_stream(x.device.index)
+            aux.wait_stream(main)  # vLLM's input_ready event
+            with torch.cuda.stream(aux):
+                self._mlp(x)
+        else:  # the interpreter: one stream
+            self._mlp(x)
+        fused = routed()
+        if fork:
+            main.wait_stream(aux)  # vLLM's output_ready event
+        return torch.add(self.shared_out, fused, out=self.out)
 
 
 def config_name(c: dict) -> str:
@@ -246,9 +284,11 @@ def config_name(c: dict) -> str:
 # -------------------------------------------------------------------------------------- check
 def check_rows(kernel: Path) -> list[dict]:
     """The peer path against the battery's fp32 reference layer at small shapes, one row each:
-    vLLM's naive block assignment and its aligned one, block_m 16 and 32."""
+    vLLM's naive block assignment and its aligned one, block_m 16 and 32, and both with shared
+    experts (vLLM's shared-expert MLP beside the fused MoE; the reference adds each shared
+    expert as its own dense FFN)."""
     from deamoe.shapes import MoEShape
-    from deamoe.kernels.battery import _kernel_weights, _reference, build_layer
+    from deamoe.kernels.battery import SHARED_PROJ, _kernel_weights, _reference, build_layer
     from deamoe.routing import route
 
     peer = load_peer(kernel)
@@ -260,21 +300,28 @@ def check_rows(kernel: Path) -> list[dict]:
     # (shape, batch): 3 * 2 * 4 <= 32 takes vLLM's naive assignment; the others align
     for shape, batch in ((MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2), 3),
                          (MoEShape(h=64, h_ffn=32, n_expert=8, k_expert=2), 5),
-                         (MoEShape(h=128, h_ffn=96, n_expert=16, k_expert=4), 37)):
+                         (MoEShape(h=128, h_ffn=96, n_expert=16, k_expert=4), 37),
+                         (MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2, n_shared=1), 3),
+                         (MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4, n_shared=2), 7)):
         layer = build_layer(shape, dev, seed=batch)  # the battery's layer and fp32 reference
         w = _kernel_weights(layer, dtype)
         gen = torch.Generator(device=dev).manual_seed(batch)
         x = torch.randn(batch, shape.h, generator=gen, device=dev, dtype=dtype)
         ids, weights = route(shape, F.linear(x, w["router.weight"]))
-        moe = VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert)
+        shared = ([w[f"shared_experts.{p}.weight"] for p in SHARED_PROJ] if shape.n_shared
+                  else None)
+        moe = VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert,
+                      shared)
         assignment = assignment_like_vllm(ids, moe.config, shape.n_expert)
-        moe.out.fill_(float("nan"))
+        for buf in (moe.out, *((moe.shared.out, moe.shared.shared_out) if shared else ())):
+            buf.fill_(float("nan"))
         got = moe(x, weights.float().contiguous(), *assignment).float()
         ref = _reference(layer, x.float(), ids, weights.float())
         rel = ((got - ref).norm() / ref.norm()).item()
         finite = bool(torch.isfinite(got).all())
         rows.append({"dtype": str(dtype).removeprefix("torch."), "n_expert": shape.n_expert,
-                     "k": shape.k_expert, "batch": batch, "naive": assignment[0] is None,
+                     "k": shape.k_expert, "n_shared": shape.n_shared, "batch": batch,
+                     "naive": assignment[0] is None,
                      "config": config_name(moe.config), "rel_err": rel, "finite": finite,
                      "ok": finite and rel < 1e-2})
     return rows
@@ -283,159 +330,8 @@ def check_rows(kernel: Path) -> list[dict]:
 def check(kernel: Path) -> int:
     rows = check_rows(kernel)
     for r in rows:
-        print(f"check {r['dtype']} E={r['n_expert']} k={r['k']} batch={r['batch']} "
+        print(f"check {r['dtype']} E={r['n_expert']} k={r['k']} shared={r['n_shared']} "
+              f"batch={r['batch']} "
               f"{'naive' if r['naive'] else 'aligned'} {r['config']}: "
               f"rel_err {r['rel_err']:.2e} {'ok' if r['ok'] else 'FAIL'}", flush=True)
     return 0 if all(r["ok"] for r in rows) else 1
-
-
-# ---------------------------------------------------------------------------------------- run
-def _point_routings(shape, inputs, logits, moes):
-    """Every draw's routing, computed before the capture: (ours, the peer's inputs, the mean
-    distinct experts as point_inputs counts them, whether vLLM takes its naive assignment)."""
-    from deamoe.bench.layer_step import StepInputs
-    from deamoe.routing import route
-
-    routed, peer_in, experts = [], [], 0
-    with torch.no_grad():
-        for d in logits.draws:
-            r, p = [], []
-            for lg in d:
-                ids, wts = route(shape, lg)
-                experts += int(torch.unique(ids).numel())
-                r += [ids, wts]
-                p += [wts.float().contiguous(),
-                      *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
-            routed.append(r)
-            peer_in.append(p)
-    experts /= len(routed) * len(inputs.live)
-    naive = peer_in[0][1] is None
-    if naive:  # sorted_token_ids None: drop it from the rotated tensors
-        peer_in = [[t for t in p if t is not None] for p in peer_in]
-    return (StepInputs([t.clone() for t in routed[0]], routed),
-            StepInputs([t.clone() for t in peer_in[0]], peer_in), experts, naive)
-
-
-def _time_point(shape, weights, inputs, logits, moes, tiles, repeats, rounds, replays):
-    """({variant: [us per round]}, the peer's relative error against ours, distinct experts,
-    naive) for one point: the three variants interleaved, round after round."""
-    from deamoe.bench.layer_step import ffn_step, layer_steps, time_fn
-
-    n, steps = len(weights), len(inputs.live)
-    routed, peer_in, experts, naive = _point_routings(shape, inputs, logits, moes)
-    per = 3 if naive else 4
-
-    def peer_args(i):
-        a = peer_in.live[per * i: per * (i + 1)]
-        return (a[0], None, a[1], a[2]) if naive else tuple(a)
-
-    def vllm_steps():
-        for j in range(repeats * n):
-            i = j % steps
-            moes[j % n](inputs.live[i], *peer_args(i))
-
-    pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
-    fns = {
-        "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                    logits=logits.live), (inputs, logits)),
-        "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
-                                    routed=pairs), (inputs, routed)),
-        "vllm routed": (vllm_steps, (inputs, peer_in)),
-    }
-    # same routing, same input: the peer's output against ours (fp32 norms)
-    for src in (inputs, routed, peer_in):
-        src.prepare(0)
-    ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles, routed=pairs[0]).float()
-    theirs = moes[0](inputs.live[0], *peer_args(0)).float()
-    rel = ((theirs - ours).norm() / ours.norm()).item()
-    times = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, (fn, srcs) in fns.items():
-            def prepare(i, srcs=srcs):
-                for src in srcs:
-                    src.prepare(i)
-            times[name].append(time_fn(fn, replays, repeats * n, prepare=prepare).median_us)
-    return times, rel, experts, naive
-
-
-def _peer_roofline(out: Path, prov: dict, peak, tiny: bool) -> float:
-    """The read roofline the rows are compared with: `peak` if given, else measured here."""
-    from deamoe.io import write_json
-    from deamoe.kernels.stream_read_benchmark import measure_read_roofline
-
-    if peak is None and not tiny:
-        roof = measure_read_roofline(4.0)
-        peak = roof["peak_read_tbps"]
-        write_json(out / "roofline.json", {**roof, **prov})
-        print(f"read roofline {peak:.3f} TB/s", flush=True)
-    return float("nan") if peak is None else peak
-
-
-def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
-             replays: int = 50, tiny: bool = False, peak: float | None = None,
-             settings=None) -> int:
-    """Time each 'MODEL:BATCH' point (its baseline tile from `table`, a microbench.csv) as the
-    module docstring says; rows go to out/vllm_peer.csv as they finish.  peak: the read
-    roofline measured earlier in the same run (else measured here, into out/roofline.json).
-    settings: the microbenchmark's (layer copies, draws, seed), so both sides are timed as the
-    run's own table was; MicrobenchSettings() by default."""
-    import pandas as pd
-    import triton
-
-    from deamoe.bench.knobs import knobs_name, make_tiles
-    from deamoe.bench.microbench import (MicrobenchSettings, committed_points, graph_repeats,
-                                         step_logits)
-    from deamoe.shapes import MoEShape, table1_row
-    from deamoe.io import write_csv
-    from deamoe.provenance import provenance
-
-    cuda = torch.cuda.is_available()
-    if not cuda and not tiny:
-        raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
-                        "on the CPU, TRITON_INTERPRET=1)")
-    peer = load_peer(kernel)
-    out.mkdir(parents=True, exist_ok=True)
-    prov = {**provenance("cuda" if cuda else "cpu"), "triton": triton.__version__}
-    peak = _peer_roofline(out, prov, peak, tiny)
-    s = settings or MicrobenchSettings()
-    if tiny:  # every model becomes one small layer shape, fp16 (see check), 2 draws
-        s = MicrobenchSettings(rotate_bytes=1e5, max_copies=2, min_layers_per_graph=3,
-                               routing_draws=2)
-    tiny_shape = MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2)
-    shapes = ((lambda model: SimpleNamespace(baseline=tiny_shape)) if tiny else table1_row)
-    rows = []
-    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
-            points, s, str(table), "cuda" if cuda else "cpu", shapes=shapes,
-            kinds=("baseline",)):
-        t0 = time.time()
-        if tiny:  # fp16 copies (see check_rows) on default tiles
-            weights = [{k: v.half() for k, v in w.items()} for w in weights]
-            inputs = inputs.map(lambda j, x: x.half())
-            knobs = {}
-        repeats = graph_repeats(len(weights), s)
-        moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch,
-                        shape.k_expert) for w in weights]
-        times, rel, experts, naive = _time_point(
-            shape, weights, inputs, step_logits(weights, inputs), moes,
-            make_tiles(shape, knobs), repeats, rounds, replays)
-        peer_tile = config_name(moes[0].config) + ("-naive" if naive else "")
-        for name, runs in times.items():
-            us = min(runs)
-            rows.append({
-                "model": model, "batch": batch, "variant": name, "us": us,
-                "runs": " ".join(f"{t:.1f}" for t in runs),
-                "bytes": nbytes, "experts": experts, "tbps": nbytes / us / 1e6,
-                "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
-                "tile": peer_tile if name.startswith("vllm") else knobs_name(knobs) or "default",
-                "peer_rel_err": rel, "copies": len(weights),
-                "layers_per_graph": repeats * len(weights),
-                "routing_draws": s.routing_draws, "vllm_kernel": peer.VLLM_VERSION,
-                "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
-                "date": prov["date"], "git_sha": prov["git_sha"]})
-        ours_us, peer_us = min(times["ours routed"]), min(times["vllm routed"])
-        print(f"{model:16s} {batch:4d} logits {min(times['ours logits']):8.1f}  routed "
-              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  {peer_tile}  "
-              f"rel {rel:.1e}  {time.time() - t0:.0f}s", flush=True)
-        write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
-        del moes, weights
-    return 0

@@ -29,6 +29,15 @@ def is_shared(models: pd.Series) -> pd.Series:
     return models.astype(str).str.endswith(SHARED_SUFFIX)
 
 
+def shared_peer_note(models: pd.Series) -> list[str]:
+    """The vllm_peer table's note on its "+shared" rows (none without them)."""
+    if not is_shared(models).any():
+        return []
+    return ["'<model>+shared' rows: both sides add the layer's shared experts -- ours on the "
+            "schedule the per-layer benchmark picked, vLLM's shared-expert MLP (gate_up GEMM, "
+            "SiLU*up, down GEMM) on its aux stream beside the fused MoE, then its add"]
+
+
 def shared_rows(src: Loaded, measured: Path, scale: dict) -> tuple[Loaded, Loaded | None, str]:
     """(src with the shared-expert rows appended, their committed source or None, a note)."""
     if src.ok and is_shared(src.frame["model"]).any():

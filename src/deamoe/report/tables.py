@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
-from deamoe.report.shared_rows import shared_rows
+from deamoe.report.shared_rows import shared_peer_note, shared_rows
 from deamoe.report.sources import (Loaded, not_run, read_csv, read_json, run_summaries,
                                    training_logs)
 
@@ -426,7 +426,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
         "'vLLM issue_us': the peer times the issue quotes (vLLM on a lent H200); 'vLLM here / "
         "issue' puts this chip's run of the same kernel beside them",
         _roofline_note(df.drop_duplicates(["model", "batch"])),
-    ]
+    ] + shared_peer_note(df["model"])
     return Artifact("vllm_peer", "Issue 5 peer: vLLM's fused MoE on the same GPU",
                     pd.DataFrame(rows), [src], notes, data=df)
 

@@ -1,0 +1,292 @@
+"""`python -m deamoe bench peer run`: vLLM's fused MoE timed beside our baseline on one GPU.
+
+  bench peer run OUT_DIR MODEL:BATCH ... [--kernel FILE] [--table CSV] [--rounds 2]
+      CUDA: for each point, on the same layer copies and the same rotating routings
+      (point_inputs), interleaved rounds of
+        ours logits   our baseline on its committed tiles from the router logits (routing,
+                      align, GEMMs): how vLLM's own benchmark times its fused MoE (gating
+                      output in)
+        ours routed   the same with ids and weights given: align + GEMMs
+        vllm routed   vLLM's fused_experts path for bf16 with ids and weights given and its
+                      block alignment computed beforehand (outside the timed graph): w13 GEMM,
+                      SiLU*up, w2 GEMM weighted by the routing weights, sum over k -- vLLM's
+                      kernel and default config (no tuned file exists for these shapes), its
+                      naive block assignment where vLLM takes it, a one-launch Triton SiLU*up
+                      and torch.sum standing in for vLLM's CUDA silu_and_mul and moe_sum
+      "vllm routed" leaves out vLLM's routing and alignment launches, so it is a lower bound
+      on vLLM's time from routed ids: our "ours routed" pays its own align launch.  A
+      "<model>+shared" point adds the layer's shared experts on both sides: ours on the
+      schedule its table picked (`baseline_shared_stream`: in line or on a side stream),
+      vLLM's shared-expert MLP on its aux stream beside the fused MoE, then its add
+      (deamoe.bench.vllm_peer.VllmSharedMLP); the table must hold that point (the
+      microbenchmark's run of the "+shared" layers, reports/measured/h200/microbench_shared.csv).
+      Writes vllm_peer.csv (rewritten after each point) and roofline.json under OUT_DIR.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from deamoe.bench.vllm_peer import (PeerError, VllmMoE, assignment_like_vllm, config_name,
+                                    load_peer)
+from deamoe.shapes import SHARED_SUFFIX, MoEShape
+
+# every model of a --tiny run becomes this layer (fp16, default tiles), with the model's
+# shared experts
+TINY_SHAPE = MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2)
+VARIANTS = ("ours logits", "ours routed", "vllm routed")
+
+
+@dataclass
+class PeerPoint:
+    """One point's result: {variant: [us per round]}, the peer's relative error against ours,
+    the mean distinct experts, vLLM's tile config name, our shared experts' schedule."""
+
+    times: dict
+    rel: float
+    experts: float
+    peer_tile: str
+    shared_stream: bool | None
+
+
+def checked_points(points: list[str], table) -> dict[tuple[str, int], dict]:
+    """{(model, batch): the table's row} of every 'MODEL:BATCH' point, before any GPU work; a
+    PeerError naming the point, or the table and the row it lacks."""
+    import pandas as pd
+
+    from deamoe.shapes import table1_row
+
+    if not Path(table).is_file():
+        raise PeerError(f"--table: no such file {table}")
+    df = pd.read_csv(table)
+    missing = {"model", "batch", "baseline_tile"} - set(df.columns)
+    if missing:
+        raise PeerError(f"{table}: missing column(s) {', '.join(sorted(missing))} of a microbench.csv")
+    rows = {}
+    for point in points:
+        model, sep, batch = point.rpartition(":")
+        if not sep or not batch.isdigit() or int(batch) < 1:
+            raise PeerError(f"point {point!r}: expected MODEL:BATCH (e.g. DeepSeek-V3:16)")
+        table1_row(model)  # an unknown model: its one-line error naming the presets
+        sel = df[(df["model"] == model) & (df["batch"] == int(batch))]
+        if sel.empty:
+            hint = (" (the '+shared' layers' table: reports/measured/h200/microbench_shared.csv)"
+                    if model.endswith(SHARED_SUFFIX) else "")
+            raise PeerError(f"{table}: no row for {model} batch {batch}; --table names the "
+                            f"microbench.csv that measured it{hint}")
+        rows[(model, int(batch))] = sel.iloc[0].to_dict()
+    return rows
+
+
+def _peer_shapes(tiny: bool):
+    """shapes(model) for committed_points: Table 1's, or TINY_SHAPE with the model's shared
+    experts (a small layer the interpreter runs)."""
+    from types import SimpleNamespace
+
+    from deamoe.shapes import table1_row
+
+    if not tiny:
+        return table1_row
+    return lambda model: SimpleNamespace(
+        baseline=TINY_SHAPE.replace(n_shared=table1_row(model).baseline.n_shared))
+
+
+def _peer_settings(settings, tiny: bool):
+    """The microbenchmark's settings the points are timed with (layer copies, draws, seed):
+    the run's own, MicrobenchSettings() by default; --tiny: a few small copies, 2 draws."""
+    from deamoe.bench.microbench import MicrobenchSettings
+
+    if tiny:
+        return MicrobenchSettings(rotate_bytes=1e5, max_copies=2, min_layers_per_graph=3,
+                                  routing_draws=2)
+    return settings or MicrobenchSettings()
+
+
+def shared_tiles(shape, row: dict, block_m: int):
+    """Our shared experts' SharedTiles for a point, on the schedule its table picked (None for a
+    layer without shared experts; in line where the table names none)."""
+    from deamoe.kernels.shared_expert import SharedTiles
+
+    if not shape.n_shared:
+        return None
+    return SharedTiles(block_m=block_m, stream=str(row.get("baseline_shared_stream")) == "True")
+
+
+def _point_routings(shape, inputs, logits, moes):
+    """Every draw's routing, computed before the capture: (ours, the peer's inputs, the mean
+    distinct experts as point_inputs counts them, whether vLLM takes its naive assignment)."""
+    from deamoe.bench.layer_step import StepInputs
+    from deamoe.routing import route
+
+    routed, peer_in, experts = [], [], 0
+    with torch.no_grad():
+        for d in logits.draws:
+            r, p = [], []
+            for lg in d:
+                ids, wts = route(shape, lg)
+                experts += int(torch.unique(ids).numel())
+                r += [ids, wts]
+                p += [wts.float().contiguous(),
+                      *assignment_like_vllm(ids, moes[0].config, shape.n_expert)]
+            routed.append(r)
+            peer_in.append(p)
+    experts /= len(routed) * len(inputs.live)
+    naive = peer_in[0][1] is None
+    if naive:  # sorted_token_ids None: drop it from the rotated tensors
+        peer_in = [[t for t in p if t is not None] for p in peer_in]
+    return (StepInputs([t.clone() for t in routed[0]], routed),
+            StepInputs([t.clone() for t in peer_in[0]], peer_in), experts, naive)
+
+
+def _time_point(shape, weights, inputs, logits, moes, tiles, repeats, rounds, replays,
+                shared=None):
+    """({variant: [us per round]}, the peer's relative error against ours, distinct experts,
+    naive) for one point: the three variants interleaved, round after round; shared: our
+    shared experts' SharedTiles (a layer with shared experts)."""
+    from deamoe.bench.layer_step import ffn_step, layer_steps, time_fn
+
+    n, steps = len(weights), len(inputs.live)
+    routed, peer_in, experts, naive = _point_routings(shape, inputs, logits, moes)
+    per = 3 if naive else 4
+
+    def peer_args(i):
+        a = peer_in.live[per * i: per * (i + 1)]
+        return (a[0], None, a[1], a[2]) if naive else tuple(a)
+
+    def vllm_steps():
+        for j in range(repeats * n):
+            i = j % steps
+            moes[j % n](inputs.live[i], *peer_args(i))
+
+    pairs = [(routed.live[2 * i], routed.live[2 * i + 1]) for i in range(steps)]
+    fns = {
+        "ours logits": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                    logits=logits.live, shared=shared), (inputs, logits)),
+        "ours routed": (layer_steps(shape, weights, inputs.live, tiles, repeats,
+                                    routed=pairs, shared=shared), (inputs, routed)),
+        "vllm routed": (vllm_steps, (inputs, peer_in)),
+    }
+    # same routing, same input: the peer's output against ours (fp32 norms)
+    for src in (inputs, routed, peer_in):
+        src.prepare(0)
+    ours = ffn_step(shape, weights[0], inputs.live[0], tiles=tiles, routed=pairs[0],
+                    shared=shared).float()
+    theirs = moes[0](inputs.live[0], *peer_args(0)).float()
+    rel = ((theirs - ours).norm() / ours.norm()).item()
+    times = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, (fn, srcs) in fns.items():
+            def prepare(i, srcs=srcs):
+                for src in srcs:
+                    src.prepare(i)
+            times[name].append(time_fn(fn, replays, repeats * n, prepare=prepare).median_us)
+    return times, rel, experts, naive
+
+
+def _peer_roofline(out: Path, prov: dict, peak, tiny: bool) -> float:
+    """The read roofline the rows are compared with: `peak` if given, else measured here."""
+    from deamoe.io import write_json
+    from deamoe.kernels.stream_read_benchmark import measure_read_roofline
+
+    if peak is None and not tiny:
+        roof = measure_read_roofline(4.0)
+        peak = roof["peak_read_tbps"]
+        write_json(out / "roofline.json", {**roof, **prov})
+        print(f"read roofline {peak:.3f} TB/s", flush=True)
+    return float("nan") if peak is None else peak
+
+
+def time_peer_point(peer, shape, weights, batch: int, tiles, inputs, s, rounds: int,
+                    replays: int, shared=None) -> PeerPoint:
+    """vLLM's layer (with its shared-expert MLP where the shape has shared experts) on every
+    layer copy, timed beside ours (_time_point)."""
+    from deamoe.bench.microbench import graph_repeats, step_logits
+
+    def peer_shared(w):
+        return (w["shared_gate"], w["shared_up"], w["shared_down"]) if shape.n_shared else None
+
+    moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert,
+                    peer_shared(w)) for w in weights]
+    times, rel, experts, naive = _time_point(
+        shape, weights, inputs, step_logits(weights, inputs), moes, tiles,
+        graph_repeats(len(weights), s), rounds, replays, shared)
+    tile = config_name(moes[0].config) + ("-naive" if naive else "")
+    return PeerPoint(times, rel, experts, tile, None if shared is None else shared.stream)
+
+
+def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nbytes: float,
+               copies: int, s, peak: float, prov: dict, vllm_kernel: str) -> list[dict]:
+    """vllm_peer.csv's rows of one point, one per variant (its best round); a layer with shared
+    experts adds n_shared and our schedule of them (shared_stream)."""
+    from deamoe.bench.microbench import graph_repeats
+
+    rows = []
+    for name, runs in p.times.items():
+        us = min(runs)
+        rows.append({
+            "model": model, "batch": batch, "variant": name, "us": us,
+            "runs": " ".join(f"{t:.1f}" for t in runs),
+            "bytes": nbytes, "experts": p.experts, "tbps": nbytes / us / 1e6,
+            "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
+            "tile": p.peer_tile if name.startswith("vllm") else knobs_tile,
+            "peer_rel_err": p.rel, "copies": copies,
+            "layers_per_graph": graph_repeats(copies, s) * copies,
+            "routing_draws": s.routing_draws, "vllm_kernel": vllm_kernel,
+            **({"n_shared": shape.n_shared, "shared_stream": p.shared_stream}
+               if shape.n_shared else {}),
+            "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
+            "date": prov["date"], "git_sha": prov["git_sha"]})
+    return rows
+
+
+def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
+             replays: int = 50, tiny: bool = False, peak: float | None = None,
+             settings=None) -> int:
+    """Time each 'MODEL:BATCH' point (its baseline tile from `table`, a microbench.csv) as the
+    module docstring says; rows go to out/vllm_peer.csv as they finish.  peak: the read
+    roofline measured earlier in the same run (else measured here, into out/roofline.json).
+    settings: the microbenchmark's (layer copies, draws, seed), so both sides are timed as the
+    run's own table was; MicrobenchSettings() by default."""
+    import pandas as pd
+    import triton
+
+    from deamoe.bench.knobs import knobs_name, make_tiles
+    from deamoe.bench.microbench import committed_points
+    from deamoe.io import write_csv
+    from deamoe.provenance import provenance
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not tiny:
+        raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
+                        "on the CPU, TRITON_INTERPRET=1)")
+    table_rows = checked_points(points, table)
+    peer = load_peer(kernel)
+    out.mkdir(parents=True, exist_ok=True)
+    prov = {**provenance("cuda" if cuda else "cpu"), "triton": triton.__version__}
+    peak = _peer_roofline(out, prov, peak, tiny)
+    s = _peer_settings(settings, tiny)
+    rows = []
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
+            points, s, str(table), "cuda" if cuda else "cpu", shapes=_peer_shapes(tiny),
+            kinds=("baseline",)):
+        t0 = time.time()
+        if tiny:  # fp16 copies (see vllm_peer.check_rows) on default tiles
+            weights = [{k: v.half() for k, v in w.items()} for w in weights]
+            inputs = inputs.map(lambda j, x: x.half())
+            knobs = {}
+        p = time_peer_point(peer, shape, weights, batch, make_tiles(shape, knobs), inputs, s,
+                            rounds, replays,
+                            shared_tiles(shape, table_rows[(model, batch)], s.block_m))
+        rows += point_rows(model, batch, shape, p, knobs_name(knobs) or "default", nbytes,
+                           len(weights), s, peak, prov, peer.VLLM_VERSION)
+        ours_us, peer_us = min(p.times["ours routed"]), min(p.times["vllm routed"])
+        print(f"{model:16s} {batch:4d} logits {min(p.times['ours logits']):8.1f}  routed "
+              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  {p.peer_tile}  "
+              f"rel {p.rel:.1e}  {time.time() - t0:.0f}s", flush=True)
+        write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
+        del weights
+    return 0
