@@ -146,3 +146,14 @@ def test_a_size_may_change_other_model_fields_for_a_sweep():
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"colour": 1}}})), "a")
     with pytest.raises(ConfigError, match=r"pretrain.sizes.a.model.hidden_size: set it as pretrain.sizes.a.hidden_size"):
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"hidden_size": 8}}})), "a")
+
+
+def test_a_size_sets_the_expert_init_scale_of_both_models():
+    from deamoe.train.runs import model_config
+
+    s = load_settings(doc=_tiny(sizes={"a": {}, "b": {"model": {"expert_init_scale": 0.5}}}))
+    for m in runs.MODELS:
+        a, b = (model_config(s, runs.run_spec(s, f"pretrain-{z}-{m}-s0"), 300) for z in "ab")
+        assert (a.expert_init_scale, b.expert_init_scale) == (1.0, 0.5)
+    with pytest.raises(ConfigError, match=r"model.expert_init_scale must be > 0"):
+        runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"expert_init_scale": 0}}})), "a")

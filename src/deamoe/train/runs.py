@@ -214,6 +214,7 @@ def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
         rope_theta=m.rope_theta,
         rms_norm_eps=m.rms_norm_eps,
         init_std=m.init_std,
+        expert_init_scale=m.expert_init_scale,
         tie_word_embeddings=m.tie_word_embeddings,
         load_balance=m.load_balance,
         aux_loss_coef=m.aux_loss_coef,

@@ -141,6 +141,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "steps": int(curve["step"].iloc[-1]), "planned_steps": summ.get("planned_steps"),
             "tokens": tokens, "tokens_per_param": tokens / summ["params"], "lr": summ.get("lr"),
             "aux_loss_coef": summ.get("aux_loss_coef"), "init_std": summ.get("init_std"),
+            "expert_init_scale": summ.get("expert_init_scale"),
             "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
             "last_n": n, "val_loss": summ["val_loss"],
             "mean_distinct_departments": summ.get("mean_distinct_departments"),
