@@ -157,3 +157,22 @@ def test_a_size_sets_the_expert_init_scale_of_both_models():
         assert (a.expert_init_scale, b.expert_init_scale) == (1.0, 0.5)
     with pytest.raises(ConfigError, match=r"model.expert_init_scale must be > 0"):
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"expert_init_scale": 0}}})), "a")
+
+
+def test_small_gap_sweep_sizes_are_the_gpu_small_size_with_one_setting_changed():
+    """experiments/small_gap/sweep.yaml over the gpu profile: every sweep size has the profile's
+    small decoder, FFN pair, steps and (unless it sweeps lr) lr, at seed 0; it differs in one setting."""
+    from deamoe.train.runs import model_config
+
+    sweep = yaml.safe_load((ROOT / "experiments" / "small_gap" / "sweep.yaml").read_text())
+    s = load_settings(doc=_merge(profile_doc("gpu"), sweep))
+    small = runs.size(s, "small")
+    changed = {}
+    for name in sweep["pretrain"]["sizes"]:
+        z = runs.size(s, name)
+        assert (z.decoder, z.baseline, z.deamoe, z.steps, z.seeds) == \
+            (small.decoder, small.baseline, small.deamoe, small.steps, (0,)), name
+        cfgs = {m: model_config(s, runs.run_spec(s, f"pretrain-{name}-{m}-s0"), 8192) for m in runs.MODELS}
+        changed[name] = (z.lr, cfgs["baseline"].expert_init_scale, cfgs["deamoe"].expert_init_scale)
+    assert changed == {"smallinit05": (small.lr, 0.5, 0.5), "smallinit2": (small.lr, 2.0, 2.0),
+                       "smalllr8": (8e-3, 1.0, 1.0)}
