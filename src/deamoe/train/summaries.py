@@ -96,6 +96,8 @@ def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dic
     cols, long = {}, []
     for r in perplexity_rows(model, doc):
         cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]
+        cols[f"token_ppl_{r['dataset']}"] = r["token_perplexity"]
+        cols[f"tokens_per_word_{r['dataset']}"] = r["tokens_per_word"]
         long.append({"run": name, "kind": "perplexity", "task": r["dataset"], "metric": "word_perplexity",
                      "value": r["word_perplexity"], "stderr": None, "n": r["n"], "paper_value": r["paper_value"]})
     for r in downstream_rows(model, doc):
