@@ -40,14 +40,15 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
     """One row per run (variant x seed); ranks order the variants within each seed."""
     import pandas as pd
 
-    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run
+    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, trained_as
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     rows, frames = [], []
     n = s.ablation.last_n
     for name in ablation_run_names(s):
-        summ, curve = _load_run(runs_dir, name)
+        twin = trained_as(s, name)  # the pre-training run it is, when it is one
+        summ, curve = _load_run(runs_dir, twin)
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
@@ -63,6 +64,7 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
             "paper_loss": paper,
             "paper_mean_distinct_departments": 3.95 if variant == "no1" else None,
             "paper_last_n": 200, "paper_tokens_last_n": 210_000_000,
+            "trained_as": twin,
             "profile": s.profile, **_provenance(summ),
         })
         frames.append(curve[["step", "tokens", "loss"]].assign(run=name, variant=f"No.{variant[2:]}",
