@@ -54,3 +54,20 @@ def test_bad_config_is_one_line_error():
         DeaMoEConfig(ffn_type="deamoe", n_dept=4, k_dept=5)
     with pytest.raises(ConfigError, match="ffn_type"):
         DeaMoEConfig(ffn_type="dense")
+
+
+@pytest.mark.parametrize("ffn_type", ["moe", "deamoe"])
+def test_expert_init_scale_scales_the_routed_matrices_only(ffn_type):
+    """1.0 is bit-for-bit the model without the field; 2.0 doubles exactly the routed experts' std
+    (DeaMoE: its department matrices; the identity expert factors stay the identity)."""
+    ref, one, two = tiny(ffn_type).state_dict(), tiny(ffn_type, expert_init_scale=1.0).state_dict(), \
+        tiny(ffn_type, expert_init_scale=2.0).state_dict()
+    scaled = ("gate_proj", "up_proj", "down_proj") if ffn_type == "moe" else ("dept_gate", "dept_up", "dept_down")
+    for name, w in ref.items():
+        assert torch.equal(one[name], w), name
+        routed = name.rsplit(".", 1)[-1] in scaled and ".mlp." in name and "shared" not in name
+        if routed:
+            torch.testing.assert_close(two[name], 2 * w, rtol=0, atol=0)
+        else:
+            assert torch.equal(two[name], w), name
+    assert any(name.endswith(scaled[0]) for name in ref)

@@ -127,3 +127,34 @@ def test_table4_at_gpu_scale_averages_seeds_and_ranks_the_means(tmp_path):
     assert t.loc["No.1", "seeds"] == 2 and t.loc["No.1", "mean distinct departments"] == 4.25
     assert t.loc["No.6", "rank"] == 1 and t.loc["No.1", "rank"] == 6 and t.loc["No.1", "paper rank"] == 1
     assert "reproduced at size medium: mean training loss over the last 100 steps" in art.notes[1]
+
+
+def test_table3_note_puts_word_perplexity_beside_the_per_token_loss(tmp_path):
+    measured = tmp_path / "measured" / "h200"
+    rows = synthetic_rows()
+    _commit(measured, rows)
+    notes = ladder.metric_table("table3_gpu", tmp_path / "results", measured, None, ("small",)).notes
+    assert "Per-token loss: not in these rows" in notes[-1] and "out of their domain" in notes[-1]
+    # with the token counts the runner records: ln(token perplexity) against the held-out loss
+    rows = rows.assign(token_ppl_wikitext2=[math.exp(5.0 + i / 8) for i in range(len(rows))],
+                       tokens_per_word_wikitext2=1.5)
+    _commit(tmp_path / "m2" / "h200", rows)
+    note = ladder.metric_table("table3_gpu", tmp_path / "results", tmp_path / "m2" / "h200", None, ("small",)).notes[-1]
+    # small rows are the first six: 5.0 .. 5.625 nats per token; their held-out losses 4.0 .. 4.625
+    assert "small wikitext2: 1.50 tokens per word, 5.00-5.62 nats per token over 6 runs against " \
+           "held-out Gutenberg 4.00-4.62" in note
+
+
+def test_gap_figure_draws_each_pair_of_the_rows_and_says_not_run_without_rows(tmp_path):
+    from deamoe.report import figures
+
+    measured = tmp_path / "measured" / "h200"
+    _commit(measured, synthetic_rows())
+    fig = figures.quality_gap(ladder.pretrain_gpu(tmp_path / "results", measured, None, ("small", "large")))
+    ax = fig.axes[0]
+    points = sorted(tuple(p) for c in ax.collections for p in c.get_offsets() if len(c.get_offsets()) == 5)
+    # one point per (size, seed) pair: small 0.125, 0.25, 0.125; large 0, 0
+    assert points == sorted([(7e6, 0.125), (7e6, 0.25), (7e6, 0.125), (1.7e8, 0.0), (1.7e8, 0.0)])
+    assert not any("not run" in t.get_text() for t in ax.texts)
+    empty = figures.quality_gap(ladder.pretrain_gpu(tmp_path / "r", tmp_path / "none" / "h200", None, ("small",)))
+    assert any("not run" in t.get_text() for t in empty.axes[0].texts)

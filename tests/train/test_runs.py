@@ -146,3 +146,54 @@ def test_a_size_may_change_other_model_fields_for_a_sweep():
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"colour": 1}}})), "a")
     with pytest.raises(ConfigError, match=r"pretrain.sizes.a.model.hidden_size: set it as pretrain.sizes.a.hidden_size"):
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"hidden_size": 8}}})), "a")
+
+
+def test_a_size_sets_the_expert_init_scale_of_both_models():
+    from deamoe.train.runs import model_config
+
+    s = load_settings(doc=_tiny(sizes={"a": {}, "b": {"model": {"expert_init_scale": 0.5}}}))
+    for m in runs.MODELS:
+        a, b = (model_config(s, runs.run_spec(s, f"pretrain-{z}-{m}-s0"), 300) for z in "ab")
+        assert (a.expert_init_scale, b.expert_init_scale) == (1.0, 0.5)
+    with pytest.raises(ConfigError, match=r"model.expert_init_scale must be > 0"):
+        runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"expert_init_scale": 0}}})), "a")
+
+
+def test_small_gap_sweep_sizes_are_the_gpu_small_size_with_one_setting_changed():
+    """experiments/small_gap/sweep.yaml over the gpu profile: every sweep size has the profile's
+    small decoder, FFN pair, steps and (unless it sweeps lr) lr, at seed 0; it differs in one setting."""
+    from deamoe.train.runs import model_config
+
+    sweep = yaml.safe_load((ROOT / "experiments" / "small_gap" / "sweep.yaml").read_text())
+    s = load_settings(doc=_merge(profile_doc("gpu"), sweep))
+    small = runs.size(s, "small")
+    changed = {}
+    for name in sweep["pretrain"]["sizes"]:
+        z = runs.size(s, name)
+        assert (z.decoder, z.baseline, z.deamoe, z.steps, z.seeds) == \
+            (small.decoder, small.baseline, small.deamoe, small.steps, (0,)), name
+        cfgs = {m: model_config(s, runs.run_spec(s, f"pretrain-{name}-{m}-s0"), 8192) for m in runs.MODELS}
+        changed[name] = (z.lr, cfgs["baseline"].expert_init_scale, cfgs["deamoe"].expert_init_scale)
+    assert changed == {"smallinit05": (small.lr, 0.5, 0.5), "smallinit2": (small.lr, 2.0, 2.0),
+                       "smalllr8": (8e-3, 1.0, 1.0)}
+
+
+def test_an_ablation_variant_identical_to_a_pretrain_run_is_trained_once():
+    # tiny default: No.1 at seed 0 is the tiny DeaMoE run (same model, seed, lr and 300 steps)
+    s = load_settings(doc=profile_doc(None))
+    assert [runs.trained_as(s, n) for n in runs.ablation_run_names(s)] == \
+        ["pretrain-tiny-deamoe-s0"] + [f"ablation-no{i}-s0" for i in range(2, 7)]
+    # gpu profile: Table 4 runs 600 steps, the medium pair 1000 -- another cosine schedule, so
+    # No.1 is trained on its own
+    gpu = profile_doc("gpu")
+    s = load_settings(doc=gpu)
+    assert all(runs.trained_as(s, n) == n for n in runs.ablation_run_names(s))
+    # on the pair's 1000 steps No.1 would be the medium DeaMoE run at seeds 0 and 1
+    gpu["ablation"]["steps"] = 1000
+    s = load_settings(doc=gpu)
+    assert {n: runs.trained_as(s, n) for n in runs.ablation_run_names(s) if runs.trained_as(s, n) != n} == \
+        {"ablation-no1-s0": "pretrain-medium-deamoe-s0", "ablation-no1-s1": "pretrain-medium-deamoe-s1"}
+    # a size-level model override reaches both, so they stay the same; a seed outside the size's is its own
+    gpu["pretrain"]["sizes"]["medium"]["seeds"] = [1]
+    s = load_settings(doc=gpu)
+    assert runs.trained_as(s, "ablation-no1-s0") == "ablation-no1-s0"

@@ -94,6 +94,10 @@ def test_ablation_and_pretrain_summaries(tmp_path, make_config, shards):
     assert list(table.columns[:11]) == ["run", "variant", "seed", "size", "operator", "init", "dept_topk",
                                         "loss_last_n", "last_n", "steps", "tokens"]
     assert list(table["paper_loss"]) == [2.504, 2.510, 2.536, 2.508, 2.530, 2.519]
+    # a variant is read from the run it was trained as (No.1: the DeaMoE pre-training run when identical)
+    assert list(table["trained_as"])[1:] == [f"ablation-no{i}-s0" for i in range(2, 7)]
+    assert table["loss_last_n"].iloc[0] == pytest.approx(
+        pd.read_csv(tmp_path / "runs" / table["trained_as"].iloc[0] / "log.csv")["loss"].tail(table["last_n"].iloc[0]).mean())
     assert (tmp_path / "ablation" / "curves.csv").is_file()
     assert main(["pretrain", "--config", config, "--runs", str(tmp_path / "runs"),
                  "--out", str(tmp_path / "pretrain" / "summary.csv")]) == 0

@@ -3,7 +3,8 @@
 
 rule ablation:
     input:
-        expand("results/train/{run}/summary.json", run=ABLATION_RUNS),
+        # a variant identical to a pre-training run (No.1 on the same schedule) is read from it
+        expand("results/train/{run}/summary.json", run=[_runs.trained_as(_TRAIN, r) for r in ABLATION_RUNS]),
     output:
         "results/ablation/summary.csv",
     params:

@@ -133,6 +133,23 @@ def write_tasks(s: EvalSettings, out: Path) -> list[str]:
     return names
 
 
+def corpus_counts(s: EvalSettings, work: Path, tok) -> dict[str, dict]:
+    """Per perplexity task: documents, words, bytes and scored tokens of what the harness evaluated
+    (the first eval.limit documents), so that the per-token loss can stand beside word perplexity."""
+    from deamoe.eval.tasks.ppl_utils import scored_counts
+
+    out = {}
+    for task in (t for t in s.tasks if t in PERPLEXITY_TASKS):
+        docs = [row for row, _ in data.jsonl_rows(work / "data" / f"{task}.jsonl")]
+        docs = docs[: s.limit] if s.limit else docs
+        total = {"documents": len(docs), "words": 0, "bytes": 0, "tokens": 0}
+        for doc in docs:
+            for key, n in scored_counts(task, doc, tok).items():
+                total[key] += n
+        out[task] = total
+    return out
+
+
 def resolve_device(device: str) -> str:
     import torch
 
@@ -176,6 +193,11 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
     started = time.time()
     device = resolve_device(s.device)
     model, tok = load_checkpoint(checkpoint, device, s.dtype)  # a bad checkpoint fails first
+    context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+    if s.max_length and context and s.max_length > context:
+        # a longer window would score tokens at positions the model never saw (RoPE extrapolation)
+        raise ConfigError(f"eval.max_length={s.max_length} is longer than the context of {checkpoint} "
+                          f"(max_position_embeddings={context}); set it <= {context}, or 0 for the model's own")
     from deamoe.io import staging_dir
 
     with staging_dir(out) as work:
@@ -224,6 +246,7 @@ def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started,
         for key in ("results", "n-samples"):
             if scored in results.get(key, {}):
                 results[key][task] = {**results[key][scored], "alias": task}
+    corpora = corpus_counts(s, work, tok)
     results["deamoe"] = {
         "model": model_name,
         "checkpoint": str(checkpoint),
@@ -235,6 +258,7 @@ def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started,
         "dtype": s.dtype,
         "data": sources,
         "scored_once_same_text": same,
+        "corpora": corpora,
         "wall_seconds": round(time.time() - started, 1),
         **provenance(device, profile=profile, lm_eval=version("lm-eval"),
                      transformers=version("transformers")),

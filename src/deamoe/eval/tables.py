@@ -5,7 +5,9 @@ downstream.csv: model, task, metric, value, stderr, n, paper_value, table_metric
   value and stderr in percent like Table 2.  paper_value sits on the row of the metric the
   paper's table is read as (table_metric = true; see paper_values.py), empty on the other row.
 perplexity.csv: model, dataset, word_perplexity, byte_perplexity, bits_per_byte, n, paper_value,
-  + provenance.  paper_value is Table 3's number, compared with word_perplexity.
+  tokens_per_word, token_perplexity, + provenance.  paper_value is Table 3's number, compared with
+  word_perplexity.  token_perplexity = exp(NLL / scored tokens) = word_perplexity ** (words /
+  tokens), from the counts the runner records (empty for an output without them).
 n is the number of documents the harness evaluated (after eval.limit).
 """
 
@@ -21,7 +23,7 @@ from deamoe.eval.paper_values import TABLE2, TABLE3, table2_value, table3_value
 PROVENANCE = ("git_sha", "date", "device", "profile", "lm_eval", "torch", "limit_per_task", "ppl_max_chars")
 DOWNSTREAM_COLUMNS = ["model", "task", "metric", "value", "stderr", "n", "paper_value", "table_metric"]
 PERPLEXITY_COLUMNS = ["model", "dataset", "word_perplexity", "byte_perplexity", "bits_per_byte", "n",
-                      "paper_value"]
+                      "paper_value", "tokens_per_word", "token_perplexity"]
 RUN_COLUMNS = ["run", "size", "seed"]  # which training run of the ladder (from the folder name)
 
 
@@ -81,13 +83,19 @@ def perplexity_rows(model: str, doc: dict) -> list[dict]:
         res = doc["results"].get(task)
         if res is None:
             continue
+        word_ppl = _number(res.get("word_perplexity,none"))
+        counts = doc.get("deamoe", {}).get("corpora", {}).get(task) or {}
+        words, tokens = counts.get("words"), counts.get("tokens")
+        per_token = math.exp(math.log(word_ppl) * words / tokens) if words and tokens and word_ppl > 0 else math.nan
         rows.append({
             "model": model, "dataset": task,
-            "word_perplexity": _number(res.get("word_perplexity,none")),
+            "word_perplexity": word_ppl,
             "byte_perplexity": _number(res.get("byte_perplexity,none")),
             "bits_per_byte": _number(res.get("bits_per_byte,none")),
             "n": doc.get("n-samples", {}).get(task, {}).get("effective"),
             "paper_value": table3_value(task, model),
+            "tokens_per_word": tokens / words if words and tokens else math.nan,
+            "token_perplexity": per_token,
             **_provenance(doc),
         })
     return rows

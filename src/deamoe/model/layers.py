@@ -72,11 +72,12 @@ def shared_experts(shape: MoEShape | DeaMoEShape) -> SharedExperts | None:
 class MoE(nn.Module):
     """Standard MoE FFN with SwiGLU experts (equations 1-3)."""
 
-    def __init__(self, shape: MoEShape, init_std: float = 0.02):
+    def __init__(self, shape: MoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
         super().__init__()
         self.shape = shape
         n, f, h = shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
+        self.expert_init_scale = expert_init_scale
         self.router = nn.Linear(h, n, bias=False)
         self.gate_proj = nn.Parameter(torch.empty(n, f, h))
         self.up_proj = nn.Parameter(torch.empty(n, f, h))
@@ -94,7 +95,8 @@ class MoE(nn.Module):
     def reset_parameters(self) -> None:
         for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj,
                   *self.shared_parameters()):
-            nn.init.normal_(w, std=self.init_std)
+            routed = w is self.gate_proj or w is self.up_proj or w is self.down_proj
+            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if routed else 1.0))
         nn.init.zeros_(self.expert_bias)
 
     def _add_shared(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -127,11 +129,12 @@ class MoE(nn.Module):
 class DeaMoE(nn.Module):
     """DeaMoE FFN: departments share W_g/W_u/W_d; experts own A_g/A_u/A_d (Section 3)."""
 
-    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02):
+    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
         super().__init__()
         self.shape = shape
         d, e, f, h = shape.n_dept, shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
+        self.expert_init_scale = expert_init_scale
         self.sigma = operator(shape.operator)
         self.router = nn.Linear(h, e, bias=False)
         self.dept_gate = nn.Parameter(torch.empty(d, f, h))
@@ -155,7 +158,10 @@ class DeaMoE(nn.Module):
     def reset_parameters(self) -> None:
         for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down,
                   *self.shared_parameters()):
-            nn.init.normal_(w, std=self.init_std)
+            # the department matrices are the h-sided factor of every routed expert (the baseline's
+            # expert matrices' counterpart): expert_init_scale scales them, not the f x f factor
+            dept = w is self.dept_gate or w is self.dept_up or w is self.dept_down
+            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if dept else 1.0))
         for w in self.expert_parameters():
             if self.shape.expert_init == "identity":
                 # torch.nn.init.eye_ per expert: each expert starts equal to its department backbone.
@@ -255,5 +261,7 @@ def routed_reference(
     return (w * y).sum(1)
 
 
-def build_ffn(shape: MoEShape | DeaMoEShape, init_std: float = 0.02) -> MoE | DeaMoE:
-    return DeaMoE(shape, init_std) if isinstance(shape, DeaMoEShape) else MoE(shape, init_std)
+def build_ffn(shape: MoEShape | DeaMoEShape, init_std: float = 0.02,
+              expert_init_scale: float = 1.0) -> MoE | DeaMoE:
+    cls = DeaMoE if isinstance(shape, DeaMoEShape) else MoE
+    return cls(shape, init_std, expert_init_scale)

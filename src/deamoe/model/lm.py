@@ -42,6 +42,7 @@ class DeaMoEConfig(PretrainedConfig):
         rope_theta: float = 10000.0,
         rms_norm_eps: float = 1e-6,
         init_std: float = 0.02,
+        expert_init_scale: float = 1.0,
         ffn_type: str = "deamoe",
         h_ffn: int = 64,
         n_expert: int = 16,
@@ -69,6 +70,8 @@ class DeaMoEConfig(PretrainedConfig):
         self.rope_theta = rope_theta
         self.rms_norm_eps = rms_norm_eps
         self.init_std = init_std
+        # init std of the routed experts' matrices (DeaMoE: its department matrices) = init_std x this
+        self.expert_init_scale = expert_init_scale
         self.ffn_type = ffn_type
         self.h_ffn = h_ffn
         self.n_expert = n_expert
@@ -196,7 +199,7 @@ class DecoderLayer(nn.Module):
         self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = Attention(config, layer_idx)
         self.post_attention_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = build_ffn(config.ffn_shape(), config.init_std)
+        self.mlp = build_ffn(config.ffn_shape(), config.init_std, config.expert_init_scale)
 
     def forward(self, x, cos, sin, mask, cache):
         x = x + self.self_attn(self.input_norm(x), cos, sin, mask, cache)
@@ -217,11 +220,11 @@ class DeaMoEPreTrainedModel(PreTrainedModel):
             init.ones_(module.weight)
         elif isinstance(module, MoE):
             for w in (module.gate_proj, module.up_proj, module.down_proj):
-                init.normal_(w, mean=0.0, std=std)
+                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
             init.zeros_(module.expert_bias)
         elif isinstance(module, DeaMoE):
             for w in (module.dept_gate, module.dept_up, module.dept_down):
-                init.normal_(w, mean=0.0, std=std)
+                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
             for w in module.expert_parameters():
                 if module.shape.expert_init == "identity":
                     init.copy_(w, torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w))

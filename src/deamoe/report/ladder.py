@@ -204,12 +204,35 @@ _METRIC_TABLES = {
 }
 
 
+def per_token_note(rows: pd.DataFrame | None) -> str:
+    """Word perplexity against the per-token loss it comes from and the in-domain held-out loss."""
+    head = ("Word perplexity is exp(NLL / words) with the harness's word counts (PTB: words + one end "
+            "of sentence per line). These models learned only Gutenberg books, so PTB (lower-cased news "
+            "with <unk> and N) and WikiText are out of their domain; the paper's models learned "
+            "RedPajama, which includes Wikipedia. ")
+    cols = [] if rows is None else [c for c in rows.columns if c.startswith("token_ppl_")]
+    parts = []
+    for col in cols:
+        ds = col.removeprefix("token_ppl_")
+        r = rows.dropna(subset=[col])
+        for size, g in r.groupby("size", sort=False):
+            nll = g[col].map(math.log)
+            parts.append(f"{size} {ds}: {g[f'tokens_per_word_{ds}'].mean():.2f} tokens per word, "
+                         f"{nll.min():.2f}-{nll.max():.2f} nats per token over {len(g)} runs against "
+                         f"held-out Gutenberg {g['val_loss'].min():.2f}-{g['val_loss'].max():.2f}")
+    if not parts:
+        return head + "Per-token loss: not in these rows (runs.csv without token_ppl_* columns)."
+    return head + "Per-token loss (ln of token perplexity) -- " + "; ".join(parts) + "."
+
+
 def metric_table(key: str, results: Path, measured: Path, profile: str | None,
                  sizes: tuple[str, ...]) -> Artifact:
     """Table 2 or 3 at GPU scale (`key` in _METRIC_TABLES)."""
     prefix, paper_table, label, title, notes = _METRIC_TABLES[key]
     rows, _, sources = ladder_rows(results, measured, profile)
     table = _metric_table(rows, _sizes(rows, sizes), prefix, paper_table, label)
+    if key == "table3_gpu":
+        notes = [*notes, per_token_note(rows)]
     return Artifact(key, title, table, sources or [_missing(measured)], notes)
 
 

@@ -202,6 +202,19 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
                    z.decoder, z.lr, z.model)
 
 
+def trained_as(settings: Settings, name: str) -> str:
+    """The run whose training `name` is.  An ablation variant whose model, seed, learning rate and
+    schedule length are those of its size's DeaMoE pre-training run at that seed (variant No.1 when
+    ablation.steps equals the size's steps) would train the same weights again: it is that run."""
+    spec = run_spec(settings, name)
+    if spec.kind != "ablation" or spec.seed not in size(settings, spec.size).seeds:
+        return name
+    twin = run_spec(settings, f"pretrain-{spec.size}-deamoe-s{spec.seed}")
+    same = (spec.steps, spec.lr, spec.seed) == (twin.steps, twin.lr, twin.seed) and \
+        model_config(settings, spec, 2).to_dict() == model_config(settings, twin, 2).to_dict()
+    return twin.name if same else name
+
+
 def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
     """The DeaMoEConfig of a run (decoder from `model`, FFN from the run)."""
     from deamoe.model import DeaMoEConfig
@@ -214,6 +227,7 @@ def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
         rope_theta=m.rope_theta,
         rms_norm_eps=m.rms_norm_eps,
         init_std=m.init_std,
+        expert_init_scale=m.expert_init_scale,
         tie_word_embeddings=m.tie_word_embeddings,
         load_balance=m.load_balance,
         aux_loss_coef=m.aux_loss_coef,

@@ -45,6 +45,9 @@ class ModelSettings:
     load_balance: str = "aux_loss"  # aux_loss | bias | none
     aux_loss_coef: float = 0.01
     init_std: float = 0.02
+    # the routed experts' matrices start at init_std x this (DeaMoE: its department matrices,
+    # whose f x f expert factors start as the identity); 1.0: the same std as every other matrix
+    expert_init_scale: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,8 @@ def _check(section: str, s) -> None:
         need(s.max_bytes >= 0, "max_bytes", "must be >= 0")
     elif section == "model":
         need(s.load_balance in ("aux_loss", "bias", "none"), "load_balance", "must be aux_loss, bias or none")
+        need(s.init_std > 0, "init_std", "must be > 0")
+        need(s.expert_init_scale > 0, "expert_init_scale", "must be > 0")
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_position_embeddings"):
             need(getattr(s, key) >= 1, key, "must be >= 1")

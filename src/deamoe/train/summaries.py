@@ -40,14 +40,15 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
     """One row per run (variant x seed); ranks order the variants within each seed."""
     import pandas as pd
 
-    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run
+    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, trained_as
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     rows, frames = [], []
     n = s.ablation.last_n
     for name in ablation_run_names(s):
-        summ, curve = _load_run(runs_dir, name)
+        twin = trained_as(s, name)  # the pre-training run it is, when it is one
+        summ, curve = _load_run(runs_dir, twin)
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
@@ -63,6 +64,7 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
             "paper_loss": paper,
             "paper_mean_distinct_departments": 3.95 if variant == "no1" else None,
             "paper_last_n": 200, "paper_tokens_last_n": 210_000_000,
+            "trained_as": twin,
             "profile": s.profile, **_provenance(summ),
         })
         frames.append(curve[["step", "tokens", "loss"]].assign(run=name, variant=f"No.{variant[2:]}",
@@ -96,6 +98,8 @@ def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dic
     cols, long = {}, []
     for r in perplexity_rows(model, doc):
         cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]
+        cols[f"token_ppl_{r['dataset']}"] = r["token_perplexity"]
+        cols[f"tokens_per_word_{r['dataset']}"] = r["tokens_per_word"]
         long.append({"run": name, "kind": "perplexity", "task": r["dataset"], "metric": "word_perplexity",
                      "value": r["word_perplexity"], "stderr": None, "n": r["n"], "paper_value": r["paper_value"]})
     for r in downstream_rows(model, doc):
@@ -141,6 +145,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "steps": int(curve["step"].iloc[-1]), "planned_steps": summ.get("planned_steps"),
             "tokens": tokens, "tokens_per_param": tokens / summ["params"], "lr": summ.get("lr"),
             "aux_loss_coef": summ.get("aux_loss_coef"), "init_std": summ.get("init_std"),
+            "expert_init_scale": summ.get("expert_init_scale"),
             "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
             "last_n": n, "val_loss": summ["val_loss"],
             "mean_distinct_departments": summ.get("mean_distinct_departments"),

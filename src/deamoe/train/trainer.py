@@ -326,7 +326,7 @@ def _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, prov) 
         "run": spec.name, "kind": spec.kind, "ffn_type": spec.ffn_type, **spec.ffn,
         "size": spec.size, "seed": t.seed, "lr": t.lr, "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads, "load_balance": cfg.load_balance,
-        "aux_loss_coef": cfg.aux_loss_coef, "init_std": cfg.init_std,
+        "aux_loss_coef": cfg.aux_loss_coef, "init_std": cfg.init_std, "expert_init_scale": cfg.expert_init_scale,
         "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
         "vocab_size": cfg.vocab_size, "params": n_params,
         "ffn_params_per_layer": ffn_params(cfg.ffn_shape()),

@@ -33,3 +33,24 @@ def ptb_process_results(doc, results):
         "byte_perplexity": (loglikelihood, n_bytes),
         "bits_per_byte": (loglikelihood, n_bytes),
     }
+
+
+# task -> (the YAML's doc_to_target, its process_results)
+TASK_FUNCTIONS = {
+    "ptb": (ptb_detokenizer, ptb_process_results),
+    "wikitext2": (wikitext_detokenizer, wikitext_process_results),
+    "wikitext103": (wikitext_detokenizer, wikitext_process_results),
+}
+
+
+def scored_counts(task, doc, tokenizer):
+    """Words and bytes the task divides by, and tokens the model scores, for one document.
+
+    The harness scores every token of the detokenized text (loglikelihood_rolling, no special
+    tokens; the end-of-text prefix is context only), so NLL / tokens is the per-token loss that
+    the word perplexity's NLL / words comes from.
+    """
+    detokenize, process = TASK_FUNCTIONS[task]
+    counted = process(doc, (0.0,))
+    ids = tokenizer(detokenize(doc), add_special_tokens=False)["input_ids"]
+    return {"words": counted["word_perplexity"][1], "bytes": counted["byte_perplexity"][1], "tokens": len(ids)}
