@@ -15,7 +15,8 @@ import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
 from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
 from deamoe.bench.knobs import BLOCK_M_KNOBS, GEMM_STAGES, parse_knobs
-from deamoe.bench.microbench import MicrobenchSettings, bench_impl
+from deamoe.bench.microbench import bench_impl
+from deamoe.bench.settings import MicrobenchSettings
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError, DataError
 
@@ -391,21 +392,6 @@ def test_merge_tpot_replaces_the_same_points(tmp_path):
     pd.DataFrame({"model": ["m"]}).to_csv(new, index=False)
     with pytest.raises(DataError, match="new.csv: missing column"):
         merge_tpot(new, into)
-
-
-def test_schema_matches_settings():
-    import dataclasses
-    from pathlib import Path
-
-    import yaml
-
-    root = Path(__file__).resolve().parents[2]
-    schema = yaml.safe_load((root / "workflow/schemas/microbench.schema.yaml").read_text())
-    fields = {f.name: f for f in dataclasses.fields(MicrobenchSettings)}
-    assert set(schema["properties"]) == set(fields)
-    defaults = MicrobenchSettings()
-    for key, prop in schema["properties"].items():
-        assert prop["default"] == getattr(defaults, key), key
 
 
 def test_routing_of_a_step_is_the_kernel_on_cuda_and_the_reference_elsewhere():
