@@ -33,19 +33,23 @@ class MicrobenchSettings:
         # which no point picked
         "n64-k64-w4-s3-tma-swap", "n128-k64-w4-s3-tma-swap"])
     block_m: int = 16
+    # timing: layer copies rotated past L2 inside CUDA graphs, a fresh routing per layer step
     rotate_bytes: float = 2.0e9
     max_copies: int = 16
     min_layers_per_graph: int = 8
     routing_draws: int = 50
+    # the tile search: short trials, then its finalists and the pick re-timed in full
     select_replays: int = 10
     finalists: int = 3
     replays: int = 50
+    # beside the timed layers: the library reference, the read roofline, the correctness battery
     torch_reference: bool = True
     roofline_gib: float = 4.0
     battery: bool = True
     battery_tokens: list[int] = field(default_factory=lambda: [1, 13, 64, 256])
-    decode: bool = True
     vllm_peer: bool = True  # vLLM's own kernel beside our baseline (deamoe.bench.vllm_peer)
+    # the model-level decode step (Figure 3 at GPU scale)
+    decode: bool = True
     decode_models: list[str] = field(default_factory=lambda: ["Baseline-7B"])
     # finer than `batches` at 64..96 and past 128: DeaMoE's batch under the baseline's TPOT there
     decode_batches: list[int] = field(default_factory=lambda: [
@@ -55,6 +59,7 @@ class MicrobenchSettings:
     decode_context: int = 512
     decode_vocab: int = 32000
     decode_replays: int = 20
+    # the search's passes after the tiles: coordinates, parallel chains, dense department GEMMs
     coordinate_search: bool = True
     split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])

@@ -126,15 +126,19 @@ def table2(results: Path, profile: str | None) -> Artifact:
                 row[f"{model} paper"] = given
             rows.append(row)
     else:
-        for task in paper.TABLE2_TASKS:
-            rows.append({"task": task, "metric": "acc",
-                         **{c: v for m in ("deamoe", "baseline")
-                            for c, v in ((f"{m} reproduced", NOT_RUN),
-                                         (f"{m} paper", paper.TABLE2[m][task]))}})
+        rows = _not_run_rows("task", "acc", paper.TABLE2)
     return Artifact("table2", "Table 2: downstream accuracy (%)", pd.DataFrame(rows), [src],
                     [paper.PAPER_SCALE["table2"], "reproduced: lm-evaluation-harness on the "
                      "pre-training stage's checkpoints; acc and acc_norm both shown where the "
                      "harness gives both"])
+
+
+def _not_run_rows(key: str, metric: str, values: dict) -> list[dict]:
+    """Table 2 or 3 without results: one "not run" row per task or dataset, the paper's beside."""
+    return [{key: name, "metric": metric,
+             **{c: v for m in ("deamoe", "baseline")
+                for c, v in ((f"{m} reproduced", NOT_RUN), (f"{m} paper", values[m][name]))}}
+            for name in values["deamoe"]]
 
 
 def table3(results: Path, profile: str | None) -> Artifact:
@@ -154,11 +158,7 @@ def table3(results: Path, profile: str | None) -> Artifact:
                                          else paper.TABLE3[model].get(_norm(dataset)))
             rows.append(row)
     else:
-        for ds in paper.TABLE3_DATASETS:
-            rows.append({"dataset": ds, "metric": "word_perplexity",
-                         **{c: v for m in ("deamoe", "baseline")
-                            for c, v in ((f"{m} reproduced", NOT_RUN),
-                                         (f"{m} paper", paper.TABLE3[m][ds]))}})
+        rows = _not_run_rows("dataset", "word_perplexity", paper.TABLE3)
     return Artifact("table3", "Table 3: perplexity (lower is better)", pd.DataFrame(rows), [src],
                     [paper.PAPER_SCALE["table3"]])
 
