@@ -296,7 +296,10 @@ def test_decode_step_and_table():
     rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})
     prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}
     (row,) = tpot_table(rows, prov, dec)
-    assert row["batch"] == 2 and row["baseline_tpot_ms"] > 0 and row["speedup"] > 0
+    assert row["batch"] == 2 and row["baseline_tpot_ms"] > 0
+    assert row["speedup"] == row["baseline_tpot_ms"] / row["deamoe_tpot_ms"]
+    assert (row["layers"], row["heads"], row["context"], row["vocab"]) == (2, 4, 8, 50)
+    assert (row["gpu"], row["git_sha"]) == ("cpu", "s")
 
 
 def test_settings_reject_bad_values():
