@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from deamoe import paper
+from deamoe.paper import TABLE1 as PAPER_TABLE1
 from deamoe.errors import ConfigError
 
 OPERATORS = ("silu", "gelu", "rmsnorm", "none")
@@ -185,7 +185,7 @@ def _row(model, k, h, f, n, d, e, kd, ke, flops, params):
 
 
 # The paper's Table 1 (its numbers: deamoe.paper.TABLE1) as layer shapes, by model name.
-TABLE1: dict[str, Table1Row] = {row[0]: _row(*row) for row in paper.TABLE1}
+TABLE1: dict[str, Table1Row] = {row[0]: _row(*row) for row in PAPER_TABLE1}
 MODEL_NAMES = tuple(TABLE1)
 
 # Always-active shared experts of the real models, each as wide as a routed expert (DeepSeek-V3
