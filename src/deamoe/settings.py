@@ -33,7 +33,7 @@ SECTIONS = {
     "eval": "deamoe.eval.settings:EvalSettings",
     "serve": "deamoe.serve.settings:ServeSettings",
     "microbench": "deamoe.bench.settings:MicrobenchSettings",
-    "report": "deamoe.report.settings:ReportSettings",
+    "report": "deamoe.report.build:ReportSettings",
 }
 
 

@@ -9,8 +9,7 @@ import pytest
 
 from deamoe.cli import main
 from deamoe.errors import ConfigError, DataError
-from deamoe.report.build import TABLES, markdown_table, write_report
-from deamoe.report.settings import ReportSettings
+from deamoe.report.build import TABLES, ReportSettings, markdown_table, write_report
 from deamoe.report.figures import FIGURES
 
 

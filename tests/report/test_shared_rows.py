@@ -7,8 +7,7 @@ import pandas as pd
 import pytest
 
 from deamoe.report import figures, tables
-from deamoe.report.build import write_report
-from deamoe.report.settings import ReportSettings
+from deamoe.report.build import ReportSettings, write_report
 from deamoe.report.shared_rows import SHARED_FILE, SHARED_MODELS
 
 BATCHES = [4, 8, 16, 24, 32, 40, 48, 64, 96, 128]

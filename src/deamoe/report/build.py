@@ -7,14 +7,16 @@ time (a stage that did not run gives "not run" rows and panels), so the workflow
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, ladder, tables
-from deamoe.report.settings import ReportSettings
+from deamoe.settings import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
@@ -28,6 +30,23 @@ ROW_PROVENANCE = ("profile", "device", "gpu", "git_sha", "date", "python", "torc
 
 def _shown(art: tables.Artifact) -> pd.DataFrame:
     return art.table.drop(columns=[c for c in ROW_PROVENANCE if c in art.table.columns])
+
+
+@dataclass
+class ReportSettings:
+    """The `report` section of the pipeline config (schema: workflow/schemas/report.schema.yaml)."""
+
+    measured_gpu: str = "h200"
+    dpi: int = 150
+    quality_sizes: tuple[str, ...] = ("small", "medium", "large")  # the GPU ladder's sizes, in order
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "ReportSettings":
+        """From the whole pipeline config (the shared loader checks keys and types)."""
+        out = from_dict(cls, (cfg or {}).get("report"), "report")
+        if not 50 <= out.dpi <= 600:
+            raise ConfigError(f"report.dpi: {out.dpi} out of range 50..600")
+        return out
 
 
 def _cell(v) -> str:

@@ -17,8 +17,7 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from deamoe.report.build import write_report
-    from deamoe.report.settings import ReportSettings
+    from deamoe.report.build import ReportSettings, write_report
     from deamoe.settings import read_config
 
     cfg = read_config(args.config)
