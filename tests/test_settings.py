@@ -1,6 +1,9 @@
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+import yaml
 
 from deamoe.errors import ConfigError
 from deamoe.settings import from_dict, load_section, read_config
@@ -54,3 +57,47 @@ def test_missing_and_broken_files(tmp_path):
     good.write_text("train:\n  steps: 5\n")
     assert load_section(good, "train", Section).steps == 5
     assert load_section(good, "other", Section).steps == 10
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _default(value):
+    """A dataclass default as the schema writes it (tuples are YAML lists)."""
+    if isinstance(value, tuple):
+        return [_default(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _default(v) for k, v in value.items()}
+    return value
+
+
+def _field_defaults(cls) -> dict:
+    out = {}
+    for f in dataclasses.fields(cls):
+        value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        out[f.name] = _default(value)
+    return out
+
+
+def _assert_schema_is_dataclass(props: dict, cls, where: str) -> None:
+    fields = _field_defaults(cls)
+    assert set(props) == set(fields), f"{where}: schema {sorted(props)} vs {cls.__name__} {sorted(fields)}"
+    for name, default in fields.items():
+        assert props[name].get("description"), f"{where}.{name} has no description"
+        assert props[name]["default"] == default, f"{where}.{name}: schema {props[name]['default']!r} vs {default!r}"
+
+
+def test_every_section_has_one_dataclass_whose_defaults_are_the_schema_defaults():
+    from deamoe.settings import SECTIONS, section_class
+    from deamoe.train.settings import SizeSettings
+
+    top = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    assert set(top["properties"]) == {"profile", *SECTIONS}
+    for section in SECTIONS:
+        schema = yaml.safe_load((REPO / f"workflow/schemas/{section}.schema.yaml").read_text())
+        assert schema["additionalProperties"] is False, section
+        _assert_schema_is_dataclass(schema["properties"], section_class(section), section)
+    # the one nested section of settings: each rung of the pre-training ladder
+    sizes = yaml.safe_load((REPO / "workflow/schemas/pretrain.schema.yaml").read_text())
+    _assert_schema_is_dataclass(sizes["properties"]["sizes"]["additionalProperties"]["properties"],
+                                SizeSettings, "pretrain.sizes.<size>")

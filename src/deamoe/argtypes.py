@@ -64,3 +64,23 @@ def model_list(text: str) -> list[str]:
         what = f"unknown model {bad[0]!r}" if bad else "no model given"
         raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(ALL_MODEL_NAMES)})")
     return names
+
+
+def checkpoint_command(sub, name: str, help: str, section: str, out: str):
+    """The parser of a stage command on one checkpoint (eval, serve): the config, the checkpoint,
+    the model's name in the results and the output folder; the caller adds the rest."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--config", required=True, help=f"pipeline config YAML (section {section})")
+    p.add_argument("--checkpoint", required=True, help="HF checkpoint directory (model + tokenizer)")
+    p.add_argument("--model", required=True, help="model name in the results: deamoe or baseline")
+    p.add_argument("--out", required=True, help=out)
+    return p
+
+
+def tables_command(sub, name: str, help: str, section: str, inputs: str, out: str):
+    """The parser of a command that joins a stage's per-model results into its tables."""
+    p = sub.add_parser(name, help=help)
+    p.add_argument("--config", required=True, help=f"pipeline config YAML (section {section})")
+    p.add_argument("--in", dest="in_dir", required=True, help=inputs)
+    p.add_argument("--out", required=True, help=out)
+    return p

@@ -17,7 +17,7 @@ from deamoe.errors import ConfigError
 
 
 def _parsers():
-    from deamoe.analysis.cli import AnalysisSettings
+    from deamoe.analysis.settings import AnalysisSettings
     from deamoe.eval.settings import parse_eval
     from deamoe.serve.settings import ServeSettings
     from deamoe.settings import from_dict

@@ -1,12 +1,24 @@
 """The paper's numbers: the one copy every stage and the report put beside the reproduced ones.
 
-Transcribed from the paper (arXiv 2608.14385v1) and checked against its text. Table 1 lives in
-`deamoe.shapes.TABLE1` (one copy, shared with the analysis stage). Figure values came out of the
-PDF as loose annotations: where the order along the x axis had to be inferred, the entry says so,
-and values that could not be assigned to a batch size are left out rather than guessed.
+Transcribed from the paper (arXiv 2608.14385v1) and checked against its text; plain numbers, no
+imports, so every layer of the package can read them (deamoe.shapes turns Table 1 into layer
+shapes).  Figure values came out of the PDF as loose annotations: where the order along the x axis
+had to be inferred, the entry says so, and values that could not be assigned to a batch size are
+left out rather than guessed.  Last, the one outside reference the report compares with: vLLM's
+own kernel timed on an H200.
 """
 
 from __future__ import annotations
+
+# Table 1, column by column: (model, baseline k_expert, h, h_ffn, baseline n_expert, DeaMoE
+# n_dept, n_expert, k_dept, k_expert, paper FLOPs ratio, paper params ratio).
+TABLE1 = (
+    ("DeepSeek-V3", 8, 7168, 2048, 256, 8, 864, 5, 10, 0.995, 0.996),
+    ("DeepSeek-V2", 6, 5120, 1536, 160, 8, 512, 5, 10, 1.010, 1.010),
+    ("Qwen3-235B-A22B", 8, 4096, 1536, 128, 8, 320, 5, 8, 1.005, 1.000),
+    ("Kimi-K2", 8, 7168, 2048, 384, 16, 1280, 5, 10, 1.000, 0.994),
+    ("Baseline-7B", 8, 1024, 384, 256, 8, 672, 4, 10, 1.014, 1.017),
+)
 
 BATCHES = (4, 8, 16, 24, 32, 40, 48, 64, 96, 128)
 
@@ -76,4 +88,57 @@ PAPER_SCALE = {
     "table3": "paper: 7.3B models pre-trained on 110B tokens of RedPajama-v1",
     "figure3": "paper: Baseline-7B vs DeaMoE-7B served by vLLM on one A40",
     "figure45": "paper: one MoE layer's decode step on an A40 and an H100",
+}
+
+# How lm-evaluation-harness results are read against Tables 2 and 3.  Table 2 gives one accuracy
+# (%) per task without naming the metric.  Where the harness reports both acc and acc_norm, the
+# values fit acc_norm for HellaSwag (57 at this scale; acc would be ~43) and OpenBookQA (35-38; acc
+# would be ~25), and the usual practice for PIQA is acc_norm too: the metric column below records
+# that reading; downstream.csv keeps both metrics either way.  Table 3 is read as word perplexity
+# (the harness's wikitext headline metric).
+# harness task -> (Table 2 column, metric compared, task name in TABLE2)
+_TABLE2_READING = {
+    "boolq": ("BoolQ", "acc", "boolq"),
+    "piqa": ("PIQA", "acc_norm", "piqa"),
+    "social_iqa": ("SIQA", "acc", "siqa"),
+    "hellaswag": ("HSwag", "acc_norm", "hellaswag"),
+    "winogrande": ("WinoG", "acc", "winogrande"),
+    "race": ("RaceH", "acc", "race_high"),
+    "anli_r1": ("AnliR1", "acc", "anli_r1"),
+    "anli_r2": ("AnliR2", "acc", "anli_r2"),
+    "anli_r3": ("AnliR3", "acc", "anli_r3"),
+    "openbookqa": ("OBQA", "acc_norm", "openbookqa"),
+}
+# harness task -> (Table 2 column, metric compared, {model: accuracy %})
+TABLE2_HARNESS = {
+    task: (column, metric, {m: TABLE2[m][name] for m in TABLE2})
+    for task, (column, metric, name) in _TABLE2_READING.items()
+}
+
+# perplexity task -> (Table 3 column, {model: perplexity})
+_TABLE3_COLUMNS = {"ptb": "PTB", "wikitext103": "WikiText-103", "wikitext2": "WikiText-2"}
+TABLE3_HARNESS = {
+    task: (column, {m: TABLE3[m][task] for m in TABLE3}) for task, column in _TABLE3_COLUMNS.items()
+}
+
+
+def table2_value(task: str, model: str, metric: str) -> float | None:
+    """The paper's accuracy for (task, model) if `metric` is the one Table 2 is read as, else None."""
+    entry = TABLE2_HARNESS.get(task)
+    if entry is None or entry[1] != metric:
+        return None
+    return entry[2].get(model)
+
+
+def table3_value(task: str, model: str) -> float | None:
+    entry = TABLE3_HARNESS.get(task)
+    return None if entry is None else entry[1].get(model)
+
+
+# vLLM's Triton fused MoE on an H200 as quoted in the reproduction's kernel goals (bf16, default
+# config, CUDA graphs, rotated weights), microseconds per layer: the peer our baseline must match.
+VLLM_H200_US = {
+    "DeepSeek-V3": {4: 638, 8: 1260, 16: 1963, 24: 2737, 32: 3172, 64: 4367, 96: 5090, 128: 5164},
+    "Qwen3-235B-A22B": {4: 292, 8: 461, 16: 698, 32: 954, 64: 1094, 128: 1163},
+    "Baseline-7B": {4: 33, 8: 52, 16: 80, 32: 114, 64: 154, 128: 174},
 }

@@ -19,6 +19,31 @@ from deamoe.errors import ConfigError
 
 T = TypeVar("T")
 
+# Every section of the pipeline config -> the dataclass that holds it, in its stage's settings
+# module.  Each class's defaults are the ones in workflow/schemas/<section>.schema.yaml (a test
+# walks every section, nested mappings included).  Named, not imported: a stage's settings
+# import this module's loader.
+SECTIONS = {
+    "analysis": "deamoe.analysis.settings:AnalysisSettings",
+    "data": "deamoe.train.settings:DataSettings",
+    "model": "deamoe.train.settings:ModelSettings",
+    "train": "deamoe.train.settings:TrainSettings",
+    "ablation": "deamoe.train.settings:AblationSettings",
+    "pretrain": "deamoe.train.settings:PretrainSettings",
+    "eval": "deamoe.eval.settings:EvalSettings",
+    "serve": "deamoe.serve.settings:ServeSettings",
+    "microbench": "deamoe.bench.settings:MicrobenchSettings",
+    "report": "deamoe.report.build:ReportSettings",
+}
+
+
+def section_class(section: str) -> type:
+    """The settings dataclass of pipeline config section `section`."""
+    import importlib
+
+    module, name = SECTIONS[section].split(":")
+    return getattr(importlib.import_module(module), name)
+
 
 def read_config(path: str | Path) -> dict:
     """The whole pipeline config as a dict; a missing or unparsable file is a ConfigError."""

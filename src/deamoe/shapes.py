@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from deamoe.paper import TABLE1 as PAPER_TABLE1
 from deamoe.errors import ConfigError
 
 OPERATORS = ("silu", "gelu", "rmsnorm", "none")
@@ -183,17 +184,8 @@ def _row(model, k, h, f, n, d, e, kd, ke, flops, params):
     )
 
 
-# Table 1 of the paper, transcribed from the spec (seeds/000, Table 1) column by column.
-TABLE1: dict[str, Table1Row] = {
-    r.model: r
-    for r in [
-        _row("DeepSeek-V3", 8, 7168, 2048, 256, 8, 864, 5, 10, 0.995, 0.996),
-        _row("DeepSeek-V2", 6, 5120, 1536, 160, 8, 512, 5, 10, 1.010, 1.010),
-        _row("Qwen3-235B-A22B", 8, 4096, 1536, 128, 8, 320, 5, 8, 1.005, 1.000),
-        _row("Kimi-K2", 8, 7168, 2048, 384, 16, 1280, 5, 10, 1.000, 0.994),
-        _row("Baseline-7B", 8, 1024, 384, 256, 8, 672, 4, 10, 1.014, 1.017),
-    ]
-}
+# The paper's Table 1 (its numbers: deamoe.paper.TABLE1) as layer shapes, by model name.
+TABLE1: dict[str, Table1Row] = {row[0]: _row(*row) for row in PAPER_TABLE1}
 MODEL_NAMES = tuple(TABLE1)
 
 # Always-active shared experts of the real models, each as wide as a routed expert (DeepSeek-V3

@@ -23,6 +23,19 @@ def test_table1_command_writes_contract_columns(tmp_path):
     assert list(df.n_shared) == [0, 0, 0, 0, 0, 1, 2, 1]
 
 
+def test_table1_command_takes_the_configs_models(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("analysis:\n  models: [Kimi-K2+shared, Baseline-7B]\n")
+    out = tmp_path / "t1.csv"
+    r = run("table1", "--config", str(cfg), "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    df = pd.read_csv(out)
+    assert list(df.model) == ["Kimi-K2+shared", "Baseline-7B"] and list(df.n_shared) == [1, 0]
+    # --models still wins over the config
+    r = run("table1", "--config", str(cfg), "--models", "DeepSeek-V3", "--out", str(tmp_path / "t.csv"))
+    assert r.returncode == 0 and list(pd.read_csv(tmp_path / "t.csv").model) == ["DeepSeek-V3"]
+
+
 def test_budget_command_prints_json():
     r = run("budget", "--h", "7168", "--h-ffn", "2048", "--n-expert", "256", "--k-expert", "8",
             "--n-dept", "8", "--dea-n-expert", "864", "--k-dept", "5", "--dea-k-expert", "10")

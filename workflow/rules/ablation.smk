@@ -9,10 +9,11 @@ rule ablation:
         "results/ablation/summary.csv",
     params:
         ablation=section("ablation"),
+        runs=folder(2, of="input"),
     conda:
         "../../envs/train.yaml"
     log:
         "logs/ablation/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} ablation --config {RESOLVED_CONFIG} --runs results/train --out {output} > {log} 2>&1"
+        "{DEAMOE} ablation --config {RESOLVED_CONFIG} --runs {params.runs} --out {output} > {log} 2>&1"

@@ -13,7 +13,7 @@ rule table1:
         "logs/analysis/table1.log",
     threads: 1
     shell:
-        "{DEAMOE} table1 --out {output} > {log} 2>&1"
+        "{DEAMOE} table1 --config {RESOLVED_CONFIG} --out {output} > {log} 2>&1"
 
 
 rule loading:

@@ -138,8 +138,18 @@ onstart:
     write_resolved_config()
 
 
+# Cheap joins of finished results and the report: they run where Snakemake runs (a SLURM login
+# node), not as cluster jobs.
 localrules:
     resolved_config,
+    table1,
+    loading,
+    pretrain,
+    ablation,
+    eval_tables,
+    serve_tables,
+    quality,
+    report,
 
 
 rule resolved_config:
@@ -153,6 +163,13 @@ rule resolved_config:
 def section(name):
     """A config section as a plain dict (a rule param: changing it reruns that rule)."""
     return RESOLVED.get(name, {})
+
+
+def folder(levels=1, of="output"):
+    """A rule param: the folder `levels` above the rule's first output (or input) file, so shell
+    lines name the folders a command reads or writes through the rule's own files."""
+    return lambda wildcards, input, output: str(Path((output if of == "output" else input)[0])
+                                                .parents[levels - 1])
 
 
 

@@ -31,6 +31,7 @@ rule data:
         tokenizer=directory("results/data/tokenizer"),
     params:
         data=section("data"),
+        out=folder(),
     conda:
         "../../envs/train.yaml"
     log:
@@ -39,4 +40,4 @@ rule data:
     threads: 1
     shell:
         "RAYON_NUM_THREADS={threads} RAYON_RS_NUM_CPUS={threads}"
-        " {DEAMOE} data --config {RESOLVED_CONFIG} --out results/data > {log} 2>&1"
+        " {DEAMOE} data --config {RESOLVED_CONFIG} --out {params.out} > {log} 2>&1"

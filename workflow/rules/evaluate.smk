@@ -25,19 +25,22 @@ rule eval:
     params:
         eval=section("eval"),
         args=_eval_args,
+        out=folder(),
     conda:
         "../../envs/eval.yaml"
     wildcard_constraints:
         run=r"pretrain-[a-z0-9]+-(baseline|deamoe)-s\d+",
     log:
         "logs/eval/{run}.log",
+    benchmark:
+        "logs/eval/{run}.benchmark.tsv"
     threads: 1
     resources:
         gpu=0,
         gpu_slots=gpu_slots,
     shell:
         "{DEAMOE} eval --config {RESOLVED_CONFIG} --checkpoint {input.checkpoint}"
-        " {params.args} --out results/eval/{wildcards.run} > {log} 2>&1"
+        " {params.args} --out {params.out} > {log} 2>&1"
 
 
 rule eval_tables:
@@ -48,10 +51,12 @@ rule eval_tables:
         perplexity="results/eval/perplexity.csv",
     params:
         eval=section("eval"),
+        runs=folder(2, of="input"),
+        out=folder(),
     conda:
         "../../envs/eval.yaml"
     log:
         "logs/eval/tables.log",
     threads: 1
     shell:
-        "{DEAMOE} eval-tables --config {RESOLVED_CONFIG} --in results/eval --out results/eval > {log} 2>&1"
+        "{DEAMOE} eval-tables --config {RESOLVED_CONFIG} --in {params.runs} --out {params.out} > {log} 2>&1"

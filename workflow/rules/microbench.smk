@@ -13,6 +13,8 @@ rule microbench:
         "../../envs/microbench.yaml"
     log:
         "logs/microbench/microbench.log",
+    benchmark:
+        "logs/microbench/microbench.benchmark.tsv"
     threads: 1024  # more than any machine: Snakemake caps it at --cores, so the job runs alone
     resources:
         gpu=0,

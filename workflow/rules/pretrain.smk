@@ -51,10 +51,14 @@ rule train:
         model=section("model"),
         train=section("train"),
         run_section=_run_section,
+        data=folder(of="input"),
+        out=folder(),
     conda:
         "../../envs/train.yaml"
     log:
         "logs/train/{run}.log",
+    benchmark:
+        "logs/train/{run}.benchmark.tsv"
     # tiny: two 1-thread runs side by side on a 2-core laptop; the profiles raise it
     threads: 1
     resources:
@@ -65,7 +69,7 @@ rule train:
     # train.nproc_per_node > 1 the command itself re-launches under torchrun (FSDP2).
     shell:
         "{DEAMOE} train --config {RESOLVED_CONFIG} --run {wildcards.run}"
-        " --data results/data --out results/train/{wildcards.run} > {log} 2>&1"
+        " --data {params.data} --out {params.out} > {log} 2>&1"
 
 
 rule pretrain:
@@ -75,10 +79,11 @@ rule pretrain:
         "results/pretrain/summary.csv",
     params:
         pretrain=section("pretrain"),
+        runs=folder(2, of="input"),
     conda:
         "../../envs/train.yaml"
     log:
         "logs/pretrain/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs results/train --out {output} > {log} 2>&1"
+        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs {params.runs} --out {output} > {log} 2>&1"

@@ -17,13 +17,15 @@ rule quality:
     params:
         pretrain=section("pretrain"),
         eval=section("eval"),
+        runs=lambda wc, input: str(Path(input.train[0]).parents[1]),
+        evals=lambda wc, input: str(Path(input.evals[0]).parents[1]),
     conda:
         "../../envs/train.yaml"
     log:
         "logs/quality/{size}.log",
     threads: 1
     shell:
-        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs results/train --eval results/eval"
+        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs {params.runs} --eval {params.evals}"
         " --size {wildcards.size} --out {output.runs} > {log} 2>&1"
 
 

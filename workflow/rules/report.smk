@@ -5,7 +5,6 @@
 # Every file below is always written: a stage that did not produce numbers (e.g. the
 # microbenchmarks without a CUDA GPU) appears as "not run" with its reason.
 
-# (table stem, category) -- caption in workflow/report/<stem>.rst
 # (file stem, category, label shown in the HTML report); captions: workflow/report/<stem>.rst
 REPORT_TABLES = [
     ("table1", "Table 1 - budget", "Table 1: budget-matched configurations"),
@@ -72,9 +71,12 @@ def _report_outputs():
     return out
 
 
+MEASURED = "reports/measured"  # committed GPU tables, one folder per GPU
+
+
 def _measured_inputs(wildcards):
     """Committed GPU tables, when present (they are what the report shows without a GPU)."""
-    folder = Path("reports/measured") / section("report").get("measured_gpu", "h200")
+    folder = Path(MEASURED) / section("report").get("measured_gpu", "h200")
     return sorted(str(p) for p in [*folder.glob("*.csv"), *folder.glob("quality/*/*.csv")])
 
 
@@ -95,11 +97,13 @@ rule report:
         **_report_outputs(),
     params:
         report=section("report"),
+        results=lambda wc, input: str(Path(input.table1).parents[1]),
+        out=lambda wc, output: str(Path(output.index).parent),
     conda:
         "../../envs/report.yaml"
     log:
         "logs/report/report.log",
     threads: 1
     shell:
-        "{DEAMOE} report --config {RESOLVED_CONFIG} --results results"
-        " --measured reports/measured --out reports > {log} 2>&1"
+        "{DEAMOE} report --config {RESOLVED_CONFIG} --results {params.results}"
+        " --measured {MEASURED} --out {params.out} > {log} 2>&1"

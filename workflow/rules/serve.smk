@@ -19,6 +19,8 @@ rule serve:
         SERVE_ENV
     log:
         "logs/serve/{model}.log",
+    benchmark:
+        "logs/serve/{model}.benchmark.tsv"
     threads: 1024  # more than any machine: Snakemake caps it at --cores, so the job runs alone
     resources:
         gpu=0,
@@ -35,10 +37,12 @@ rule serve_tables:
         slo="results/serve/slo.csv",
     params:
         serve=section("serve"),
+        runs=folder(of="input"),
+        out=folder(),
     conda:
         SERVE_ENV
     log:
         "logs/serve/tables.log",
     threads: 1
     shell:
-        "{DEAMOE} serve-tables --config {RESOLVED_CONFIG} --in results/serve --out results/serve > {log} 2>&1"
+        "{DEAMOE} serve-tables --config {RESOLVED_CONFIG} --in {params.runs} --out {params.out} > {log} 2>&1"

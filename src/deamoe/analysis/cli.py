@@ -3,47 +3,21 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
+from deamoe.analysis.settings import AnalysisSettings
 from deamoe.argtypes import model_list, non_negative_int, positive_int, positive_int_list, trials
-from deamoe.shapes import ALL_MODEL_NAMES
-
-
-@dataclass
-class AnalysisSettings:
-    """The `analysis` section of the pipeline config."""
-
-    models: list[str] = field(default_factory=lambda: list(ALL_MODEL_NAMES))
-    loading_tokens: list[int] = field(
-        default_factory=lambda: [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512]
-    )
-    loading_trials: int = 64
-    seed: int = 0
-
-    def __post_init__(self):
-        from deamoe.shapes import table1_row
-        from deamoe.errors import ConfigError
-
-        for m in self.models:
-            try:
-                table1_row(m)
-            except ConfigError as exc:
-                raise ConfigError(f"analysis.models: {exc}") from None
-        if not self.loading_tokens or any(t < 1 for t in self.loading_tokens):
-            raise ConfigError(f"analysis.loading_tokens={self.loading_tokens!r} must be integers >= 1")
-        if self.loading_trials < 2:
-            raise ConfigError(f"analysis.loading_trials={self.loading_trials} must be >= 2 "
-                              "(a standard error needs two samples)")
 
 
 def cmd_table1(args) -> int:
     from deamoe.analysis.table1 import table1
     from deamoe.io import check_output_file, write_csv
     from deamoe.provenance import provenance
+    from deamoe.settings import load_section
 
     check_output_file(args.out)
 
-    df = table1(args.models or list(ALL_MODEL_NAMES))
+    s = load_section(args.config, "analysis", AnalysisSettings) if args.config else AnalysisSettings()
+    df = table1(args.models or s.models)
     for key, value in provenance().items():
         df[key] = value
     write_csv(args.out, df)
@@ -98,8 +72,9 @@ def cmd_loading(args) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("table1", help="Table 1: budget ratios of the paper's configurations + search")
-    p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: the "
-                   "paper's five, then their '<model>+shared' variants)")
+    p.add_argument("--config", help="pipeline config (reads analysis.models)")
+    p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: "
+                   "config, else the paper's five, then their '<model>+shared' variants)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_table1)
 

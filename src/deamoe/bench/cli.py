@@ -222,7 +222,7 @@ def cmd_microbench(args: argparse.Namespace) -> int:
 
     import torch
 
-    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.io import write_json
     from deamoe.provenance import provenance
     from deamoe.settings import load_section

@@ -1,7 +1,7 @@
 """Model-level decode benchmark: one decode step of a whole decoder, baseline vs DeaMoE FFNs.
 
-The GPU counterpart of Figure 3 where vLLM cannot run (FINDINGS.md: no GPU vLLM on the lent
-H200).  A pre-norm decoder with random bf16 weights: per layer RMSNorm -> QKV -> attention over
+The GPU counterpart of Figure 3 where vLLM cannot run (the measuring H200 has no GPU build of
+vLLM, and vLLM with its own torch is too large to carry there).  A pre-norm decoder with random bf16 weights: per layer RMSNorm -> QKV -> attention over
 a static KV cache of `context` positions (the new token's K/V written into the last slot, so
 every step reads the same cache size) -> output projection -> RMSNorm -> FFN (router +
 deamoe.routing.route + the Triton kernels) ; then the LM head and a greedy argmax.  The whole

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from deamoe.bench.microbench import MicrobenchSettings, run_microbench
+from deamoe.bench.microbench import run_microbench
+from deamoe.bench.settings import MicrobenchSettings
 from deamoe.io import write_csv, write_json
 from deamoe.provenance import provenance
 

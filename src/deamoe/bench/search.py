@@ -12,7 +12,7 @@ from deamoe.bench.knobs import (BLOCK_M_KNOBS, EXPERT_STAGES, GEMM_STAGES, block
                                 joint_knobs, parse_knobs)
 
 if TYPE_CHECKING:
-    from deamoe.bench.microbench import MicrobenchSettings
+    from deamoe.bench.settings import MicrobenchSettings
 
 # the GEMMs that run on each grouping's blocks: a BLOCK_M is searched together with their tile
 GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_down"),

@@ -53,7 +53,8 @@ def apply_variant(knobs: dict, variant: dict) -> dict:
 def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int = 2) -> int:
     import pandas as pd
 
-    from deamoe.bench.microbench import MicrobenchSettings, committed_points, time_knob_sets
+    from deamoe.bench.microbench import committed_points, time_knob_sets
+    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.io import write_csv
 
     s = MicrobenchSettings()

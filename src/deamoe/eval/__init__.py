@@ -7,6 +7,6 @@
                (deamoe_downstream.yaml) and the project's ptb / wikitext103 / wikitext2 tasks
 - settings.py  the config's `eval` section
 - runner.py    `python -m deamoe eval`: one checkpoint -> results/eval/<model>/lm_eval.json
-- tables.py    `python -m deamoe eval-tables`: downstream.csv, perplexity.csv (paper values beside)
-- paper_values.py  Tables 2 and 3 as printed in the paper
+- tables.py    `python -m deamoe eval-tables`: downstream.csv, perplexity.csv (paper values
+               beside, from deamoe.paper: Tables 2 and 3 and how the harness's metrics are read)
 """

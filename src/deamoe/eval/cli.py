@@ -3,21 +3,18 @@ eval-data (validate the shipped evaluation data).  Heavy imports stay inside the
 
 from __future__ import annotations
 
+from deamoe.argtypes import checkpoint_command, tables_command
+
 
 def register(sub) -> None:
-    p = sub.add_parser("eval", help="lm-eval: Table 2's ten tasks + Table 3's perplexities on one checkpoint")
-    p.add_argument("--config", required=True, help="pipeline config YAML (section eval)")
-    p.add_argument("--checkpoint", required=True, help="HF checkpoint directory (model + tokenizer)")
-    p.add_argument("--model", required=True, help="model name in the tables: deamoe or baseline")
-    p.add_argument("--out", required=True, help="output directory, e.g. results/eval/pretrain-tiny-deamoe-s0")
+    p = checkpoint_command(sub, "eval", "lm-eval: Table 2's ten tasks + Table 3's perplexities on one "
+                           "checkpoint", "eval", "output directory, e.g. results/eval/pretrain-tiny-deamoe-s0")
     p.add_argument("--perplexity-only", action="store_true",
                    help="only the perplexity corpora among eval.tasks (runs outside eval.seeds)")
     p.set_defaults(func=cmd_eval)
 
-    p = sub.add_parser("eval-tables", help="downstream.csv + perplexity.csv with the paper's values beside")
-    p.add_argument("--config", required=True, help="pipeline config YAML (unused keys are ignored)")
-    p.add_argument("--in", dest="in_dir", required=True, help="directory holding <model>/lm_eval.json")
-    p.add_argument("--out", required=True, help="output directory, e.g. results/eval")
+    p = tables_command(sub, "eval-tables", "downstream.csv + perplexity.csv with the paper's values beside",
+                       "eval", "directory holding <model>/lm_eval.json", "output directory, e.g. results/eval")
     p.set_defaults(func=cmd_tables)
 
     p = sub.add_parser("eval-data", help="validate every shipped evaluation data file (errors name file:line)")

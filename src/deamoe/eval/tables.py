@@ -3,7 +3,7 @@
 downstream.csv: model, task, metric, value, stderr, n, paper_value, table_metric, + provenance.
   One row per (model, task, metric) with metric acc and, where the harness gives it, acc_norm;
   value and stderr in percent like Table 2.  paper_value sits on the row of the metric the
-  paper's table is read as (table_metric = true; see paper_values.py), empty on the other row.
+  paper's table is read as (table_metric = true; see deamoe.paper), empty on the other row.
 perplexity.csv: model, dataset, word_perplexity, byte_perplexity, bits_per_byte, n, paper_value,
   tokens_per_word, token_perplexity, + provenance.  paper_value is Table 3's number, compared with
   word_perplexity.  token_perplexity = exp(NLL / scored tokens) = word_perplexity ** (words /
@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 
 from deamoe.errors import DataError
-from deamoe.eval.paper_values import TABLE2, TABLE3, table2_value, table3_value
+from deamoe.paper import TABLE2_HARNESS, TABLE3_HARNESS, table2_value, table3_value
 
 PROVENANCE = ("git_sha", "date", "device", "profile", "lm_eval", "torch", "limit_per_task", "ppl_max_chars")
 DOWNSTREAM_COLUMNS = ["model", "task", "metric", "value", "stderr", "n", "paper_value", "table_metric"]
@@ -56,12 +56,14 @@ def _provenance(doc: dict) -> dict:
     return {k: meta.get(k) for k in PROVENANCE}
 
 
+def _results(doc: dict, tasks) -> list[tuple[str, dict]]:
+    """(task, the harness's result) for each of `tasks` that the run has."""
+    return [(task, doc["results"][task]) for task in tasks if doc["results"].get(task) is not None]
+
+
 def downstream_rows(model: str, doc: dict) -> list[dict]:
     rows = []
-    for task in TABLE2:
-        res = doc["results"].get(task)
-        if res is None:
-            continue
+    for task, res in _results(doc, TABLE2_HARNESS):
         n = doc.get("n-samples", {}).get(task, {}).get("effective")
         for metric in ("acc", "acc_norm"):
             if f"{metric},none" not in res:
@@ -71,7 +73,7 @@ def downstream_rows(model: str, doc: dict) -> list[dict]:
                 "model": model, "task": task, "metric": metric,
                 "value": 100 * _number(res[f"{metric},none"]),
                 "stderr": 100 * _number(res.get(f"{metric}_stderr,none")),
-                "n": n, "paper_value": paper, "table_metric": TABLE2[task][1] == metric,
+                "n": n, "paper_value": paper, "table_metric": TABLE2_HARNESS[task][1] == metric,
                 **_provenance(doc),
             })
     return rows
@@ -79,10 +81,7 @@ def downstream_rows(model: str, doc: dict) -> list[dict]:
 
 def perplexity_rows(model: str, doc: dict) -> list[dict]:
     rows = []
-    for task in TABLE3:
-        res = doc["results"].get(task)
-        if res is None:
-            continue
+    for task, res in _results(doc, TABLE3_HARNESS):
         word_ppl = _number(res.get("word_perplexity,none"))
         counts = doc.get("deamoe", {}).get("corpora", {}).get(task) or {}
         words, tokens = counts.get("words"), counts.get("tokens")

@@ -23,6 +23,7 @@ PACKAGE = Path(__file__).resolve().parents[1]  # src/deamoe
 # model file; the others keep a deamoe_ prefix so they cannot shadow anything)
 MODULES = {
     "deamoe.errors": "deamoe_errors",
+    "deamoe.paper": "deamoe_paper",  # Table 1's numbers, which deamoe.shapes turns into presets
     "deamoe.shapes": "deamoe_shapes",
     "deamoe.routing": "deamoe_routing",
     "deamoe.model.grouped": "deamoe_grouped",

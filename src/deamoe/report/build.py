@@ -16,6 +16,7 @@ from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, ladder, tables
+from deamoe.settings import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
@@ -42,8 +43,6 @@ class ReportSettings:
     @classmethod
     def from_config(cls, cfg: dict) -> "ReportSettings":
         """From the whole pipeline config (the shared loader checks keys and types)."""
-        from deamoe.settings import from_dict
-
         out = from_dict(cls, (cfg or {}).get("report"), "report")
         if not 50 <= out.dpi <= 600:
             raise ConfigError(f"report.dpi: {out.dpi} out of range 50..600")

@@ -126,15 +126,19 @@ def table2(results: Path, profile: str | None) -> Artifact:
                 row[f"{model} paper"] = given
             rows.append(row)
     else:
-        for task in paper.TABLE2_TASKS:
-            rows.append({"task": task, "metric": "acc",
-                         **{c: v for m in ("deamoe", "baseline")
-                            for c, v in ((f"{m} reproduced", NOT_RUN),
-                                         (f"{m} paper", paper.TABLE2[m][task]))}})
+        rows = _not_run_rows("task", "acc", paper.TABLE2)
     return Artifact("table2", "Table 2: downstream accuracy (%)", pd.DataFrame(rows), [src],
                     [paper.PAPER_SCALE["table2"], "reproduced: lm-evaluation-harness on the "
                      "pre-training stage's checkpoints; acc and acc_norm both shown where the "
                      "harness gives both"])
+
+
+def _not_run_rows(key: str, metric: str, values: dict) -> list[dict]:
+    """Table 2 or 3 without results: one "not run" row per task or dataset, the paper's beside."""
+    return [{key: name, "metric": metric,
+             **{c: v for m in ("deamoe", "baseline")
+                for c, v in ((f"{m} reproduced", NOT_RUN), (f"{m} paper", values[m][name]))}}
+            for name in values["deamoe"]]
 
 
 def table3(results: Path, profile: str | None) -> Artifact:
@@ -154,11 +158,7 @@ def table3(results: Path, profile: str | None) -> Artifact:
                                          else paper.TABLE3[model].get(_norm(dataset)))
             rows.append(row)
     else:
-        for ds in paper.TABLE3_DATASETS:
-            rows.append({"dataset": ds, "metric": "word_perplexity",
-                         **{c: v for m in ("deamoe", "baseline")
-                            for c, v in ((f"{m} reproduced", NOT_RUN),
-                                         (f"{m} paper", paper.TABLE3[m][ds]))}})
+        rows = _not_run_rows("dataset", "word_perplexity", paper.TABLE3)
     return Artifact("table3", "Table 3: perplexity (lower is better)", pd.DataFrame(rows), [src],
                     [paper.PAPER_SCALE["table3"]])
 
@@ -374,8 +374,6 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
     (copied verbatim from an installed vLLM) timed beside our baseline on the same layer copies
     and routings (deamoe.bench.vllm_peer): this run's microbench part when it had
     a GPU and vLLM, else the committed table."""
-    from deamoe.bench.microbench import VLLM_H200_US
-
     src = _microbench_source(results, measured, "vllm_peer.csv",
                              ("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
                              profile)
@@ -387,7 +385,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
     if not src.ok:
         src.reason += ("; the microbench rule makes it on a CUDA GPU with vLLM installed "
                        "(or `python -m deamoe bench peer`)")
-        return Artifact("vllm_peer", "Issue 5 peer: vLLM's fused MoE on the same GPU",
+        return Artifact("vllm_peer", "vLLM's fused MoE beside our baseline on the same GPU",
                         pd.DataFrame({"vLLM kernel on the same GPU": [NOT_RUN]}), [src])
     df = src.frame
     us = df.pivot_table(index=["model", "batch"], columns="variant", values="us",
@@ -405,9 +403,9 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
         row["ours from logits speed vs vLLM"] = row["vLLM routed_us"] / row["ours from logits_us"]
         row["ours routed % read roofline"] = 100 * gbs / row["ours routed_us"]
         row["vLLM % read roofline"] = 100 * gbs / row["vLLM routed_us"]
-        issue = VLLM_H200_US.get(model, {}).get(int(batch))
-        row["vLLM issue_us"] = issue
-        row["vLLM here / issue"] = row["vLLM routed_us"] / issue if issue else None
+        quoted = paper.VLLM_H200_US.get(model, {}).get(int(batch))
+        row["vLLM quoted_us"] = quoted
+        row["vLLM here / quoted"] = row["vLLM routed_us"] / quoted if quoted else None
         if (model, batch) in peer.index:  # optional columns
             row["vLLM config"] = peer.loc[(model, batch)].get("tile")
             row["peer rel err"] = peer.loc[(model, batch)].get("peer_rel_err")
@@ -423,11 +421,12 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
         "block alignment computed before the capture -- its routing and align launches are left "
         "out, so it is a lower bound on vLLM's time; 'ours routed' keeps our align launch, "
         "'ours from logits' our routing too. Speed vs vLLM > 1: ours is faster",
-        "'vLLM issue_us': the peer times the issue quotes (vLLM on a lent H200); 'vLLM here / "
-        "issue' puts this chip's run of the same kernel beside them",
+        "'vLLM quoted_us': the reference times of vLLM on an H200 that the kernels set out to "
+        "match (deamoe.paper.VLLM_H200_US); 'vLLM here / quoted' puts this chip's run of the same "
+        "kernel beside them",
         _roofline_note(df.drop_duplicates(["model", "batch"])),
     ] + shared_peer_note(df["model"])
-    return Artifact("vllm_peer", "Issue 5 peer: vLLM's fused MoE on the same GPU",
+    return Artifact("vllm_peer", "vLLM's fused MoE beside our baseline on the same GPU",
                     pd.DataFrame(rows), [src], notes, data=df)
 
 

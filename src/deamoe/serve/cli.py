@@ -4,20 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from deamoe.argtypes import checkpoint_command, tables_command
+
 
 def register(sub) -> None:
-    p = sub.add_parser("serve", help="vLLM serving benchmark of one checkpoint (Figure 3)")
-    p.add_argument("--config", required=True, help="pipeline config YAML (section: serve)")
-    p.add_argument("--checkpoint", required=True, help="HF checkpoint directory")
-    p.add_argument("--model", required=True, help="model name in the results (deamoe | baseline)")
-    p.add_argument("--out", required=True, help="output directory: c<N>.json per concurrency")
+    p = checkpoint_command(sub, "serve", "vLLM serving benchmark of one checkpoint (Figure 3)", "serve",
+                           "output directory: c<N>.json per concurrency")
     p.add_argument("--log", default=None, help="server log (default logs/serve/<model>.server.log)")
     p.set_defaults(func=_serve)
 
-    t = sub.add_parser("serve-tables", help="tpot.csv and slo.csv (Figure 3 tables) from serve results")
-    t.add_argument("--config", required=True, help="pipeline config YAML (section: serve)")
-    t.add_argument("--in", dest="inp", required=True, help="results/serve (one dir per model)")
-    t.add_argument("--out", required=True, help="output directory for tpot.csv / slo.csv")
+    t = tables_command(sub, "serve-tables", "tpot.csv and slo.csv (Figure 3 tables) from serve results",
+                       "serve", "results/serve (one dir per model)", "output directory for tpot.csv / slo.csv")
     t.set_defaults(func=_tables)
 
 
@@ -41,6 +38,6 @@ def _tables(args) -> int:
     from deamoe.settings import read_config
 
     profile = read_config(args.config).get("profile")
-    tpot, slo = tables.write_tables(args.inp, args.out, s, profile=profile)
+    tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
     print(f"wrote {tpot} and {slo}")
     return 0

