@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Set everything up (scripts/setup.sh) and run the whole test suite: unit tests, the dry run of
-# the whole DAG, and the end-to-end run of a reduced config through every stage (slow tests
+# the whole DAG, the end-to-end run of a reduced config through every stage and the same pipeline
+# on a one-node SLURM cluster started for it (slow tests
 # included; GPU tests skip themselves without CUDA). Extra arguments go to pytest, e.g.
 #   bash scripts/test.sh -m "not slow"      # the fast part only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh || exit $?
-.venv/bin/python -m pytest -ra "$@"
+.venv/bin/python -m pytest -ra --durations=25 "$@"   # the 25 slowest: where CI time goes
 rc=$?
 if [ "$rc" -eq 5 ]; then  # pytest: no test collected -- never a pass
     echo "test.sh: pytest collected no tests" >&2

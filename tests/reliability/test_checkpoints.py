@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -32,8 +33,6 @@ print(json.dumps({"class": type(model).__module__ + "." + type(model).__name__,
 
 @pytest.mark.slow  # a fresh interpreter importing torch + transformers: tens of seconds
 def test_checkpoint_loads_with_plain_transformers_without_deamoe(checkpoint, tmp_path):
-    import os
-
     import torch
 
     from deamoe.model import DeaMoEForCausalLM
@@ -82,11 +81,49 @@ def _damage(path, kind):
         (path / "config.json").write_text(json.dumps(cfg))
 
 
-@pytest.mark.parametrize("kind", ["config.json not JSON", "weights truncated", "weights missing",
-                                  "tokenizer not JSON", "config.json missing", "bad shape in config"])
-def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, checkpoint, kind):
-    """Run as a user runs it, in a fresh process: in-process, logging handlers and warnings
-    state left by earlier tests (transformers, lm-eval) can add lines of their own."""
+KINDS = ["config.json not JSON", "weights truncated", "weights missing", "tokenizer not JSON",
+         "config.json missing", "bad shape in config"]
+
+# One interpreter does what `python -m deamoe eval` does before it reads a checkpoint -- sets the
+# Hugging Face environment from the config, imports torch, transformers and the model package --
+# then, per line on stdin, forks a child that runs the command's main() with its own stdout and
+# stderr: each case a fresh process as a user starts it (in-process, logging handlers and warnings
+# state left by earlier tests can add lines of their own), less ~15 s of imports per case.
+EVAL_FORKS = r"""
+import json, os, sys, traceback
+from deamoe.cli import main
+from deamoe.eval.runner import set_hf_environment
+from deamoe.eval.settings import load_eval_settings
+set_hf_environment(load_eval_settings(sys.argv[1]))
+import torch, transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+import deamoe.model
+for line in sys.stdin:
+    err, argv = json.loads(line)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        out = os.open(os.devnull, os.O_WRONLY)
+        fd = os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, 1)
+        os.dup2(fd, 2)
+        try:
+            code = main(argv)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def _helpers():
     import importlib.util
     from pathlib import Path
 
@@ -94,19 +131,44 @@ def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(work, ch
     spec = importlib.util.spec_from_file_location("reliability_conftest", Path(__file__).with_name("conftest.py"))
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
-    assert_one_line_error, tree, write_config = helpers.assert_one_line_error, helpers.tree, helpers.write_config
+    return helpers
 
-    damaged = work / "ckpt"
-    shutil.copytree(checkpoint, damaged)
-    _damage(damaged, kind)
-    write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1})
-    before = tree(work)
+
+@pytest.fixture(scope="module")
+def damaged_runs(checkpoint, tmp_path_factory):
+    """{kind: (exit status, stderr, tree before, tree after)}: `python -m deamoe eval` on each
+    damaged copy of the checkpoint, one at a time in one working folder (EVAL_FORKS)."""
+    helpers = _helpers()
+    work = tmp_path_factory.mktemp("damaged") / "work"
+    work.mkdir()
+    helpers.write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1})
+    err, log = work.parent / "stderr.txt", work.parent / "driver.log"
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
-    proc = subprocess.run([sys.executable, "-m", "deamoe", "eval", "--config", "c.yaml", "--checkpoint",
-                           "ckpt", "--model", "deamoe", "--out", "res/eval"], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert_one_line_error(proc.returncode, proc.stderr, "ckpt")
-    assert tree(work) == before, "a failed command changed the tree"
+    argv = ["eval", "--config", "c.yaml", "--checkpoint", "ckpt", "--model", "deamoe", "--out", "res/eval"]
+    runs = {}
+    with open(log, "w") as driver_log:
+        driver = subprocess.Popen([sys.executable, "-c", EVAL_FORKS, "c.yaml"], cwd=work, env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=driver_log)
+        try:
+            for kind in KINDS:
+                shutil.copytree(checkpoint, work / "ckpt")
+                _damage(work / "ckpt", kind)
+                before = helpers.tree(work)
+                driver.stdin.write(json.dumps([str(err), argv]) + "\n")
+                driver.stdin.flush()
+                status = driver.stdout.readline().strip()
+                assert status, f"the eval driver exited ({driver.poll()}):\n{log.read_text()[-3000:]}"
+                runs[kind] = (int(status), err.read_text(), before, helpers.tree(work))
+                shutil.rmtree(work / "ckpt")
+        finally:
+            driver.stdin.close()
+            driver.wait(timeout=120)
+    return runs
 
 
-import os  # noqa: E402  (used by the damaged-checkpoint test's environment guard)
+@pytest.mark.parametrize("kind", KINDS)
+def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(damaged_runs, kind):
+    status, err, before, after = damaged_runs[kind]
+    _helpers().assert_one_line_error(status, err, "ckpt")
+    assert after == before, "a failed command changed the tree"
+

@@ -1,5 +1,9 @@
-"""End to end on the CPU: `serve` starts a real vLLM server for a tiny checkpoint, drives two
-concurrency levels, stops it; `serve-tables` then writes tpot.csv / slo.csv.  ~1-2 min."""
+"""End to end on the CPU: `serve` starts a real vLLM server for a checkpoint, drives the
+configured concurrency levels, stops it; `serve-tables` then writes tpot.csv / slo.csv.
+
+The served runs are the session's tiny pipeline run (tests/workflow/reduced.yaml: both
+pre-trained checkpoints, concurrency 1 and 2, 8 output tokens per request), which starts the same
+two vLLM servers through the same command; this reads its results instead of starting two more."""
 
 from __future__ import annotations
 
@@ -20,29 +24,29 @@ def deamoe_cli(*args, cwd):
 
 
 @pytest.mark.slow
-def test_serve_and_tables(tiny_checkpoints, tmp_path):
+def test_serve_and_tables(tiny_pipeline, tmp_path):
+    served = tiny_pipeline / "results" / "serve"
+    reduced = yaml.safe_load((tiny_pipeline / "tests" / "workflow" / "reduced.yaml").read_text())
+    levels, output_len = reduced["serve"]["concurrency"], reduced["serve"]["output_len"]
+    assert levels == [1, 2] and output_len == 8
+    for model in ("deamoe", "baseline"):
+        for c in levels:
+            res = json.loads((served / model / f"c{c}.json").read_text())
+            assert res["raw"]["completed"] == res["num_requests"] and res["raw"]["failed"] == 0
+            assert res["raw"]["total_output_tokens"] == output_len * res["num_requests"]  # EOS ignored
+            assert res["tpot_server_mean_ms"] > 0 and res["output_tok_s"] > 0
+    # the tables again from the same results, under a 1 s budget every level meets
     cfg = tmp_path / "config.yaml"
     cfg.write_text(yaml.safe_dump({"profile": "tiny", "serve": {
-        "concurrency": [1, 4], "input_len": 16, "output_len": 8, "rounds": 2, "min_requests": 4,
-        "warmups": 1, "tpot_budgets_ms": [1000.0], "slo_metric": "tpot_server_mean_ms"}}))
-    for model, ckpt in (("deamoe", "deamoe"), ("baseline", "moe")):
-        r = deamoe_cli("serve", "--config", str(cfg), "--checkpoint", str(tiny_checkpoints[ckpt]),
-                       "--model", model, "--out", str(tmp_path / "serve" / model),
-                       "--log", str(tmp_path / f"{model}.server.log"), cwd=tmp_path)
-        assert r.returncode == 0, r.stderr[-3000:]
-        for c in (1, 4):
-            res = json.loads((tmp_path / "serve" / model / f"c{c}.json").read_text())
-            assert res["raw"]["completed"] == res["num_requests"] and res["raw"]["failed"] == 0
-            assert res["raw"]["total_output_tokens"] == 8 * res["num_requests"]  # EOS ignored
-            assert res["tpot_server_mean_ms"] > 0 and res["output_tok_s"] > 0
-    r = deamoe_cli("serve-tables", "--config", str(cfg), "--in", str(tmp_path / "serve"),
-                   "--out", str(tmp_path / "serve"), cwd=tmp_path)
+        **reduced["serve"], "tpot_budgets_ms": [1000.0], "slo_metric": "tpot_server_mean_ms"}}))
+    r = deamoe_cli("serve-tables", "--config", str(cfg), "--in", str(served),
+                   "--out", str(tmp_path), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    tpot = pd.read_csv(tmp_path / "serve" / "tpot.csv")
+    tpot = pd.read_csv(tmp_path / "tpot.csv")
     assert sorted(zip(tpot.model, tpot.concurrency)) == [
-        ("baseline", 1), ("baseline", 4), ("deamoe", 1), ("deamoe", 4)]
-    slo = pd.read_csv(tmp_path / "serve" / "slo.csv")
-    assert slo.loc[0, "deamoe_max_concurrency"] == 4  # a 1 s budget is met everywhere
+        ("baseline", 1), ("baseline", 2), ("deamoe", 1), ("deamoe", 2)]
+    slo = pd.read_csv(tmp_path / "slo.csv")
+    assert slo.loc[0, "deamoe_max_concurrency"] == 2  # a 1 s budget is met everywhere
 
 
 @pytest.mark.slow

@@ -68,12 +68,14 @@ def _memory_mb() -> int:
 
 
 class LocalSlurm:
-    """One node (this host: its cores and memory), one partition, no accounting database."""
+    """One node (this host and its memory), one partition, no accounting database.  `cpus`: the
+    CPUs the node offers to jobs (default: this host's cores); more than the host has lets jobs
+    overlap (slurmd is told to take the configured count as given)."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, cpus: int | None = None):
         self.root = Path(root)
         self.node = socket.gethostname().split(".")[0]
-        self.cpus = os.cpu_count() or 1
+        self.cpus = cpus or os.cpu_count() or 1
         self.procs: dict[str, subprocess.Popen] = {}
         self.linked = False  # whether SYSTEM_CONF is this cluster's link
         self.conf = self.root / "slurm.conf"
@@ -128,6 +130,8 @@ SlurmctldTimeout=30
 SlurmdTimeout=60
 InactiveLimit=0
 KillWait=5
+# The node's CPUs as configured here, even where that is more than the host's cores.
+SlurmdParameters=config_overrides
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={mem} State=UNKNOWN
 PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
