@@ -30,19 +30,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from deamoe.shapes import DeaMoEShape, MoEShape
+from deamoe.model.fast_ffn import deamoe_forward, moe_forward
 from deamoe.model.grouped import grouped_mm
 from deamoe.routing import route
 
+# How a layer computes its routed part: "torch" (grouped by nonzero/bincount, combined with
+# index_add_; the reference for the fast path) or "fast" (deamoe.model.fast_ffn: sort-based,
+# static shapes, no host sync, for training under torch.compile).
+IMPLS = ("torch", "fast")
 
-def _rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    # Parameter-free RMSNorm: a learnable gain would add parameters outside the matched budget.
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm without a gain: the FFN operator (a learnable gain would add parameters outside the
+    matched budget) and, with its gain, the decoder's RMSNorm module."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
 _OPERATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "gelu": F.gelu,
-    "rmsnorm": _rms,
+    "rmsnorm": rms_norm,
     "none": lambda x: x,
 }
 
@@ -72,12 +79,14 @@ def shared_experts(shape: MoEShape | DeaMoEShape) -> SharedExperts | None:
 class MoE(nn.Module):
     """Standard MoE FFN with SwiGLU experts (equations 1-3)."""
 
-    def __init__(self, shape: MoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
+    def __init__(self, shape: MoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0,
+                 impl: str = "torch"):
         super().__init__()
         self.shape = shape
         n, f, h = shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
         self.expert_init_scale = expert_init_scale
+        self.impl = impl
         self.router = nn.Linear(h, n, bias=False)
         self.gate_proj = nn.Parameter(torch.empty(n, f, h))
         self.up_proj = nn.Parameter(torch.empty(n, f, h))
@@ -113,6 +122,8 @@ class MoE(nn.Module):
         lead, h = x.shape[:-1], x.shape[-1]
         x = x.reshape(-1, h)
         ids, weights = self._route(x, ids, weights)
+        if self.impl == "fast":
+            return self._add_shared(x, moe_forward(self, x, ids, weights)).reshape(*lead, h)
         k = ids.shape[1]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)  # (token, slot) assignments grouped by expert
@@ -129,12 +140,14 @@ class MoE(nn.Module):
 class DeaMoE(nn.Module):
     """DeaMoE FFN: departments share W_g/W_u/W_d; experts own A_g/A_u/A_d (Section 3)."""
 
-    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
+    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0,
+                 impl: str = "torch"):
         super().__init__()
         self.shape = shape
         d, e, f, h = shape.n_dept, shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
         self.expert_init_scale = expert_init_scale
+        self.impl = impl
         self.sigma = operator(shape.operator)
         self.router = nn.Linear(h, e, bias=False)
         self.dept_gate = nn.Parameter(torch.empty(d, f, h))
@@ -176,9 +189,14 @@ class DeaMoE(nn.Module):
     def forward(self, x: torch.Tensor, ids=None, weights=None) -> torch.Tensor:
         lead, h = x.shape[:-1], x.shape[-1]
         x = x.reshape(-1, h)
+        routed = ids is None
         ids, weights = self._route(x, ids, weights)
         T, k = ids.shape
         s = self.shape
+        if self.impl == "fast":
+            # The router keeps k_dept departments per token; given ids may span up to k of them.
+            slots = min(s.n_dept, s.k_dept if routed else k)
+            return self._add_shared(x, deamoe_forward(self, x, ids, weights, slots)).reshape(*lead, h)
         per = s.experts_per_dept
         dept = torch.div(ids, per, rounding_mode="floor")
 
@@ -262,6 +280,6 @@ def routed_reference(
 
 
 def build_ffn(shape: MoEShape | DeaMoEShape, init_std: float = 0.02,
-              expert_init_scale: float = 1.0) -> MoE | DeaMoE:
+              expert_init_scale: float = 1.0, impl: str = "torch") -> MoE | DeaMoE:
     cls = DeaMoE if isinstance(shape, DeaMoEShape) else MoE
-    return cls(shape, init_std, expert_init_scale)
+    return cls(shape, init_std, expert_init_scale, impl)
