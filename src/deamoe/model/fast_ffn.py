@@ -126,8 +126,9 @@ def deamoe_forward(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Ten
     # Stage 2: each assignment reads its pair's row (one-hot bmm), grouped by expert.
     a = _Permute.apply(a, pinv, porder).view(T, slots, 2 * f)
     a = torch.bmm(onehot.to(a.dtype), a).view(T * k, 2 * f)
-    a = _Permute.apply(a, eorder, einv)
-    y = F.silu(grouped_mm(a[:, :f], layer.expert_gate, ecounts)) * grouped_mm(a[:, f:], layer.expert_up, ecounts)
+    # gathered per half: each grouped GEMM gets a contiguous input
+    a_g, a_u = (_Permute.apply(half, eorder, einv) for half in (a[:, :f], a[:, f:]))
+    y = F.silu(grouped_mm(a_g, layer.expert_gate, ecounts)) * grouped_mm(a_u, layer.expert_up, ecounts)
     z = layer.sigma(grouped_mm(y, layer.expert_down, ecounts))
 
     # Stage 3: weighted expert results summed per pair (one-hot bmm), then W_d once per pair.

@@ -180,11 +180,14 @@ def build(settings: Settings, cfg, d):
     return model, _optimizer(model, t)
 
 
-def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: int, lr: float):
+def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: int, lr: float, mark=None):
     """One optimiser step over this rank's micro-batches; returns the step's numbers (steplog.VALUES)
-    as a device tensor, averaged over ranks, without reading them on the host."""
+    as a device tensor, averaged over ranks, without reading them on the host.  mark(stage), when
+    given, is called as each stage ends ("forward", "backward", "optimizer"; a benchmark records
+    events there)."""
     import torch
 
+    mark = mark or (lambda stage: None)
     t = settings.train
     per_rank = t.batch_size // d.world
     accum = per_rank // t.micro_batch_size
@@ -198,7 +201,9 @@ def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: in
         with _autocast(d.device, settings):
             ce, aux = micro_loss(model, x, y, cfg)
             loss = (ce + cfg.aux_loss_coef * aux) / accum if cfg.load_balance == "aux_loss" else ce / accum
+        mark("forward")
         loss.backward()
+        mark("backward")
         ce_sum = ce_sum + ce.detach().float()
         aux_sum = aux_sum + aux.detach().float()
     stats = model.routing_stats()  # of the last micro-batch
@@ -210,6 +215,7 @@ def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: in
     if cfg.load_balance == "bias":
         model.update_balance_bias()
         parallel.sync_buffers(model, d)
+    mark("optimizer")
     nan = torch.full((), float("nan"), device=d.device)
     values = torch.stack([ce_sum / accum, aux_sum / accum, grad_norm.float(),
                           stats.get("mean_distinct_departments", nan).float(), stats.get("max_load_over_mean", nan).float()])
