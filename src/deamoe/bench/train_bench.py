@@ -137,7 +137,7 @@ def _dense(h: int, width: int, tokens: int):
     return _fwd_bwd(ffn, x, torch.randn_like(x))
 
 
-def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit) -> None:
+def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed) -> None:
     import torch
 
     from deamoe.analysis.budget import ffn_flops
@@ -154,7 +154,10 @@ def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit) -> None
             if compiled:
                 layer.compile()
             x = torch.randn(tokens, shape.h, device=_dev(), requires_grad=True)
-            timed[path] = _time_ms(_fwd_bwd(layer, x, torch.randn_like(x)))
+            try:
+                timed[path] = _time_ms(_fwd_bwd(layer, x, torch.randn_like(x)))
+            except Exception as exc:
+                failed(f"layer {label} {shape.kind} {path}", exc)
             del layer, x
         for path, ms in timed.items():
             emit({"section": "layer", "shape": label, "ffn": shape.kind, "path": path, "world_size": 1,
@@ -164,7 +167,7 @@ def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit) -> None
             torch.cuda.empty_cache()
 
 
-def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: int, d, emit) -> None:
+def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: int, d, emit, failed) -> None:
     """Whole training steps of each run and path (random tokens); stage times from a few more."""
     import torch
 
@@ -172,21 +175,23 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
     from deamoe.train.trainer import H200_DENSE_BF16_TFLOPS, build
 
     vocab = settings.data.vocab_size
-    for run in runs:
-        spec = run_spec(settings, run)
-        for path in paths:
-            impl, compiled = PATHS[path]
+    for path in paths:  # path-major: a run cut short by its time limit has each path of both runs
+        impl, compiled = PATHS[path]
+        for run in runs:
+            spec = run_spec(settings, run)
             per_rank = settings.train.batch_size // d.world
             s = dataclasses.replace(
                 settings, model=dataclasses.replace(settings.model, ffn_impl=impl),
                 train=dataclasses.replace(settings.train, compile=compiled, seed=spec.seed,
                                           micro_batch_size=min(settings.train.micro_batch_size, per_rank)))
             cfg = model_config(s, spec, vocab)
-            model, opt = build(s, cfg, d)
-            data = RandomTokens(vocab)
-            emit(_step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section,
-                           train_flops_per_token(cfg, s.train.seq_len), H200_DENSE_BF16_TFLOPS))
-            del model, opt
+            try:
+                model, opt = build(s, cfg, d)
+                emit(_step_row(model, opt, RandomTokens(vocab), s, cfg, d, steps, run, spec, path, section,
+                               train_flops_per_token(cfg, s.train.seq_len), H200_DENSE_BF16_TFLOPS))
+            except Exception as exc:  # the other paths still run; the command exits 1
+                failed(f"{section} {run} {path}", exc)
+            model = opt = None
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
@@ -244,14 +249,24 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
             pd.DataFrame(rows).reindex(columns=SECTION_COLUMNS).assign(
                 **{k: prov[k] for k in ("device", "torch", "triton", "git_sha", "date")}).to_csv(out / name, index=False)
 
+    errors: list[str] = []
+
+    def failed(what: str, exc: Exception) -> None:
+        import traceback
+
+        traceback.print_exception(exc)
+        errors.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
+
     if "layer" in parts and d.main:
         row7b = TABLE1["Baseline-7B"]
         layer_rows([(f"gpu-{big}", z.baseline), (f"gpu-{big}", z.deamoe),
-                    ("Baseline-7B", row7b.baseline), ("Baseline-7B", row7b.deamoe)], tokens, paths, emit)
+                    ("Baseline-7B", row7b.baseline), ("Baseline-7B", row7b.deamoe)], tokens, paths, emit, failed)
     for part in ("step", "fsdp"):
         if part in parts:
-            step_rows(settings, runs, paths, part, steps, d, emit)
+            step_rows(settings, runs, paths, part, steps, d, emit, failed)
     if d.main and rows:
         print(pd.DataFrame(rows).reindex(columns=SECTION_COLUMNS).to_string(index=False))
+    for e in errors:
+        print(f"error: {e}")
     parallel.teardown(d)
-    return 0
+    return 1 if errors else 0
