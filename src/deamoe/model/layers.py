@@ -102,11 +102,18 @@ class MoE(nn.Module):
         return () if s is None else (s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight)
 
     def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj,
-                  *self.shared_parameters()):
-            routed = w is self.gate_proj or w is self.up_proj or w is self.down_proj
-            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if routed else 1.0))
-        nn.init.zeros_(self.expert_bias)
+        nn.init.normal_(self.router.weight, std=self.init_std)
+        self.init_own()
+        for w in self.shared_parameters():
+            nn.init.normal_(w, std=self.init_std)
+
+    def init_own(self, normal_=nn.init.normal_, copy_=None, zeros_=nn.init.zeros_) -> None:
+        """Initialise the layer's own tensors (its router and shared experts are nn.Linear
+        modules).  The init functions are arguments so the Hugging Face model passes its own
+        (transformers.initialization, which skips weights loaded from a checkpoint)."""
+        for w in (self.gate_proj, self.up_proj, self.down_proj):
+            normal_(w, mean=0.0, std=self.init_std * self.expert_init_scale)
+        zeros_(self.expert_bias)
 
     def _add_shared(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return out if self.shared_experts is None else out + self.shared_experts(x).to(out.dtype)
@@ -168,21 +175,26 @@ class DeaMoE(nn.Module):
     shared_parameters = MoE.shared_parameters
     _add_shared = MoE._add_shared
 
-    def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down,
-                  *self.shared_parameters()):
-            # the department matrices are the h-sided factor of every routed expert (the baseline's
-            # expert matrices' counterpart): expert_init_scale scales them, not the f x f factor
-            dept = w is self.dept_gate or w is self.dept_up or w is self.dept_down
-            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if dept else 1.0))
+    reset_parameters = MoE.reset_parameters
+
+    def init_own(self, normal_=nn.init.normal_, copy_=None, zeros_=nn.init.zeros_) -> None:
+        """As MoE.init_own; experts start as identities (expert_init='identity') or normals.
+        The department matrices are the h-sided factor of every routed expert (the baseline's
+        expert matrices' counterpart): expert_init_scale scales them, not the f x f factor."""
+        for w in (self.dept_gate, self.dept_up, self.dept_down):
+            normal_(w, mean=0.0, std=self.init_std * self.expert_init_scale)
         for w in self.expert_parameters():
             if self.shape.expert_init == "identity":
                 # torch.nn.init.eye_ per expert: each expert starts equal to its department backbone.
-                with torch.no_grad():
-                    w.copy_(torch.eye(w.shape[-1], dtype=w.dtype).expand_as(w))
+                eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w)
+                if copy_ is None:
+                    with torch.no_grad():
+                        w.copy_(eye)
+                else:
+                    copy_(w, eye)
             else:
-                nn.init.normal_(w, std=self.init_std)
-        nn.init.zeros_(self.expert_bias)
+                normal_(w, mean=0.0, std=self.init_std)
+        zeros_(self.expert_bias)
 
     _route = MoE._route
 

@@ -234,19 +234,8 @@ class DeaMoEPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
         elif isinstance(module, RMSNorm):
             init.ones_(module.weight)
-        elif isinstance(module, MoE):
-            for w in (module.gate_proj, module.up_proj, module.down_proj):
-                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
-            init.zeros_(module.expert_bias)
-        elif isinstance(module, DeaMoE):
-            for w in (module.dept_gate, module.dept_up, module.dept_down):
-                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
-            for w in module.expert_parameters():
-                if module.shape.expert_init == "identity":
-                    init.copy_(w, torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w))
-                else:
-                    init.normal_(w, mean=0.0, std=std)
-            init.zeros_(module.expert_bias)
+        elif isinstance(module, (MoE, DeaMoE)):
+            module.init_own(init.normal_, init.copy_, init.zeros_)
 
 
 class DeaMoEModel(DeaMoEPreTrainedModel):
