@@ -85,7 +85,7 @@ def sort_groups(group: torch.Tensor, n_group: int):
     return order, inv, expert_counts(group, n_group)
 
 
-def moe_forward(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+def fast_moe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """The routed part of MoE.forward: x [T, h], ids/weights [T, k] -> [T, h]."""
     T, k = ids.shape
     f = layer.shape.h_ffn
@@ -109,7 +109,7 @@ def department_slots(ids: torch.Tensor, n_dept: int, experts_per_dept: int, slot
     return pair_dept, onehot
 
 
-def deamoe_forward(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:
+def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:
     """The routed part of DeaMoE.forward; `slots` must be at least the departments a token uses."""
     s = layer.shape
     T, k = ids.shape

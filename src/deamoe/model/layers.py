@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from deamoe.shapes import DeaMoEShape, MoEShape
-from deamoe.model.fast_ffn import deamoe_forward, moe_forward
+from deamoe.model.fast_ffn import fast_deamoe, fast_moe
 from deamoe.model.grouped import grouped_mm
 from deamoe.routing import route
 
@@ -130,7 +130,7 @@ class MoE(nn.Module):
         x = x.reshape(-1, h)
         ids, weights = self._route(x, ids, weights)
         if self.impl == "fast":
-            return self._add_shared(x, moe_forward(self, x, ids, weights)).reshape(*lead, h)
+            return self._add_shared(x, fast_moe(self, x, ids, weights)).reshape(*lead, h)
         k = ids.shape[1]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)  # (token, slot) assignments grouped by expert
@@ -208,7 +208,7 @@ class DeaMoE(nn.Module):
         if self.impl == "fast":
             # The router keeps k_dept departments per token; given ids may span up to k of them.
             slots = min(s.n_dept, s.k_dept if routed else k)
-            return self._add_shared(x, deamoe_forward(self, x, ids, weights, slots)).reshape(*lead, h)
+            return self._add_shared(x, fast_deamoe(self, x, ids, weights, slots)).reshape(*lead, h)
         per = s.experts_per_dept
         dept = torch.div(ids, per, rounding_mode="floor")
 
