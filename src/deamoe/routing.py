@@ -124,8 +124,10 @@ def distinct_departments(ids: torch.Tensor, n_dept: int, experts_per_dept: int) 
 
 
 def expert_counts(ids: torch.Tensor, n_expert: int) -> torch.Tensor:
-    """[n_expert] how many (token, slot) assignments each expert received."""
-    return torch.bincount(ids.reshape(-1), minlength=n_expert)
+    """[n_expert] how many (token, slot) assignments each expert received (bincount's numbers with
+    a fixed-size result: no host sync, traceable by torch.compile)."""
+    flat = ids.reshape(-1)
+    return torch.zeros(n_expert, dtype=torch.int64, device=ids.device).scatter_add_(0, flat, torch.ones_like(flat))
 
 
 def load_balance_loss(logits: torch.Tensor, ids: torch.Tensor, n_expert: int) -> torch.Tensor:

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import subprocess
@@ -31,6 +32,20 @@ def test_killed_and_restarted_run_ends_exactly_like_an_uninterrupted_one(tmp_pat
         assert list(a["step"]) == list(range(1, 7)) and (a["loss"].values == b["loss"].values).all()
         assert full["val_loss"] == resumed["val_loss"]
         assert not (tmp_path / name / "cut" / "state" / "resume.pt").exists()  # removed once finished
+
+
+def test_fast_path_resumed_with_batched_log_reads_equals_uninterrupted(tmp_path, make_config, shards):
+    """The GPU profiles' path on the CPU: fast FFN, losses read every 4 steps (checkpoints read
+    them too): the log has every step and a resumed run ends exactly like an uninterrupted one."""
+    s = _settings(tmp_path, make_config, checkpoint_every=2, log_every=4)
+    s = dataclasses.replace(s, model=dataclasses.replace(s.model, ffn_impl="fast"))
+    spec = run_spec(s, "pretrain-t-deamoe-s0")
+    full = train_run(s, spec, shards, tmp_path / "full", progress=False)
+    assert train_run(s, spec, shards, tmp_path / "cut", stop_after=3, progress=False) is None
+    resumed = train_run(s, spec, shards, tmp_path / "cut", progress=False)
+    a, b = (pd.read_csv(tmp_path / n / "log.csv") for n in ("full", "cut"))
+    assert list(a["step"]) == list(range(1, 7)) and (a["loss"].values == b["loss"].values).all()
+    assert full["val_loss"] == resumed["val_loss"]
 
 
 def test_resume_state_from_another_configuration_is_refused(tmp_path, make_config, shards):

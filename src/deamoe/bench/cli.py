@@ -10,6 +10,7 @@
   bench overread        CPU: what the dense department GEMM reads beyond the routing's bytes
   bench import          a device run's tables into reports/measured/h200/
   bench peer            vLLM's own fused-MoE kernel beside our baseline (extract, check, run)
+  bench train           training throughput: FFN layers forward+backward, whole steps, FSDP2
 """
 
 from __future__ import annotations
@@ -95,6 +96,17 @@ def _register_bench(sub) -> None:
     t.add_argument("dirs", nargs="+", type=Path)
     t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
+    t = tool("train", _train, "CUDA: FFN layers forward+backward beside torch._grouped_mm and a "
+             "dense FFN of equal FLOPs, whole training steps (tokens/s, MFU, stages) -> "
+             "OUT/train_throughput.csv; with --parts fsdp under torchrun: the FSDP2 step -> "
+             "OUT/train_fsdp_throughput.csv")
+    t.add_argument("--config", default="workflow/profiles/gpu/train-sections.yaml",
+                   help="training config: the layers and runs of its largest pretrain size")
+    t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp")
+    t.add_argument("--paths", default="torch,fast+compile",
+                   help="comma-separated step paths: torch, fast, fast+compile")
+    t.add_argument("--tokens", type=int, default=32768, help="tokens per layer call")
+    t.add_argument("--steps", type=int, default=10, help="timed steps per run and path")
     _register_peer(tools)
 
 
@@ -120,6 +132,13 @@ def _register_peer(tools) -> None:
     rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
     p.set_defaults(func=_peer)
+
+
+def _train(args) -> int:
+    _needs_cuda("train")
+    from deamoe.bench.train_bench import bench_train
+
+    return bench_train(args.out, args.config, args.parts.split(","), args.paths.split(","), args.tokens, args.steps)
 
 
 def _needs_cuda(what: str) -> None:

@@ -30,19 +30,26 @@ import torch.nn.functional as F
 from torch import nn
 
 from deamoe.shapes import DeaMoEShape, MoEShape
+from deamoe.model.fast_ffn import fast_deamoe, fast_moe
 from deamoe.model.grouped import grouped_mm
 from deamoe.routing import route
 
+# How a layer computes its routed part: "torch" (grouped by nonzero/bincount, combined with
+# index_add_; the reference for the fast path) or "fast" (deamoe.model.fast_ffn: sort-based,
+# static shapes, no host sync, for training under torch.compile).
+IMPLS = ("torch", "fast")
 
-def _rms(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    # Parameter-free RMSNorm: a learnable gain would add parameters outside the matched budget.
+
+def rms_norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """RMSNorm without a gain: the FFN operator (a learnable gain would add parameters outside the
+    matched budget) and, with its gain, the decoder's RMSNorm module."""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
 
 
 _OPERATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "silu": F.silu,
     "gelu": F.gelu,
-    "rmsnorm": _rms,
+    "rmsnorm": rms_norm,
     "none": lambda x: x,
 }
 
@@ -72,12 +79,14 @@ def shared_experts(shape: MoEShape | DeaMoEShape) -> SharedExperts | None:
 class MoE(nn.Module):
     """Standard MoE FFN with SwiGLU experts (equations 1-3)."""
 
-    def __init__(self, shape: MoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
+    def __init__(self, shape: MoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0,
+                 impl: str = "torch"):
         super().__init__()
         self.shape = shape
         n, f, h = shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
         self.expert_init_scale = expert_init_scale
+        self.impl = impl
         self.router = nn.Linear(h, n, bias=False)
         self.gate_proj = nn.Parameter(torch.empty(n, f, h))
         self.up_proj = nn.Parameter(torch.empty(n, f, h))
@@ -93,11 +102,18 @@ class MoE(nn.Module):
         return () if s is None else (s.gate_proj.weight, s.up_proj.weight, s.down_proj.weight)
 
     def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.gate_proj, self.up_proj, self.down_proj,
-                  *self.shared_parameters()):
-            routed = w is self.gate_proj or w is self.up_proj or w is self.down_proj
-            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if routed else 1.0))
-        nn.init.zeros_(self.expert_bias)
+        nn.init.normal_(self.router.weight, std=self.init_std)
+        self.init_own()
+        for w in self.shared_parameters():
+            nn.init.normal_(w, std=self.init_std)
+
+    def init_own(self, normal_=nn.init.normal_, copy_=None, zeros_=nn.init.zeros_) -> None:
+        """Initialise the layer's own tensors (its router and shared experts are nn.Linear
+        modules).  The init functions are arguments so the Hugging Face model passes its own
+        (transformers.initialization, which skips weights loaded from a checkpoint)."""
+        for w in (self.gate_proj, self.up_proj, self.down_proj):
+            normal_(w, mean=0.0, std=self.init_std * self.expert_init_scale)
+        zeros_(self.expert_bias)
 
     def _add_shared(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         return out if self.shared_experts is None else out + self.shared_experts(x).to(out.dtype)
@@ -113,6 +129,8 @@ class MoE(nn.Module):
         lead, h = x.shape[:-1], x.shape[-1]
         x = x.reshape(-1, h)
         ids, weights = self._route(x, ids, weights)
+        if self.impl == "fast":
+            return self._add_shared(x, fast_moe(self, x, ids, weights)).reshape(*lead, h)
         k = ids.shape[1]
         flat = ids.reshape(-1)
         order = flat.argsort(stable=True)  # (token, slot) assignments grouped by expert
@@ -129,12 +147,14 @@ class MoE(nn.Module):
 class DeaMoE(nn.Module):
     """DeaMoE FFN: departments share W_g/W_u/W_d; experts own A_g/A_u/A_d (Section 3)."""
 
-    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0):
+    def __init__(self, shape: DeaMoEShape, init_std: float = 0.02, expert_init_scale: float = 1.0,
+                 impl: str = "torch"):
         super().__init__()
         self.shape = shape
         d, e, f, h = shape.n_dept, shape.n_expert, shape.h_ffn, shape.h
         self.init_std = init_std
         self.expert_init_scale = expert_init_scale
+        self.impl = impl
         self.sigma = operator(shape.operator)
         self.router = nn.Linear(h, e, bias=False)
         self.dept_gate = nn.Parameter(torch.empty(d, f, h))
@@ -155,30 +175,40 @@ class DeaMoE(nn.Module):
     shared_parameters = MoE.shared_parameters
     _add_shared = MoE._add_shared
 
-    def reset_parameters(self) -> None:
-        for w in (self.router.weight, self.dept_gate, self.dept_up, self.dept_down,
-                  *self.shared_parameters()):
-            # the department matrices are the h-sided factor of every routed expert (the baseline's
-            # expert matrices' counterpart): expert_init_scale scales them, not the f x f factor
-            dept = w is self.dept_gate or w is self.dept_up or w is self.dept_down
-            nn.init.normal_(w, std=self.init_std * (self.expert_init_scale if dept else 1.0))
+    reset_parameters = MoE.reset_parameters
+
+    def init_own(self, normal_=nn.init.normal_, copy_=None, zeros_=nn.init.zeros_) -> None:
+        """As MoE.init_own; experts start as identities (expert_init='identity') or normals.
+        The department matrices are the h-sided factor of every routed expert (the baseline's
+        expert matrices' counterpart): expert_init_scale scales them, not the f x f factor."""
+        for w in (self.dept_gate, self.dept_up, self.dept_down):
+            normal_(w, mean=0.0, std=self.init_std * self.expert_init_scale)
         for w in self.expert_parameters():
             if self.shape.expert_init == "identity":
                 # torch.nn.init.eye_ per expert: each expert starts equal to its department backbone.
-                with torch.no_grad():
-                    w.copy_(torch.eye(w.shape[-1], dtype=w.dtype).expand_as(w))
+                eye = torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w)
+                if copy_ is None:
+                    with torch.no_grad():
+                        w.copy_(eye)
+                else:
+                    copy_(w, eye)
             else:
-                nn.init.normal_(w, std=self.init_std)
-        nn.init.zeros_(self.expert_bias)
+                normal_(w, mean=0.0, std=self.init_std)
+        zeros_(self.expert_bias)
 
     _route = MoE._route
 
     def forward(self, x: torch.Tensor, ids=None, weights=None) -> torch.Tensor:
         lead, h = x.shape[:-1], x.shape[-1]
         x = x.reshape(-1, h)
+        routed = ids is None
         ids, weights = self._route(x, ids, weights)
         T, k = ids.shape
         s = self.shape
+        if self.impl == "fast":
+            # The router keeps k_dept departments per token; given ids may span up to k of them.
+            slots = min(s.n_dept, s.k_dept if routed else k)
+            return self._add_shared(x, fast_deamoe(self, x, ids, weights, slots)).reshape(*lead, h)
         per = s.experts_per_dept
         dept = torch.div(ids, per, rounding_mode="floor")
 
@@ -262,6 +292,6 @@ def routed_reference(
 
 
 def build_ffn(shape: MoEShape | DeaMoEShape, init_std: float = 0.02,
-              expert_init_scale: float = 1.0) -> MoE | DeaMoE:
+              expert_init_scale: float = 1.0, impl: str = "torch") -> MoE | DeaMoE:
     cls = DeaMoE if isinstance(shape, DeaMoEShape) else MoE
-    return cls(shape, init_std, expert_init_scale)
+    return cls(shape, init_std, expert_init_scale, impl)

@@ -19,7 +19,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
-from deamoe.model.layers import DeaMoE, MoE, build_ffn
+from deamoe.model.layers import IMPLS, DeaMoE, MoE, build_ffn, rms_norm
 from deamoe.routing import distinct_departments, expert_counts, load_balance_loss, update_bias
 
 LOAD_BALANCE = ("aux_loss", "bias", "none")
@@ -59,6 +59,7 @@ class DeaMoEConfig(PretrainedConfig):
         aux_loss_coef: float = 0.01,
         bias_update_rate: float = 1e-3,
         tie_word_embeddings: bool = False,
+        ffn_impl: str = "torch",
         **kwargs,
     ):
         self.vocab_size = vocab_size
@@ -87,6 +88,7 @@ class DeaMoEConfig(PretrainedConfig):
         self.load_balance = load_balance
         self.aux_loss_coef = aux_loss_coef
         self.bias_update_rate = bias_update_rate
+        self.ffn_impl = ffn_impl  # deamoe.model.layers.IMPLS: how the FFN computes (same function)
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
         self.validate_shapes()
 
@@ -107,6 +109,8 @@ class DeaMoEConfig(PretrainedConfig):
                 f"DeaMoEConfig.num_attention_heads={self.num_attention_heads} must be divisible by "
                 f"num_key_value_heads={self.num_key_value_heads}"
             )
+        if self.ffn_impl not in IMPLS:
+            raise ConfigError(f"DeaMoEConfig.ffn_impl={self.ffn_impl!r} is not one of {', '.join(IMPLS)}")
         self.ffn_shape()  # raises ConfigError naming the bad FFN field
 
     @property
@@ -147,8 +151,20 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.weight
+        return rms_norm(x.float(), self.eps).to(x.dtype) * self.weight
+
+
+def lm_loss(hidden: torch.Tensor, head: torch.Tensor, targets: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
+    """Mean next-token cross-entropy of hidden states [..., h] under the LM head [V, h] against
+    targets [...] (-100 ignored), in float32, `chunk` tokens at a time: the float32 logits of one
+    chunk exist at once instead of those of the whole batch."""
+    h = hidden.reshape(-1, hidden.shape[-1])
+    y = targets.reshape(-1)
+    total = sum(
+        F.cross_entropy(F.linear(h[i:i + chunk], head).float(), y[i:i + chunk], ignore_index=-100, reduction="sum")
+        for i in range(0, h.shape[0], chunk)
+    )
+    return total / (y != -100).sum().clamp_min(1)
 
 
 def rope_cos_sin(positions: torch.Tensor, head_dim: int, theta: float):
@@ -199,7 +215,7 @@ class DecoderLayer(nn.Module):
         self.input_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = Attention(config, layer_idx)
         self.post_attention_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.mlp = build_ffn(config.ffn_shape(), config.init_std, config.expert_init_scale)
+        self.mlp = build_ffn(config.ffn_shape(), config.init_std, config.expert_init_scale, config.ffn_impl)
 
     def forward(self, x, cos, sin, mask, cache):
         x = x + self.self_attn(self.input_norm(x), cos, sin, mask, cache)
@@ -218,19 +234,8 @@ class DeaMoEPreTrainedModel(PreTrainedModel):
             init.normal_(module.weight, mean=0.0, std=std)
         elif isinstance(module, RMSNorm):
             init.ones_(module.weight)
-        elif isinstance(module, MoE):
-            for w in (module.gate_proj, module.up_proj, module.down_proj):
-                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
-            init.zeros_(module.expert_bias)
-        elif isinstance(module, DeaMoE):
-            for w in (module.dept_gate, module.dept_up, module.dept_down):
-                init.normal_(w, mean=0.0, std=std * self.config.expert_init_scale)
-            for w in module.expert_parameters():
-                if module.shape.expert_init == "identity":
-                    init.copy_(w, torch.eye(w.shape[-1], dtype=w.dtype, device=w.device).expand_as(w))
-                else:
-                    init.normal_(w, mean=0.0, std=std)
-            init.zeros_(module.expert_bias)
+        elif isinstance(module, (MoE, DeaMoE)):
+            module.init_own(init.normal_, init.copy_, init.zeros_)
 
 
 class DeaMoEModel(DeaMoEPreTrainedModel):
@@ -272,6 +277,15 @@ class DeaMoEForCausalLM(DeaMoEPreTrainedModel, GenerationMixin):
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.post_init()
 
+    loss_fn = staticmethod(lm_loss)
+
+    def compile_layers(self) -> None:
+        """torch.compile each decoder layer and the loss (whole-model compile would trace the
+        Hugging Face cache and mask handling too); before FSDP2 wraps the layers."""
+        for layer in self.model.layers:
+            layer.compile()
+        self.loss_fn = torch.compile(lm_loss)
+
     def get_input_embeddings(self):
         return self.model.embed_tokens
 
@@ -290,19 +304,21 @@ class DeaMoEForCausalLM(DeaMoEPreTrainedModel, GenerationMixin):
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
+        targets: torch.LongTensor | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
+        """labels: Hugging Face's convention (shifted here; the loss adds the balance loss when
+        training with aux_loss).  targets: the next token of every position (the trainer's batches):
+        the loss is the cross-entropy alone and no logits are returned."""
         if use_cache and past_key_values is None:
             past_key_values = DynamicCache(config=self.config)
         hidden = self.model(input_ids, attention_mask, position_ids, past_key_values, use_cache)
+        if targets is not None:
+            return CausalLMOutputWithPast(loss=self.loss_fn(hidden, self.lm_head.weight, targets))
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(
-                logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                labels[:, 1:].reshape(-1),
-                ignore_index=-100,
-            )
+            loss = self.loss_fn(hidden[:, :-1], self.lm_head.weight, labels[:, 1:])
             if self.training and self.config.load_balance == "aux_loss":
                 loss = loss + self.config.aux_loss_coef * self.aux_loss()
         return CausalLMOutputWithPast(
@@ -328,18 +344,19 @@ class DeaMoEForCausalLM(DeaMoEPreTrainedModel, GenerationMixin):
                 update_bias(m.expert_bias, expert_counts(m.last_ids, m.shape.n_expert), self.config.bias_update_rate)
 
     @torch.no_grad()
-    def routing_stats(self) -> dict[str, float]:
-        """Routing statistics of the last forward, averaged over layers."""
+    def routing_stats(self) -> dict[str, torch.Tensor]:
+        """Routing statistics of the last forward, averaged over layers: 0-d tensors on the
+        model's device (no host sync; a reader calls float() when it needs the number)."""
         distinct, imbalance = [], []
         for m in self.ffn_layers():
             if m.last_ids is None:
                 continue
             counts = expert_counts(m.last_ids, m.shape.n_expert).float()
-            imbalance.append((counts.max() / counts.mean().clamp_min(1e-9)).item())
+            imbalance.append(counts.max() / counts.mean().clamp_min(1e-9))
             if isinstance(m, DeaMoE):
                 s = m.shape
-                distinct.append(distinct_departments(m.last_ids, s.n_dept, s.experts_per_dept).float().mean().item())
-        stats = {"max_load_over_mean": sum(imbalance) / max(len(imbalance), 1)}
+                distinct.append(distinct_departments(m.last_ids, s.n_dept, s.experts_per_dept).float().mean())
+        stats = {"max_load_over_mean": torch.stack(imbalance).mean()} if imbalance else {}
         if distinct:
-            stats["mean_distinct_departments"] = sum(distinct) / len(distinct)
+            stats["mean_distinct_departments"] = torch.stack(distinct).mean()
         return stats

@@ -16,11 +16,12 @@ from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, ladder, tables
+from deamoe.report.train_throughput import train_throughput
 from deamoe.settings import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
-          "table2_gpu", "table3_gpu", "table4_gpu")
+          "table2_gpu", "table3_gpu", "table4_gpu", "train_throughput")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
 # "Scale and hardware" section, instead of in every row of the displayed table
@@ -134,7 +135,8 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
     measured = Path(measured_root) / settings.measured_gpu
     profile = profile or resolved_profile(results)
     arts = {a.key: a for a in tables.build_all(results, measured, profile)
-            + ladder.build(results, measured, profile, tuple(settings.quality_sizes))}
+            + ladder.build(results, measured, profile, tuple(settings.quality_sizes))
+            + [train_throughput(measured)]}
     written = []
     for key in TABLES:
         art = arts[key]

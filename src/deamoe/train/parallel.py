@@ -141,17 +141,21 @@ def teardown(d: Dist) -> None:
         dist.destroy_process_group()
 
 
-def shard(model) -> None:
+def shard(model, bf16: bool = False) -> None:
     """FSDP2: shard every decoder layer, then the root (embeddings, final norm, head).
 
-    Parameters stay float32 (bf16 comes from autocast, as in the one-process run), so one GPU
-    and N GPUs compute the same step up to the order of the gradient reduction.
+    The sharded parameters and the optimiser state stay float32 (the master weights).  bf16:
+    FSDP2's MixedPrecisionPolicy gathers them as bf16 once per forward (one cast per layer per
+    step instead of autocast's per-use casts) and reduces gradients in float32.  Without it,
+    parameters are used in float32 under autocast, as in the one-process run.
     """
-    from torch.distributed.fsdp import fully_shard
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else MixedPrecisionPolicy()
     for layer in model.model.layers:
-        fully_shard(layer)
-    fully_shard(model)
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
 
 
 def all_mean(values: list[float], d: Dist) -> list[float]:
@@ -164,6 +168,17 @@ def all_mean(values: list[float], d: Dist) -> list[float]:
     t = torch.tensor(values, dtype=torch.float64, device=d.device)
     dist.all_reduce(t)
     return (t / d.world).tolist()
+
+
+def all_mean_tensor(values, d: Dist):
+    """Mean over ranks of a device tensor, left on the device (no host sync)."""
+    if d.world == 1:
+        return values
+    import torch.distributed as dist
+
+    values = values.clone()
+    dist.all_reduce(values)
+    return values / d.world
 
 
 def sync_buffers(model, d: Dist) -> None:

@@ -20,7 +20,7 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     from deamoe.train.data import TokenData
     from deamoe.train.runs import model_config, run_spec
     from deamoe.train.settings import load_settings
-    from deamoe.train.trainer import _lm_loss, _optimizer
+    from deamoe.train.trainer import _optimizer, micro_loss
 
     s = load_settings(config)
     t = s.train
@@ -37,7 +37,7 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
             lo = a * t.micro_batch_size
             x, y = data.train_batch(i, t.seed, t.batch_size, t.seq_len, slice(lo, lo + t.micro_batch_size))
             with torch.autocast("cuda", dtype=torch.bfloat16):
-                ce, aux = _lm_loss(model, x.cuda(), y.cuda(), cfg)
+                ce, aux = micro_loss(model, x.cuda(), y.cuda(), cfg)
                 ((ce + cfg.aux_loss_coef * aux) / accum).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip)
         opt.step()

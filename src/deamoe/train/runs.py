@@ -231,6 +231,7 @@ def model_config(settings: Settings, spec: RunSpec, vocab_size: int):
         tie_word_embeddings=m.tie_word_embeddings,
         load_balance=m.load_balance,
         aux_loss_coef=m.aux_loss_coef,
+        ffn_impl=m.ffn_impl,
         ffn_type=spec.ffn_type,
         **spec.ffn,
     )

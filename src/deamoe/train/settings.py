@@ -48,6 +48,7 @@ class ModelSettings:
     # the routed experts' matrices start at init_std x this (DeaMoE: its department matrices,
     # whose f x f expert factors start as the identity); 1.0: the same std as every other matrix
     expert_init_scale: float = 1.0
+    ffn_impl: str = "torch"  # torch | fast (deamoe.model.layers.IMPLS)
 
 
 @dataclass(frozen=True)
@@ -66,11 +67,12 @@ class TrainSettings:
     beta2: float = 0.95
     grad_clip: float = 1.0
     bf16: bool = True  # bf16 autocast on CUDA (the CPU always runs float32)
-    compile: bool = False  # torch.compile the model (GPU profiles)
+    compile: bool = False  # torch.compile each decoder layer and the loss (GPU profiles)
     seed: int = 0
     checkpoint_every: int = 100  # resume state every N steps (0: never)
     eval_every: int = 0  # held-out loss every N steps (0: only at the end)
     eval_batches: int = 8
+    log_every: int = 1  # read the step's numbers on the host every N steps (each read is a sync)
     threads: int = 1  # torch CPU threads per process (0: torch's default)
 
 
@@ -152,12 +154,13 @@ def _check(section: str, s) -> None:
         need(s.load_balance in ("aux_loss", "bias", "none"), "load_balance", "must be aux_loss, bias or none")
         need(s.init_std > 0, "init_std", "must be > 0")
         need(s.expert_init_scale > 0, "expert_init_scale", "must be > 0")
+        need(s.ffn_impl in ("torch", "fast"), "ffn_impl", "must be torch or fast")
         for key in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                     "max_position_embeddings"):
             need(getattr(s, key) >= 1, key, "must be >= 1")
     elif section == "train":
         need(s.device in ("auto", "cpu", "cuda"), "device", "must be auto, cpu or cuda")
-        for key in ("seq_len", "batch_size", "micro_batch_size", "steps", "nproc_per_node"):
+        for key in ("seq_len", "batch_size", "micro_batch_size", "steps", "nproc_per_node", "log_every"):
             need(getattr(s, key) >= 1, key, "must be >= 1")
         need(s.warmup_steps >= 0, "warmup_steps", "must be >= 0")
         need(s.lr > 0, "lr", "must be > 0")

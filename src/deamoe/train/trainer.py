@@ -23,11 +23,8 @@ from deamoe.train import parallel
 from deamoe.train.data import TokenData
 from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
 from deamoe.train.settings import Settings
+from deamoe.train.steplog import LOG_COLUMNS, StepLog
 
-LOG_COLUMNS = [
-    "step", "tokens", "loss", "aux_loss", "lr", "grad_norm", "tokens_per_s", "step_time_s",
-    "mean_distinct_departments", "max_load_over_mean",
-]
 H200_DENSE_BF16_TFLOPS = 794.0  # measured 8192^3 bf16 matmul on the lent H200 (FINDINGS.md)
 
 
@@ -141,12 +138,11 @@ def _autocast(device, settings: Settings):
     return nullcontext()
 
 
-def _lm_loss(model, x, y, cfg):
+def micro_loss(model, x, y, cfg):
+    """(cross-entropy, balance loss) of one micro-batch: the model's own LM loss (lm_loss)."""
     import torch
-    import torch.nn.functional as F
 
-    logits = model(input_ids=x).logits
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), y.reshape(-1))
+    ce = model(input_ids=x, targets=y).loss
     aux = model.aux_loss() if (model.training and cfg.load_balance == "aux_loss") else torch.zeros((), device=x.device)
     return ce, aux
 
@@ -156,15 +152,83 @@ def evaluate(model, data: TokenData, settings: Settings, cfg, device) -> float:
 
     t = settings.train
     model.eval()
-    total, n = 0.0, 0
+    total, n = torch.zeros((), dtype=torch.float64, device=device), 0
     with torch.no_grad():
         for x, y in data.val_batches(t.eval_batches, t.micro_batch_size, t.seq_len):
             with _autocast(device, settings):
-                ce, _ = _lm_loss(model, x.to(device), y.to(device), cfg)
-            total += ce.item() * x.shape[0]
+                ce, _ = micro_loss(model, x.to(device), y.to(device), cfg)
+            total += ce.double() * x.shape[0]
             n += x.shape[0]
     model.train()
-    return total / max(n, 1)
+    return float(total) / max(n, 1)
+
+
+def build(settings: Settings, cfg, d):
+    """The model (compiled and sharded as the settings ask) and its optimiser."""
+    import torch
+
+    from deamoe.model import DeaMoEForCausalLM
+
+    t = settings.train
+    torch.manual_seed(t.seed)
+    model = DeaMoEForCausalLM(cfg).to(d.device)  # built identically on every rank, then sharded
+    if t.compile:
+        model.compile_layers()
+    if d.world > 1:
+        parallel.shard(model, bf16=t.bf16 and d.device.type == "cuda")
+    model.train()
+    return model, _optimizer(model, t)
+
+
+def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: int, lr: float, mark=None):
+    """One optimiser step over this rank's micro-batches; returns the step's numbers (steplog.VALUES)
+    as a device tensor, averaged over ranks, without reading them on the host.  mark(stage), when
+    given, is called as each stage ends ("forward", "backward", "optimizer"; a benchmark records
+    events there)."""
+    import torch
+
+    mark = mark or (lambda stage: None)
+    t = settings.train
+    per_rank = t.batch_size // d.world
+    accum = per_rank // t.micro_batch_size
+    for group in opt.param_groups:
+        group["lr"] = lr
+    ce_sum = aux_sum = torch.zeros((), device=d.device)
+    for a in range(accum):
+        lo = d.rank * per_rank + a * t.micro_batch_size
+        x, y = data.train_batch(step, t.seed, t.batch_size, t.seq_len, slice(lo, lo + t.micro_batch_size))
+        x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
+        with _autocast(d.device, settings):
+            ce, aux = micro_loss(model, x, y, cfg)
+            loss = (ce + cfg.aux_loss_coef * aux) / accum if cfg.load_balance == "aux_loss" else ce / accum
+        mark("forward")
+        loss.backward()
+        mark("backward")
+        ce_sum = ce_sum + ce.detach().float()
+        aux_sum = aux_sum + aux.detach().float()
+    stats = model.routing_stats()  # of the last micro-batch
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip if t.grad_clip > 0 else float("inf"))
+    if hasattr(grad_norm, "full_tensor"):
+        grad_norm = grad_norm.full_tensor()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    if cfg.load_balance == "bias":
+        model.update_balance_bias()
+        parallel.sync_buffers(model, d)
+    mark("optimizer")
+    nan = torch.full((), float("nan"), device=d.device)
+    values = torch.stack([ce_sum / accum, aux_sum / accum, grad_norm.float(),
+                          stats.get("mean_distinct_departments", nan).float(), stats.get("max_load_over_mean", nan).float()])
+    return parallel.all_mean_tensor(values, d)
+
+
+def _check_batch(t, d) -> None:
+    per_rank = t.batch_size // d.world
+    if t.batch_size % d.world or per_rank % t.micro_batch_size:
+        raise DeaMoEError(
+            f"train.batch_size={t.batch_size} must split into {d.world} ranks x whole micro-batches of "
+            f"train.micro_batch_size={t.micro_batch_size}"
+        )
 
 
 def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: int | None = None,
@@ -177,7 +241,6 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     import torch
     from tqdm import tqdm
 
-    from deamoe.model import DeaMoEForCausalLM
     from deamoe.provenance import provenance
     from deamoe.train import tokenizer as toklib
 
@@ -193,79 +256,32 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
         torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in float32
     data = TokenData.open(data_dir)
     tok = toklib.load(Path(data_dir) / "tokenizer")
-    per_rank = t.batch_size // d.world
-    if t.batch_size % d.world or per_rank % t.micro_batch_size:
-        raise DeaMoEError(
-            f"train.batch_size={t.batch_size} must split into {d.world} ranks x whole micro-batches of "
-            f"train.micro_batch_size={t.micro_batch_size}"
-        )
-    accum = per_rank // t.micro_batch_size
-
+    _check_batch(t, d)
     cfg = model_config(settings, spec, data.meta["vocab_size"])
-    torch.manual_seed(t.seed)
-    model = DeaMoEForCausalLM(cfg).to(d.device)  # built identically on every rank, then sharded
+    model, opt = build(settings, cfg, d)
     n_params = sum(p.numel() for p in model.parameters())
-    if d.world > 1:
-        parallel.shard(model)
-    if t.compile:
-        model.compile()
-    model.train()
-    opt = _optimizer(model, t)
     fingerprint = _fingerprint(cfg.to_dict(), settings, spec, data)
     state_path = out / "state" / "resume.pt"
     start, rows = _resume(state_path, model, opt, fingerprint, d)
-
-    tokens_per_step = t.batch_size * t.seq_len
-    flops_tok = train_flops_per_token(cfg, t.seq_len)
+    log = StepLog(spec.name, d.device, t.batch_size * t.seq_len, rows)
     bar = tqdm(total=spec.steps, initial=start, desc=spec.name, disable=not (progress and d.main))
     began, stopped_early = time.perf_counter(), False
     for step in range(start, spec.steps):
-        if max_seconds:
-            over = float(time.perf_counter() - began > max_seconds)
-            if parallel.all_mean([over], d)[0] > 0:  # every rank stops at the same step
+        done = step + 1
+        log.begin()
+        lr = lr_at(step, t, spec.steps)
+        log.add(step, lr, train_step(model, opt, data, settings, cfg, d, step, lr))
+        bar.update(1)
+        saving = (t.checkpoint_every and done % t.checkpoint_every == 0 and done < spec.steps) or done == stop_after
+        evaluating = t.eval_every and done % t.eval_every == 0 and done < spec.steps
+        if saving or evaluating or done % t.log_every == 0 or done == spec.steps:
+            for row in log.flush():
+                bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.1e}", refresh=False)
+            # every rank stops at the same step
+            if max_seconds and parallel.all_mean([float(time.perf_counter() - began > max_seconds)], d)[0] > 0:
                 stopped_early = True
                 break
-        t0 = time.perf_counter()
-        lr = lr_at(step, t, spec.steps)
-        for group in opt.param_groups:
-            group["lr"] = lr
-        ce_sum = aux_sum = 0.0
-        stats_acc: dict[str, float] = {}
-        for a in range(accum):
-            lo = d.rank * per_rank + a * t.micro_batch_size
-            x, y = data.train_batch(step, t.seed, t.batch_size, t.seq_len, slice(lo, lo + t.micro_batch_size))
-            x, y = x.to(d.device, non_blocking=True), y.to(d.device, non_blocking=True)
-            with _autocast(d.device, settings):
-                ce, aux = _lm_loss(model, x, y, cfg)
-                loss = (ce + cfg.aux_loss_coef * aux) / accum if cfg.load_balance == "aux_loss" else ce / accum
-            loss.backward()
-            ce_sum += ce.detach()
-            aux_sum += aux.detach()
-            if a == accum - 1:  # statistics of the last micro-batch (each read is a host sync)
-                stats_acc = model.routing_stats()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.grad_clip if t.grad_clip > 0 else float("inf"))
-        if hasattr(grad_norm, "full_tensor"):
-            grad_norm = grad_norm.full_tensor()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if cfg.load_balance == "bias":
-            model.update_balance_bias()
-            parallel.sync_buffers(model, d)
-        ce_v, aux_v, dd, ml = parallel.all_mean(
-            [float(ce_sum) / accum, float(aux_sum) / accum,
-             stats_acc.get("mean_distinct_departments", float("nan")), stats_acc.get("max_load_over_mean", float("nan"))], d)
-        dt = time.perf_counter() - t0
-        row = {"step": step + 1, "tokens": (step + 1) * tokens_per_step, "loss": round(ce_v, 6),
-               "aux_loss": round(aux_v, 6), "lr": lr, "grad_norm": round(float(grad_norm), 6),
-               "tokens_per_s": round(tokens_per_step / dt, 1), "step_time_s": round(dt, 5),
-               "mean_distinct_departments": round(dd, 4) if dd == dd else "", "max_load_over_mean": round(ml, 4)}
-        rows.append(row)
-        bar.update(1)
-        bar.set_postfix(loss=f"{ce_v:.3f}", lr=f"{lr:.1e}", refresh=False)
-        if not math.isfinite(ce_v):
-            raise DeaMoEError(f"run {spec.name}: loss became {ce_v} at step {step + 1}; lower train.lr")
-        done = step + 1
-        if (t.checkpoint_every and done % t.checkpoint_every == 0 and done < spec.steps) or done == stop_after:
+        if saving:
             _save_state(state_path, model, opt, done, rows, fingerprint, d)
             if d.main:
                 _write_log(out / "log.csv", rows)
@@ -273,16 +289,24 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
             bar.close()
             parallel.teardown(d)
             return None
-        if t.eval_every and done % t.eval_every == 0 and done < spec.steps:
+        if evaluating:
             rows[-1]["val_loss"] = evaluate(model, data, settings, cfg, d.device)
+    log.flush()
     bar.close()
+    return _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, state_path, stopped_early,
+                   provenance)
 
+
+def _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, state_path, stopped_early,
+            provenance) -> dict | None:
+    """Held-out loss, log, Hugging Face checkpoint and summary of a finished run."""
     val_loss = evaluate(model, data, settings, cfg, d.device)
     msd, _ = _state_dicts(model, opt, d) if d.world > 1 else (None, None)
     summary = None
     if d.main:
         _write_log(out / "log.csv", rows)
         _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
+        flops_tok = train_flops_per_token(cfg, settings.train.seq_len)
         summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
         summary.update(planned_steps=spec.steps, stopped_early=stopped_early)
         write_json(out / "summary.json", summary)

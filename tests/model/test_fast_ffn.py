@@ -1,0 +1,125 @@
+"""The fast training path (deamoe.model.fast_ffn) computes the layers' own function: forward and
+the gradient of every parameter family, in float64 exactly (to rounding) and in bf16 within
+bf16 rounding; and a short training run on it follows the reference path's loss curve."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
+from deamoe.model.fast_ffn import department_slots
+from deamoe.model.layers import build_ffn, reference_forward
+from deamoe.routing import route
+from deamoe.shapes import DeaMoEShape, MoEShape
+
+SHAPES = [
+    MoEShape(h=32, h_ffn=16, n_expert=8, k_expert=3),
+    MoEShape(h=32, h_ffn=16, n_expert=8, k_expert=2, n_shared=1),
+    DeaMoEShape(h=32, h_ffn=16, n_dept=4, n_expert=16, k_dept=2, k_expert=4, expert_init="random"),
+    DeaMoEShape(h=32, h_ffn=16, n_dept=4, n_expert=16, k_dept=3, k_expert=5, operator="rmsnorm",
+                expert_init="random", n_shared=1),
+    DeaMoEShape(h=32, h_ffn=16, n_dept=4, n_expert=8, k_dept=2, k_expert=3, dept_topk="strict"),
+]
+
+
+def _pair(shape, dtype):
+    torch.manual_seed(0)
+    ref = build_ffn(shape).to(dtype)
+    with torch.no_grad():  # break the identity init's symmetry so every gradient is exercised
+        for p in ref.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    fast = copy.deepcopy(ref)
+    fast.impl = "fast"
+    return ref, fast
+
+
+def _run(layer, x, g, **kw):
+    x = x.detach().clone().requires_grad_()
+    y = layer(x, **kw)
+    (y * g).sum().backward()
+    return y, x.grad, {n: p.grad for n, p in layer.named_parameters()}
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"{s.kind}-{getattr(s, 'operator', '')}-{s.n_shared}")
+@pytest.mark.parametrize("given_ids", [False, True])
+def test_fast_path_equals_the_layer_in_float64(shape, given_ids):
+    ref, fast = _pair(shape, torch.float64)
+    x = torch.randn(70, shape.h, dtype=torch.float64)
+    g = torch.randn(70, shape.h, dtype=torch.float64)
+    kw = {}
+    if given_ids:  # ids from another routing: DeaMoE's pairs then span up to k departments
+        ids = torch.stack([torch.randperm(shape.n_expert)[: shape.k_expert] for _ in range(70)])
+        kw = {"ids": ids, "weights": torch.rand(70, shape.k_expert, dtype=torch.float64)}
+    y0, gx0, gp0 = _run(ref, x, g, **kw)
+    y1, gx1, gp1 = _run(fast, x, g, **kw)
+    assert torch.allclose(y1, y0, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(gx1, gx0, rtol=1e-10, atol=1e-12)
+    assert gp0.keys() == gp1.keys()
+    for name in gp0:
+        if given_ids and name == "router.weight":  # weights given: no gradient reaches the router
+            assert gp0[name] is None and gp1[name] is None
+            continue
+        assert gp0[name] is not None and gp0[name].abs().sum() > 0, name
+        assert torch.allclose(gp1[name], gp0[name], rtol=1e-9, atol=1e-12), name
+    if kw:  # and both equal the per-assignment reference
+        assert torch.allclose(y1, reference_forward(fast, x, kw["ids"], kw["weights"]), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("shape", SHAPES[::2], ids=lambda s: s.kind)
+def test_fast_path_in_bf16_is_within_bf16_rounding_of_float64(shape):
+    """bf16 weights and activations: relative error of the output and of each gradient < 3e-2
+    against the float64 layer (bf16 has an 8-bit mantissa; 3e-2 leaves room for the sums)."""
+    ref, _ = _pair(shape, torch.float64)
+    fast = copy.deepcopy(ref).to(torch.bfloat16)
+    fast.impl = "fast"
+    x = torch.randn(64, shape.h, dtype=torch.float64)
+    g = torch.randn(64, shape.h, dtype=torch.float64)
+    with torch.no_grad():
+        ids, w = route(shape, ref.router(x), bias=ref.expert_bias)
+    y0, gx0, gp0 = _run(ref, x, g, ids=ids, weights=w)
+    y1, gx1, gp1 = _run(fast, x.bfloat16(), g.bfloat16(), ids=ids, weights=w)
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm()).item()
+    assert rel(y1, y0) < 3e-2 and rel(gx1, gx0) < 3e-2
+    for name in gp0:
+        if name != "router.weight":  # weights given: no gradient reaches the router
+            assert rel(gp1[name], gp0[name]) < 3e-2, name
+
+
+def test_department_slots_fill_unused_departments_after_the_used_ones():
+    ids = torch.tensor([[0, 1, 5], [6, 7, 6]])  # 2 experts per department: depts {0, 2}, {3}
+    pair_dept, onehot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
+    assert pair_dept.tolist() == [[0, 2, 1], [3, 0, 1]]
+    assert onehot.sum(-1).eq(1).all()  # every assignment sits in exactly one slot
+    assert onehot[0].nonzero().tolist() == [[0, 0], [1, 0], [2, 1]]
+    assert onehot[1, :, 0].all()
+
+
+@pytest.mark.parametrize("ffn_type", ["moe", "deamoe"])
+def test_training_on_the_fast_path_follows_the_reference_loss_curve(ffn_type):
+    """30 AdamW steps in float32 from the same initialisation and batches: the two paths differ
+    only in summation order, so the curves stay within 1e-3 of each other."""
+    curves = {}
+    for impl in ("torch", "fast"):
+        torch.manual_seed(0)
+        cfg = DeaMoEConfig(ffn_type=ffn_type, ffn_impl=impl, vocab_size=128, hidden_size=32,
+                           num_hidden_layers=2, num_attention_heads=2, h_ffn=16, n_expert=8,
+                           k_expert=3, n_dept=4, k_dept=2)
+        model = DeaMoEForCausalLM(cfg)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        gen = torch.Generator().manual_seed(1)
+        losses = []
+        for _ in range(30):
+            tokens = torch.randint(0, 16, (4, 33), generator=gen)  # a small alphabet: learnable
+            loss = model(input_ids=tokens[:, :-1], targets=tokens[:, 1:]).loss
+            (loss + 0.01 * model.aux_loss()).backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.item())
+        curves[impl] = torch.tensor(losses)
+    assert curves["torch"][-5:].mean() < curves["torch"][:5].mean() - 0.3  # it learns
+    assert (curves["fast"] - curves["torch"]).abs().max() < 1e-3
