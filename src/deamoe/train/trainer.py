@@ -25,7 +25,7 @@ from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
 from deamoe.train.settings import Settings
 from deamoe.train.steplog import LOG_COLUMNS, StepLog
 
-H200_DENSE_BF16_TFLOPS = 794.0  # measured 8192^3 bf16 matmul on the lent H200 (FINDINGS.md)
+H200_DENSE_BF16_TFLOPS = 794.0  # measured 8192^3 bf16 matmul on the lent H200 (docs/training-h200.md)
 
 
 def lr_at(step: int, t, steps: int) -> float:
