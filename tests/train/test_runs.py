@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -170,12 +171,16 @@ def test_small_gap_sweep_sizes_are_the_gpu_small_size_with_one_setting_changed()
     changed = {}
     for name in sweep["pretrain"]["sizes"]:
         z = runs.size(s, name)
-        assert (z.decoder, z.baseline, z.deamoe, z.steps, z.seeds) == \
+        # DeaMoE's shape as budget.search picks it for `small`, its operator aside (swept)
+        assert (z.decoder, z.baseline, replace(z.deamoe, operator="silu"), z.steps, z.seeds) == \
             (small.decoder, small.baseline, small.deamoe, small.steps, (0,)), name
         cfgs = {m: model_config(s, runs.run_spec(s, f"pretrain-{name}-{m}-s0"), 8192) for m in runs.MODELS}
-        changed[name] = (z.lr, cfgs["baseline"].expert_init_scale, cfgs["deamoe"].expert_init_scale)
-    assert changed == {"smallinit05": (small.lr, 0.5, 0.5), "smallinit2": (small.lr, 2.0, 2.0),
-                       "smalllr8": (8e-3, 1.0, 1.0)}
+        changed[name] = (z.lr, cfgs["baseline"].expert_init_scale, cfgs["deamoe"].expert_init_scale,
+                         z.deamoe.operator)
+    assert changed == {"smallinit05": (small.lr, 0.5, 0.5, "silu"),
+                       "smallinit2": (small.lr, 2.0, 2.0, "silu"),
+                       "smalllr8": (8e-3, 1.0, 1.0, "silu"),
+                       "smallrms": (small.lr, 1.0, 1.0, "rmsnorm")}
 
 
 def test_an_ablation_variant_identical_to_a_pretrain_run_is_trained_once():
