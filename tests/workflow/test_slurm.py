@@ -65,6 +65,11 @@ SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+)")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    if os.environ.get("DEAMOE_SLURM_TEST") != "1":
+        # opt-in: the rest of the suite takes ~28 min of CI's 30 on 2 cores, and this run
+        # (installing slurm-wlm + munge, 16 jobs through sbatch) took 1058 s on a loaded machine
+        pytest.skip("the SLURM cluster test runs with DEAMOE_SLURM_TEST=1 "
+                    "(installs slurm-wlm + munge; about 10-18 min on 2 cores)")
     reason = ensure_installed()
     if reason:
         pytest.skip(reason)
