@@ -42,10 +42,10 @@ def test_tiny_model_every_task_offline(tmp_path, tiny_checkpoint):
     for task in ("ptb", "wikitext2", "wikitext103"):
         ppl = saved["results"][task]["word_perplexity,none"]
         assert math.isfinite(ppl) and ppl > 1.0
-        res = saved["results"][task]
+        metrics = saved["results"][task]
         # the harness's three perplexity metrics are one log-likelihood: bits per byte = log2 of
         # the byte perplexity
-        assert res["bits_per_byte,none"] == pytest.approx(math.log2(res["byte_perplexity,none"]))
+        assert metrics["bits_per_byte,none"] == pytest.approx(math.log2(metrics["byte_perplexity,none"]))
     # WikiText-103 raw test == WikiText-2 raw test: same documents, same numbers
     assert saved["results"]["wikitext2"]["word_perplexity,none"] == \
         saved["results"]["wikitext103"]["word_perplexity,none"]
