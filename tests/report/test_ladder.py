@@ -15,6 +15,7 @@ GPU = {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "git_sha": "0123456789a
 VAL = {("small", "baseline"): [4.0, 4.25, 4.5], ("small", "deamoe"): [4.125, 4.5, 4.625],
        ("large", "baseline"): [3.0, 3.5], ("large", "deamoe"): [3.0, 3.5]}
 PARAMS = {"small": 7_000_000, "large": 170_000_000}
+OPERATOR = {"small": "silu", "large": "rmsnorm"}  # DeaMoE's inter-stage operator per size
 
 
 def synthetic_rows() -> pd.DataFrame:
@@ -24,6 +25,7 @@ def synthetic_rows() -> pd.DataFrame:
             rows.append({"run": f"pretrain-{size}-{model}-s{seed}", "size": size, "model": model,
                          "seed": seed, "params": PARAMS[size], "tokens": 32_768_000, "val_loss": v,
                          "final_loss": v - 0.5, "params_ratio": 1.001, "flops_ratio": 1.01,
+                         "operator": OPERATOR[size] if model == "deamoe" else None,
                          "ppl_wikitext2": 100.0 + 10 * v, "acc_boolq": (50.0 + seed) if seed == 0 else None,
                          **GPU})
     return pd.DataFrame(rows)
@@ -81,7 +83,11 @@ def test_report_shows_committed_rows_and_not_run_for_missing_sizes(tmp_path):
     assert t.loc["small", "verdict"].startswith("DeaMoE behind")
     assert t.loc["large", "verdict"].startswith("within seed noise")
     text = art.notes[0]
-    assert "small (7.0M params, 32.8M tokens, 3 seeds): DeaMoE - baseline held-out loss +0.1667" in text
+    assert "small (silu, 7.0M params, 32.8M tokens, 3 seeds): DeaMoE - baseline held-out loss +0.1667" in text
+    assert t.loc["large", "DeaMoE operator"] == "rmsnorm"
+    # the verdicts are summed up per DeaMoE operator
+    assert ("with DeaMoE's operator SiLU (the paper's choice), DeaMoE behind (higher loss) beyond seed "
+            "noise: small; with DeaMoE's operator RMSNorm (Table 4's No.2), within seed noise") in text
     assert "Not run: medium." in text
     assert set(art.data["size"]) == {"small", "large"}  # loss curves of the committed pairs
     ppl = ladder.metric_table("table3_gpu", results, measured, None, ("small", "medium", "large")).table

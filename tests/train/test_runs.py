@@ -70,7 +70,8 @@ def test_gpu_profile_sizes_are_budget_matched_within_2_percent(name):
 def test_gpu_profile_ladder_spans_20x_with_the_planned_seeds():
     s = load_settings(doc=profile_doc("gpu"))
     names = runs.pretrain_run_names(s)
-    assert len(names) == 2 * (3 + 3 + 2)
+    # small, medium, large; then their RMSNorm-operator pairs smallrms, mediumrms, largerms
+    assert len(names) == 2 * (3 + 3 + 2) + 2 * (3 + 2 + 2)
     assert "pretrain-large-deamoe-s1" in names and "pretrain-large-deamoe-s2" not in names
     # total parameters: embeddings (tied, vocab 8192) + attention + FFN per layer + norms
     def total(name):
@@ -160,27 +161,22 @@ def test_a_size_sets_the_expert_init_scale_of_both_models():
         runs.size(load_settings(doc=_tiny(sizes={"a": {"model": {"expert_init_scale": 0}}})), "a")
 
 
-def test_small_gap_sweep_sizes_are_the_gpu_small_size_with_one_setting_changed():
-    """experiments/small_gap/sweep.yaml over the gpu profile: every sweep size has the profile's
-    small decoder, FFN pair, steps and (unless it sweeps lr) lr, at seed 0; it differs in one setting."""
+def test_the_gpu_ladders_rmsnorm_pairs_differ_from_their_size_in_the_operator_only():
+    """The gpu profile's smallrms / mediumrms / largerms pairs: their size's decoder, baseline,
+    DeaMoE shape (the search's pick), steps, lr and model settings, seeds among the size's; only
+    DeaMoE's inter-stage operator is RMSNorm instead of SiLU."""
     from deamoe.train.runs import model_config
 
-    sweep = yaml.safe_load((ROOT / "experiments" / "small_gap" / "sweep.yaml").read_text())
-    s = load_settings(doc=_merge(profile_doc("gpu"), sweep))
-    small = runs.size(s, "small")
-    changed = {}
-    for name in sweep["pretrain"]["sizes"]:
-        z = runs.size(s, name)
-        # DeaMoE's shape as budget.search picks it for `small`, its operator aside (swept)
-        assert (z.decoder, z.baseline, replace(z.deamoe, operator="silu"), z.steps, z.seeds) == \
-            (small.decoder, small.baseline, small.deamoe, small.steps, (0,)), name
-        cfgs = {m: model_config(s, runs.run_spec(s, f"pretrain-{name}-{m}-s0"), 8192) for m in runs.MODELS}
-        changed[name] = (z.lr, cfgs["baseline"].expert_init_scale, cfgs["deamoe"].expert_init_scale,
-                         z.deamoe.operator)
-    assert changed == {"smallinit05": (small.lr, 0.5, 0.5, "silu"),
-                       "smallinit2": (small.lr, 2.0, 2.0, "silu"),
-                       "smalllr8": (8e-3, 1.0, 1.0, "silu"),
-                       "smallrms": (small.lr, 1.0, 1.0, "rmsnorm")}
+    s = load_settings(doc=profile_doc("gpu"))
+    for base in ("small", "medium", "large"):
+        z, rms = runs.size(s, base), runs.size(s, base + "rms")
+        assert (rms.decoder, rms.baseline, rms.steps, rms.lr) == (z.decoder, z.baseline, z.steps, z.lr), base
+        assert set(rms.seeds) <= set(z.seeds) and len(rms.seeds) >= 2
+        assert (z.deamoe.operator, rms.deamoe.operator) == ("silu", "rmsnorm")
+        assert replace(rms.deamoe, operator="silu") == z.deamoe, base
+        for m in runs.MODELS:
+            a, b = (model_config(s, runs.run_spec(s, f"pretrain-{name}-{m}-s0"), 8192) for name in (base, base + "rms"))
+            assert replace(b, operator=a.operator) == a, (base, m)
 
 
 def test_an_ablation_variant_identical_to_a_pretrain_run_is_trained_once():

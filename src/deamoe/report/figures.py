@@ -20,6 +20,7 @@ import seaborn as sns  # noqa: E402
 from deamoe.io import atomic_path  # noqa: E402
 from deamoe import paper  # noqa: E402
 from deamoe.shapes import SHARED_SUFFIX  # noqa: E402
+from deamoe.report import ladder  # noqa: E402
 from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",
@@ -38,7 +39,8 @@ def _footer(fig, art: Artifact, extra: str = "") -> None:
             lines.append(f"not run: {src.reason}")
     if extra:
         lines.append(extra)
-    text = "\n".join(textwrap.fill(line, 160) for line in lines)
+    width = int(fig.get_figwidth() * 19)  # characters of 6.5-pt text that fit across the figure
+    text = "\n".join(textwrap.fill(line, width) for line in lines)
     fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom", ha="left", color="0.3")
     fig.tight_layout(rect=(0, 0.03 + 0.022 * text.count("\n"), 1, 1))
 
@@ -193,11 +195,15 @@ def quality_gap(art: Artifact):
         if {"baseline", "deamoe"} <= set(wide.columns):
             pairs = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
             pairs["params"] = pairs["size"].map(params)
+            ops = {size: ladder.operator_of(g) for size, g in rows.groupby("size")}
+            pairs["DeaMoE operator"] = pairs["size"].map(
+                lambda s: ladder.OPERATOR_LABELS.get(ops[s], ops[s]))
     if pairs is not None and len(pairs):
-        sns.lineplot(data=pairs, x="params", y="diff", errorbar="sd", err_style="bars", marker="o",
-                     err_kws={"capsize": 4}, color="C0", label="mean +- std over seeds", ax=ax)
-        sns.scatterplot(data=pairs, x="params", y="diff", color="C0", alpha=0.45, s=22,
-                        label="one seed's pair", ax=ax)
+        # one line per DeaMoE operator: mean +- std over seeds, and each seed's pair as a dot
+        sns.lineplot(data=pairs, x="params", y="diff", hue="DeaMoE operator", errorbar="sd",
+                     err_style="bars", marker="o", err_kws={"capsize": 4}, ax=ax)
+        sns.scatterplot(data=pairs, x="params", y="diff", hue="DeaMoE operator", alpha=0.45, s=22,
+                        legend=False, ax=ax)
         for size, x in pairs.groupby("size")["params"].first().items():
             ax.annotate(size, (x, pairs[pairs["size"] == size]["diff"].max()), textcoords="offset points",
                         xytext=(0, 8), ha="center", fontsize=8)
@@ -207,8 +213,9 @@ def quality_gap(art: Artifact):
     ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
     ax.set_xlabel("total parameters (baseline of the pair)")
     ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
-    ax.set_title("Held-out loss gap against model size (same tokens, optimiser and seed per pair)", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_title("Held-out loss gap against model size (same tokens, optimiser and seed per pair;\n"
+                 "bars: +-1 std over seeds, dots: one seed's pair)", fontsize=10)
+    ax.legend(fontsize=7, title="DeaMoE operator", title_fontsize=7)
     _footer(fig, art)
     return fig
 
@@ -217,16 +224,23 @@ def ladder_curves(art: Artifact):
     """Training loss of each pair, one panel per size: mean over seeds with a +-1 std band."""
     data = art.data
     sizes = []
-    if data is not None and art.rows is not None:  # smallest model first
-        sizes = [s for s in art.rows.groupby("size")["params"].max().sort_values().index
-                 if s in set(data["size"])]
-    fig, axes = plt.subplots(1, max(len(sizes), 1), figsize=(4.2 * max(len(sizes), 1), 4.2), squeeze=False)
-    for ax, size in zip(axes[0], sizes):
+    if data is not None and art.rows is not None:  # a row per DeaMoE operator, smallest model first
+        params = art.rows.groupby("size")["params"].max()
+        ops = {s: ladder.operator_of(g) for s, g in art.rows.groupby("size")}
+        sizes = sorted((s for s in params.index if s in set(data["size"])),
+                       key=lambda s: (ops[s] != "silu", ops[s], params[s]))
+    ncols = min(max(len(sizes), 1), 3)  # the ladder's three sizes per row
+    nrows = max(1, -(-len(sizes) // ncols))
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.0 * nrows + 0.4), squeeze=False)
+    for ax in axes.flat[len(sizes):]:
+        ax.set_visible(bool(not sizes and ax is axes[0][0]))
+    for ax, size in zip(axes.flat, sizes):
         d = data[data["size"] == size]
         sns.lineplot(data=d, x="tokens", y="loss", hue="model", errorbar="sd", lw=0.9, ax=ax)
         tail = d[d["step"] > d["step"].max() * 0.1]["loss"]
         ax.set_ylim(tail.min() - 0.1, tail.quantile(0.99) + 0.2)
-        ax.set_title(f"{size} ({d['seed'].nunique()} seeds)", fontsize=10)
+        op = ladder.operator_of(art.rows[art.rows["size"] == size])
+        ax.set_title(f"{size}, DeaMoE {op} ({d['seed'].nunique()} seeds)", fontsize=10)
         ax.set_xlabel("training tokens")
         ax.set_ylabel("training loss")
     if not sizes:

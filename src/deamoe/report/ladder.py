@@ -56,6 +56,17 @@ def verdict(mean: float, se: float, n: int) -> str:
             else "DeaMoE ahead (lower loss) beyond seed noise")
 
 
+# DeaMoE's inter-stage operator, as the ladder's tables and figures name it
+OPERATOR_LABELS = {"silu": "SiLU (the paper's choice)", "rmsnorm": "RMSNorm (Table 4's No.2)",
+                   "gelu": "GeLU (Table 4's No.3)", "none": "no operator (Table 4's No.4)"}
+
+
+def operator_of(rows: pd.DataFrame) -> str:
+    """The DeaMoE operator of one size's rows ('not recorded' for rows without the column)."""
+    ops = rows.loc[rows["model"] == "deamoe"].get("operator", pd.Series(dtype=object)).dropna().unique()
+    return ", ".join(sorted(map(str, ops))) or "not recorded"
+
+
 # --- loading -------------------------------------------------------------------------------
 
 def _is_gpu(frame: pd.DataFrame) -> bool:
@@ -120,6 +131,7 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
         d = diff.iloc[0] if len(diff) else pd.Series({"n": 0, "mean": math.nan, "std": math.nan, "se": math.nan})
         b_mean = spread["mean"].get("baseline", math.nan)
         line.update({
+            "DeaMoE operator": operator_of(r),
             "params baseline": base["params"].max(), "params DeaMoE": dea["params"].max(),
             "ffn params ratio": r["params_ratio"].iloc[0], "ffn flops ratio": r["flops_ratio"].iloc[0],
             "tokens per run": r["tokens"].max(), "tokens per param": r["tokens"].max() / r["params"].max(),
@@ -151,15 +163,18 @@ def claim_text(table: pd.DataFrame) -> str:
         return "The paper's quality claim is not tested at GPU scale here: no rows (not run)."
     parts = []
     for _, t in done.iterrows():
-        parts.append(f"{t['size']} ({t['params baseline'] / 1e6:.1f}M params, {t['tokens per run'] / 1e6:.1f}M "
+        parts.append(f"{t['size']} ({t.get('DeaMoE operator', 'not recorded')}, {t['params baseline'] / 1e6:.1f}M params, {t['tokens per run'] / 1e6:.1f}M "
                      f"tokens, {int(t['seeds'])} seed{'s' if t['seeds'] != 1 else ''}): DeaMoE - baseline "
                      f"held-out loss {t['diff DeaMoE - baseline']:+.4f}"
                      + (f" +- {t['diff std']:.4f}" if math.isfinite(t["diff std"]) else "")
                      + f" ({t['diff %']:+.2f}%), {t['verdict']}")
-    groups = {}
+    by_operator = {}
     for _, t in done.iterrows():
-        groups.setdefault(t["verdict"], []).append(t["size"])
-    summary = "; ".join(f"{v}: {', '.join(s)}" for v, s in groups.items())
+        op = t.get("DeaMoE operator", "not recorded")
+        by_operator.setdefault(op, {}).setdefault(t["verdict"], []).append(t["size"])
+    summary = "; ".join(f"with DeaMoE's operator {OPERATOR_LABELS.get(op, op)}, "
+                        + ", ".join(f"{v}: {', '.join(s)}" for v, s in groups.items())
+                        for op, groups in by_operator.items())
     missing = table.loc[table["verdict"] == NOT_RUN, "size"].tolist()
     tail = f" Not run: {', '.join(missing)}." if missing else ""
     return ("Evidence on the paper's claim of comparable quality at equal FFN parameters and "

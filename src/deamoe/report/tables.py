@@ -411,8 +411,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
             row["peer rel err"] = peer.loc[(model, batch)].get("peer_rel_err")
         rows.append(row)
     kernel = df["vllm_kernel"].iloc[0] if "vllm_kernel" in df else "vLLM"
-    notes = [src.reason] if src.reason else []
-    notes += [
+    notes = ([src.reason] if src.reason else []) + [
         f"vLLM's fused_moe_kernel and get_default_config, copied verbatim from {kernel}, run on "
         "the same GPU, layer copies and rotating routings as our baseline; "
         "default config (no tuned file exists for these shapes), vLLM's naive one-pair-per-block "
@@ -426,8 +425,10 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
         "kernel beside them",
         _roofline_note(df.drop_duplicates(["model", "batch"])),
     ] + shared_peer_note(df["model"])
-    return Artifact("vllm_peer", "vLLM's fused MoE beside our baseline on the same GPU",
-                    pd.DataFrame(rows), [src], notes, data=df)
+    order = {m: i for i, m in enumerate(dict.fromkeys(df["model"]))}  # each model's rows by batch
+    table = pd.DataFrame(rows).sort_values(["model", "batch"], ignore_index=True,
+                                           key=lambda c: c.map(order) if c.name == "model" else c)
+    return Artifact("vllm_peer", "vLLM's fused MoE beside our baseline on the same GPU", table, [src], notes, data=df)
 
 
 def decode_tpot(results: Path, measured: Path, profile: str | None) -> Artifact:

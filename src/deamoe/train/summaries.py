@@ -139,6 +139,8 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "num_key_value_heads": summ.get("num_key_value_heads"),
             "h_ffn": summ.get("h_ffn"), "n_expert": summ.get("n_expert"), "k_expert": summ.get("k_expert"),
             "n_dept": summ.get("n_dept"), "k_dept": summ.get("k_dept"),
+            # DeaMoE's inter-stage operator (the baseline has none)
+            "operator": summ.get("operator") if summ["ffn_type"] == "deamoe" else None,
             "params": summ["params"], "ffn_params_per_layer": z.budget[f"{which}_params"],
             "ffn_flops_per_token_layer": z.budget[f"{which}_flops"],
             "params_ratio": z.budget["params_ratio"], "flops_ratio": z.budget["flops_ratio"],
