@@ -96,7 +96,7 @@ def test_run_smoke_writes_the_three_variants(tmp_path):
     assert sorted(df["variant"]) == ["ours logits", "ours routed", "vllm routed"]
     assert (df["peer_rel_err"] < 1e-2).all() and (df["us"] > 0).all()
     assert df.loc[df["variant"] == "vllm routed", "tile"].iloc[0].endswith("-naive")
-    # the same columns, in the same order, as the committed H200 table of routed-only layers
+    # the same columns, in the same order, as the committed H200 table (routed-only rows: n_shared 0)
     committed = pd.read_csv(ROOT / "reports/measured/h200/vllm_peer.csv", nrows=1)
     assert list(df.columns) == list(committed.columns)
 

@@ -220,8 +220,8 @@ def time_peer_point(peer, shape, weights, batch: int, tiles, inputs, s, rounds: 
 
 def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nbytes: float,
                copies: int, s, peak: float, prov: dict, vllm_kernel: str) -> list[dict]:
-    """vllm_peer.csv's rows of one point, one per variant (its best round); a layer with shared
-    experts adds n_shared and our schedule of them (shared_stream)."""
+    """vllm_peer.csv's rows of one point, one per variant (its best round); n_shared and, for a
+    layer with shared experts, our schedule of them (shared_stream)."""
     from deamoe.bench.microbench import graph_repeats
 
     rows = []
@@ -236,8 +236,8 @@ def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nby
             "peer_rel_err": p.rel, "copies": copies,
             "layers_per_graph": graph_repeats(copies, s) * copies,
             "routing_draws": s.routing_draws, "vllm_kernel": vllm_kernel,
-            **({"n_shared": shape.n_shared, "shared_stream": p.shared_stream}
-               if shape.n_shared else {}),
+            # the same columns with and without shared experts (0 and empty without)
+            "n_shared": shape.n_shared, "shared_stream": p.shared_stream if shape.n_shared else None,
             "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
             "date": prov["date"], "git_sha": prov["git_sha"]})
     return rows
