@@ -92,11 +92,19 @@ def test_fast_path_in_bf16_is_within_bf16_rounding_of_float64(shape):
 
 def test_department_slots_fill_unused_departments_after_the_used_ones():
     ids = torch.tensor([[0, 1, 5], [6, 7, 6]])  # 2 experts per department: depts {0, 2}, {3}
-    pair_dept, onehot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
+    pair_dept, slot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
     assert pair_dept.tolist() == [[0, 2, 1], [3, 0, 1]]
-    assert onehot.sum(-1).eq(1).all()  # every assignment sits in exactly one slot
-    assert onehot[0].nonzero().tolist() == [[0, 0], [1, 0], [2, 1]]
-    assert onehot[1, :, 0].all()
+    assert slot.tolist() == [[0, 0, 1], [0, 0, 0]]
+
+
+def test_department_slots_match_the_definition_on_random_routings():
+    torch.manual_seed(0)
+    ids = torch.stack([torch.randperm(24)[:5] for _ in range(200)])  # 6 departments of 4
+    pair_dept, slot = department_slots(ids, n_dept=6, experts_per_dept=4, slots=5)
+    for t in range(200):
+        used = sorted({e // 4 for e in ids[t].tolist()})
+        assert pair_dept[t].tolist() == (used + sorted(set(range(6)) - set(used)))[:5]
+        assert [pair_dept[t, s].item() for s in slot[t]] == [e // 4 for e in ids[t].tolist()]
 
 
 def test_expand_is_a_gather_whose_backward_sums_each_pairs_assignments():
@@ -104,10 +112,10 @@ def test_expand_is_a_gather_whose_backward_sums_each_pairs_assignments():
     torch.manual_seed(0)
     T, n_dept, per, k, slots = 9, 5, 3, 4, 4  # slots >= k: every token fits
     ids = torch.stack([torch.randperm(n_dept * per)[:k] for _ in range(T)])
-    pair_dept, onehot = department_slots(ids, n_dept, per, slots)
+    pair_dept, slot = department_slots(ids, n_dept, per, slots)
+    onehot = slot.unsqueeze(2) == torch.arange(slots)
     porder, pinv, _ = sort_groups(pair_dept.reshape(-1), n_dept)
     eorder, einv, _ = sort_groups(ids.reshape(-1), n_dept * per)
-    slot = (onehot * torch.arange(slots)).sum(2)
     src = pinv[(torch.arange(T).unsqueeze(1) * slots + slot).reshape(-1)[eorder]]
     rows = torch.randn(T * slots, 5, dtype=torch.float64, requires_grad=True)
     grad = torch.randn(T * k, 5, dtype=torch.float64)

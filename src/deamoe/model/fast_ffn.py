@@ -112,13 +112,15 @@ def fast_moe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -
 
 def department_slots(ids: torch.Tensor, n_dept: int, experts_per_dept: int, slots: int):
     """Per token, `slots` distinct departments: the ones its experts use (ascending), then unused
-    ones.  Returns (pair_dept [T, slots], onehot [T, k, slots]: assignment j sits in slot s)."""
+    ones (ascending).  Returns (pair_dept [T, slots], slot [T, k]: the slot of assignment j).
+    Ranks by running counts, not a sort: element-wise work that torch.compile fuses."""
     dept = torch.div(ids, experts_per_dept, rounding_mode="floor")
-    used = torch.zeros(ids.shape[0], n_dept, device=ids.device).scatter_(1, dept, 1.0)
-    rank = torch.arange(n_dept, 0, -1, device=ids.device, dtype=used.dtype)  # ties: lower dept first
-    pair_dept = (used * (n_dept + 1) + rank).topk(slots, dim=1).indices
-    onehot = dept.unsqueeze(2) == pair_dept.unsqueeze(1)
-    return pair_dept, onehot
+    used = torch.zeros(ids.shape[0], n_dept, dtype=torch.int64, device=ids.device).scatter_(1, dept, 1)
+    n_used = used.sum(1, keepdim=True)
+    position = torch.where(used.bool(), used.cumsum(1) - 1, n_used + (1 - used).cumsum(1) - 1)
+    every = torch.arange(n_dept, device=ids.device).expand_as(used)
+    pair_dept = torch.empty_like(used).scatter_(1, position, every)[:, :slots]
+    return pair_dept, position.gather(1, dept)
 
 
 def _slot_sum(sel: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -149,7 +151,8 @@ def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     s = layer.shape
     T, k = ids.shape
     f, dtype = s.h_ffn, compute_dtype(x)
-    pair_dept, onehot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
+    pair_dept, slot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
+    onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)  # [T, k, slots]
     porder, pinv, dcounts = sort_groups(pair_dept.reshape(-1), s.n_dept)
     eorder, einv, ecounts = sort_groups(ids.reshape(-1), s.n_expert)
 
@@ -161,7 +164,6 @@ def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor
     # Stage 2: each assignment (expert order) reads its pair's row: the pair of token t's slot
     # holding assignment j is row pinv[t * slots + slot], gathered once per half (contiguous
     # inputs for the grouped GEMMs).
-    slot = (onehot * torch.arange(slots, device=ids.device)).sum(2)
     pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
     src = pinv.index_select(0, pair.reshape(-1).index_select(0, eorder))
     a_g, a_u = (_Expand.apply(half, src, einv, porder, onehot) for half in (a_g, a_u))
