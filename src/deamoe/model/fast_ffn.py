@@ -16,8 +16,8 @@ shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA gr
     departments): a token whose experts span fewer departments fills the rest with unused
     departments whose rows carry zero weight (stage 3 sums nothing into them).  Assignments read
     their pair row by one gather (`_Expand`); sums over a pair's assignments (stage 3's forward,
-    that gather's backward) are a [T, k, slots] one-hot batched matmul (dense, deterministic)
-    instead of a scatter-add;
+    that gather's backward) are per-token products with the [T, k, slots] one-hot or weighted
+    matrix (deamoe.model.mix_rows: dense, deterministic) instead of a scatter-add;
   * the input is cast to the GEMMs' dtype (autocast's) before it is copied to its rows, and the
     weights before they are stacked, so no copy moves float32.
 """
@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from deamoe.model.grouped import compute_dtype, grouped_mm
+from deamoe.model.mix_rows import Mix, mix
 from deamoe.routing import expert_counts
 
 
@@ -125,7 +126,7 @@ def department_slots(ids: torch.Tensor, n_dept: int, experts_per_dept: int, slot
 
 def _slot_sum(sel: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """sel [T, k, S], rows [T, k, d] -> [T, S, d]: per token, slot s sums sel[j, s] * rows[j]."""
-    return torch.bmm(sel.transpose(1, 2).to(rows.dtype), rows)
+    return Mix.apply(sel.transpose(1, 2).to(rows.dtype), rows)
 
 
 class _Expand(torch.autograd.Function):
@@ -142,7 +143,7 @@ class _Expand(torch.autograd.Function):
     def backward(ctx, grad):
         einv, porder, onehot = ctx.saved_tensors
         T, k, S = onehot.shape
-        per_slot = _slot_sum(onehot, grad.index_select(0, einv).view(T, k, -1))
+        per_slot = mix(onehot.transpose(1, 2).to(grad.dtype), grad.index_select(0, einv).view(T, k, -1))
         return per_slot.view(T * S, -1).index_select(0, porder), None, None, None, None
 
 
