@@ -3,6 +3,7 @@ import torch
 
 from deamoe.routing import (
     department_mask,
+    department_scores,
     distinct_departments,
     load_balance_loss,
     route_group_limited,
@@ -114,3 +115,13 @@ def test_department_mask_shape():
     ids = torch.tensor([[0, 5], [3, 2]])
     m = department_mask(ids, 4, 2)
     assert m.tolist() == [[True, False, True, False], [False, True, False, False]]
+
+
+@pytest.mark.parametrize("per", [1, 2, 8])
+def test_department_scores_are_each_departments_two_best_scores_summed(per):
+    torch.manual_seed(0)
+    select = torch.randn(50, 4 * per).softmax(-1)
+    select[:5] = 0.25 / per  # ties: a department's best two are equal
+    got = department_scores(select, 4)
+    want = select.view(50, 4, per).topk(min(2, per), dim=-1).values.sum(-1)
+    assert torch.equal(got, want)

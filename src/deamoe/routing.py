@@ -42,8 +42,12 @@ def department_scores(select: torch.Tensor, n_dept: int) -> torch.Tensor:
     """Score of each department: sum of its two best expert scores (DeepSeek-V3's group score)."""
     T, n = select.shape
     per_dept = select.view(T, n_dept, n // n_dept)
-    top = min(2, per_dept.shape[-1])
-    return per_dept.topk(top, dim=-1).values.sum(-1)
+    best, at = per_dept.max(-1)
+    if per_dept.shape[-1] == 1:
+        return best
+    # the runner-up as the max without the best: the top-2's values exactly, and on an H200 at
+    # 32k tokens 6x faster than topk over T * n_dept rows of a few experts (0.09 vs 0.56 ms)
+    return best + per_dept.scatter(-1, at.unsqueeze(-1), float("-inf")).amax(-1)
 
 
 def route_group_limited(

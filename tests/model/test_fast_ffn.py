@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
-from deamoe.model.fast_ffn import department_slots
+from deamoe.model.fast_ffn import _Dispatch, _Expand, department_slots, sort_groups
 from deamoe.model.layers import build_ffn, reference_forward
 from deamoe.routing import route
 from deamoe.shapes import DeaMoEShape, MoEShape
@@ -92,11 +92,49 @@ def test_fast_path_in_bf16_is_within_bf16_rounding_of_float64(shape):
 
 def test_department_slots_fill_unused_departments_after_the_used_ones():
     ids = torch.tensor([[0, 1, 5], [6, 7, 6]])  # 2 experts per department: depts {0, 2}, {3}
-    pair_dept, onehot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
+    pair_dept, slot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
     assert pair_dept.tolist() == [[0, 2, 1], [3, 0, 1]]
-    assert onehot.sum(-1).eq(1).all()  # every assignment sits in exactly one slot
-    assert onehot[0].nonzero().tolist() == [[0, 0], [1, 0], [2, 1]]
-    assert onehot[1, :, 0].all()
+    assert slot.tolist() == [[0, 0, 1], [0, 0, 0]]
+
+
+def test_department_slots_match_the_definition_on_random_routings():
+    torch.manual_seed(0)
+    ids = torch.stack([torch.randperm(24)[:5] for _ in range(200)])  # 6 departments of 4
+    pair_dept, slot = department_slots(ids, n_dept=6, experts_per_dept=4, slots=5)
+    for t in range(200):
+        used = sorted({e // 4 for e in ids[t].tolist()})
+        assert pair_dept[t].tolist() == (used + sorted(set(range(6)) - set(used)))[:5]
+        assert [pair_dept[t, s].item() for s in slot[t]] == [e // 4 for e in ids[t].tolist()]
+
+
+def test_expand_is_a_gather_whose_backward_sums_each_pairs_assignments():
+    """_Expand's dense one-hot backward equals autograd's scatter-add backward of the gather."""
+    torch.manual_seed(0)
+    T, n_dept, per, k, slots = 9, 5, 3, 4, 4  # slots >= k: every token fits
+    ids = torch.stack([torch.randperm(n_dept * per)[:k] for _ in range(T)])
+    pair_dept, slot = department_slots(ids, n_dept, per, slots)
+    onehot = slot.unsqueeze(2) == torch.arange(slots)
+    porder, pinv, _ = sort_groups(pair_dept.reshape(-1), n_dept)
+    eorder, einv, _ = sort_groups(ids.reshape(-1), n_dept * per)
+    src = pinv[(torch.arange(T).unsqueeze(1) * slots + slot).reshape(-1)[eorder]]
+    rows = torch.randn(T * slots, 5, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(T * k, 5, dtype=torch.float64)
+    out = _Expand.apply(rows, src, einv, porder, onehot)
+    assert torch.equal(out, rows[src])
+    (g_fast,) = torch.autograd.grad(out, rows, grad)
+    (g_ref,) = torch.autograd.grad(rows[src], rows, grad)
+    assert torch.allclose(g_fast, g_ref, rtol=0, atol=1e-15)
+
+
+def test_dispatch_casts_before_copying_and_sums_gradients_in_the_input_dtype():
+    x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    order, inv, _ = sort_groups(torch.tensor([2, 0, 1, 1, 0, 2] * 2), 3)
+    out = _Dispatch.apply(x, order, inv, 2, torch.float32)
+    assert out.dtype == torch.float32 and torch.equal(out, x.float()[order // 2])
+    grad = torch.randn(12, 4, dtype=torch.float32)
+    (gx,) = torch.autograd.grad(out, x, grad)
+    assert gx.dtype == torch.float64
+    assert torch.allclose(gx, torch.zeros(6, 4, dtype=torch.float64).index_add_(0, order // 2, grad.double()))
 
 
 @pytest.mark.parametrize("ffn_type", ["moe", "deamoe"])

@@ -14,9 +14,12 @@ shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA gr
     the combine is then a plain sum over a token's k rows;
   * DeaMoE's (token, department) pairs are a fixed `slots` per token (the router keeps k_dept
     departments): a token whose experts span fewer departments fills the rest with unused
-    departments whose rows carry zero weight (stage 3 sums nothing into them).  Assignments reach
-    their pair row, and expert results their pair sum, through a [T, k, slots] one-hot batched
-    matmul (dense and deterministic) instead of a gather with a scatter-add backward.
+    departments whose rows carry zero weight (stage 3 sums nothing into them).  Assignments read
+    their pair row by one gather (`_Expand`); sums over a pair's assignments (stage 3's forward,
+    that gather's backward) are per-token products with the [T, k, slots] one-hot or weighted
+    matrix (deamoe.model.mix_rows: dense, deterministic) instead of a scatter-add;
+  * the input is cast to the GEMMs' dtype (autocast's) before it is copied to its rows, and the
+    weights before they are stacked, so no copy moves float32.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from deamoe.model.grouped import grouped_mm
+from deamoe.model.grouped import compute_dtype, grouped_mm
+from deamoe.model.mix_rows import Mix, mix
 from deamoe.routing import expert_counts
 
 
@@ -43,19 +47,21 @@ class _Permute(torch.autograd.Function):
 
 
 class _Dispatch(torch.autograd.Function):
-    """x [T, h] -> [T*S, h]: row p is x[order[p] // S] (each token copied to its S slots, in the
-    grouped order).  Its adjoint is `_Combine`: the backward sums each token's S slot gradients."""
+    """x [T, h] -> [T*S, h] in `dtype`: row p is x[order[p] // S] (each token copied to its S
+    slots, in the grouped order).  x is cast before the copy (S times fewer rows to cast; the
+    same values).  The backward sums each token's S slot gradients in x's own dtype, as the
+    cast's backward followed by `_Combine` would."""
 
     @staticmethod
-    def forward(ctx, x, order, inv, slots):
+    def forward(ctx, x, order, inv, slots, dtype):
         ctx.save_for_backward(inv)
-        ctx.slots = slots
-        return x.index_select(0, torch.div(order, slots, rounding_mode="floor"))
+        ctx.slots, ctx.x_dtype = slots, x.dtype
+        return x.to(dtype).index_select(0, torch.div(order, slots, rounding_mode="floor"))
 
     @staticmethod
     def backward(ctx, grad):
         (inv,) = ctx.saved_tensors
-        return _sum_slots(grad, inv, ctx.slots), None, None, None
+        return _sum_slots(grad, inv, ctx.slots, ctx.x_dtype), None, None, None, None
 
 
 class _Combine(torch.autograd.Function):
@@ -74,8 +80,8 @@ class _Combine(torch.autograd.Function):
         return rows, None, None, None
 
 
-def _sum_slots(rows: torch.Tensor, inv: torch.Tensor, slots: int) -> torch.Tensor:
-    return rows.index_select(0, inv).view(-1, slots, rows.shape[-1]).sum(1)
+def _sum_slots(rows: torch.Tensor, inv: torch.Tensor, slots: int, dtype=None) -> torch.Tensor:
+    return rows.index_select(0, inv).view(-1, slots, rows.shape[-1]).sum(1, dtype=dtype)
 
 
 def sort_groups(group: torch.Tensor, n_group: int):
@@ -85,56 +91,89 @@ def sort_groups(group: torch.Tensor, n_group: int):
     return order, inv, expert_counts(group, n_group)
 
 
+def _stacked(dtype: torch.dtype, *weights: torch.Tensor) -> torch.Tensor:
+    """[G, out, in] weights stacked along their output rows, each cast first (so the copy moves
+    the narrow dtype): one grouped GEMM then computes all of them."""
+    return torch.cat([w.to(dtype) for w in weights], dim=1)
+
+
 def fast_moe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """The routed part of MoE.forward: x [T, h], ids/weights [T, k] -> [T, h]."""
     T, k = ids.shape
-    f = layer.shape.h_ffn
+    f, dtype = layer.shape.h_ffn, compute_dtype(x)
     order, inv, counts = sort_groups(ids.reshape(-1), layer.shape.n_expert)
-    xs = _Dispatch.apply(x, order, inv, k)
-    gu = grouped_mm(xs, torch.cat([layer.gate_proj, layer.up_proj], dim=1), counts)
+    xs = _Dispatch.apply(x, order, inv, k, dtype)
+    gu = grouped_mm(xs, _stacked(dtype, layer.gate_proj, layer.up_proj), counts)
+    # unbind, not slicing: its backward writes both halves' gradients in one stacked tensor
+    g, u = gu.view(-1, 2, f).unbind(1)
     w = weights.reshape(-1).index_select(0, order).unsqueeze(1)
-    act = F.silu(gu[:, :f]) * gu[:, f:] * w.to(gu.dtype)
-    y = grouped_mm(act, layer.down_proj, counts)
+    y = grouped_mm(F.silu(g) * u * w.to(gu.dtype), layer.down_proj, counts)
     return _Combine.apply(y, order, inv, k)
 
 
 def department_slots(ids: torch.Tensor, n_dept: int, experts_per_dept: int, slots: int):
     """Per token, `slots` distinct departments: the ones its experts use (ascending), then unused
-    ones.  Returns (pair_dept [T, slots], onehot [T, k, slots]: assignment j sits in slot s)."""
+    ones (ascending).  Returns (pair_dept [T, slots], slot [T, k]: the slot of assignment j).
+    Ranks by running counts, not a sort: element-wise work that torch.compile fuses."""
     dept = torch.div(ids, experts_per_dept, rounding_mode="floor")
-    used = torch.zeros(ids.shape[0], n_dept, device=ids.device).scatter_(1, dept, 1.0)
-    rank = torch.arange(n_dept, 0, -1, device=ids.device, dtype=used.dtype)  # ties: lower dept first
-    pair_dept = (used * (n_dept + 1) + rank).topk(slots, dim=1).indices
-    onehot = dept.unsqueeze(2) == pair_dept.unsqueeze(1)
-    return pair_dept, onehot
+    used = torch.zeros(ids.shape[0], n_dept, dtype=torch.int64, device=ids.device).scatter_(1, dept, 1)
+    n_used = used.sum(1, keepdim=True)
+    position = torch.where(used.bool(), used.cumsum(1) - 1, n_used + (1 - used).cumsum(1) - 1)
+    every = torch.arange(n_dept, device=ids.device).expand_as(used)
+    pair_dept = torch.empty_like(used).scatter_(1, position, every)[:, :slots]
+    return pair_dept, position.gather(1, dept)
+
+
+def _slot_sum(sel: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """sel [T, k, S], rows [T, k, d] -> [T, S, d]: per token, slot s sums sel[j, s] * rows[j]."""
+    return Mix.apply(sel.transpose(1, 2).to(rows.dtype), rows)
+
+
+class _Expand(torch.autograd.Function):
+    """Pair rows [P, d] (department order) -> assignment rows [N, d] (expert order): row n is
+    rows[src[n]], one gather.  Its backward sums each pair's assignments' gradients: into token
+    order (einv), the one-hot slot sum, into department order (porder); dense, deterministic."""
+
+    @staticmethod
+    def forward(ctx, rows, src, einv, porder, onehot):
+        ctx.save_for_backward(einv, porder, onehot)
+        return rows.index_select(0, src)
+
+    @staticmethod
+    def backward(ctx, grad):
+        einv, porder, onehot = ctx.saved_tensors
+        T, k, S = onehot.shape
+        per_slot = mix(onehot.transpose(1, 2).to(grad.dtype), grad.index_select(0, einv).view(T, k, -1))
+        return per_slot.view(T * S, -1).index_select(0, porder), None, None, None, None
 
 
 def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:
     """The routed part of DeaMoE.forward; `slots` must be at least the departments a token uses."""
     s = layer.shape
     T, k = ids.shape
-    f = s.h_ffn
-    pair_dept, onehot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
+    f, dtype = s.h_ffn, compute_dtype(x)
+    pair_dept, slot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
+    onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)  # [T, k, slots]
     porder, pinv, dcounts = sort_groups(pair_dept.reshape(-1), s.n_dept)
     eorder, einv, ecounts = sort_groups(ids.reshape(-1), s.n_expert)
 
     # Stage 1: a_g, a_u once per (token, department), grouped by department.
-    xd = _Dispatch.apply(x, porder, pinv, slots)
-    a = grouped_mm(xd, torch.cat([layer.dept_gate, layer.dept_up], dim=1), dcounts)
-    a = layer.sigma(a.view(-1, 2, f)).view(-1, 2 * f)
+    xd = _Dispatch.apply(x, porder, pinv, slots, dtype)
+    a = grouped_mm(xd, _stacked(dtype, layer.dept_gate, layer.dept_up), dcounts)
+    a_g, a_u = layer.sigma(a.view(-1, 2, f)).unbind(1)
 
-    # Stage 2: each assignment reads its pair's row (one-hot bmm), grouped by expert.
-    a = _Permute.apply(a, pinv, porder).view(T, slots, 2 * f)
-    a = torch.bmm(onehot.to(a.dtype), a).view(T * k, 2 * f)
-    # gathered per half: each grouped GEMM gets a contiguous input
-    a_g, a_u = (_Permute.apply(half, eorder, einv) for half in (a[:, :f], a[:, f:]))
+    # Stage 2: each assignment (expert order) reads its pair's row: the pair of token t's slot
+    # holding assignment j is row pinv[t * slots + slot], gathered once per half (contiguous
+    # inputs for the grouped GEMMs).
+    pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
+    src = pinv.index_select(0, pair.reshape(-1).index_select(0, eorder))
+    a_g, a_u = (_Expand.apply(half, src, einv, porder, onehot) for half in (a_g, a_u))
     y = F.silu(grouped_mm(a_g, layer.expert_gate, ecounts)) * grouped_mm(a_u, layer.expert_up, ecounts)
     z = layer.sigma(grouped_mm(y, layer.expert_down, ecounts))
 
-    # Stage 3: weighted expert results summed per pair (one-hot bmm), then W_d once per pair.
+    # Stage 3: weighted expert results summed per pair (one-hot slot sum), then W_d once per pair.
     z = _Permute.apply(z, einv, eorder).view(T, k, f)
-    wsel = (onehot * weights.unsqueeze(2)).to(z.dtype)  # [T, k, slots]
-    zsum = torch.bmm(wsel.transpose(1, 2), z).view(T * slots, f)
+    zsum = _slot_sum(onehot * weights.unsqueeze(2), z).view(T * slots, f)
     zsum = _Permute.apply(zsum, porder, pinv)
     o = grouped_mm(zsum, layer.dept_down, dcounts)
     return _Combine.apply(o, porder, pinv, slots)

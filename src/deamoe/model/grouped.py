@@ -23,11 +23,17 @@ def _use_grouped_mm(x: torch.Tensor, w: torch.Tensor) -> bool:
     )
 
 
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype grouped_mm multiplies x in: CUDA autocast's dtype where it is on, else x's."""
+    if x.is_cuda and torch.is_autocast_enabled("cuda"):
+        return torch.get_autocast_dtype("cuda")
+    return x.dtype
+
+
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """x [A, in] (rows grouped by group, counts[g] rows each), w [G, out, in] -> [A, out]."""
-    if x.is_cuda and torch.is_autocast_enabled("cuda"):
-        dtype = torch.get_autocast_dtype("cuda")
-        x, w = x.to(dtype), w.to(dtype)
+    dtype = compute_dtype(x)
+    x, w = x.to(dtype), w.to(dtype)
     if _use_grouped_mm(x, w):
         offs = counts.cumsum(0).to(torch.int32)
         return torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)

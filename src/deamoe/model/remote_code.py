@@ -27,6 +27,7 @@ MODULES = {
     "deamoe.shapes": "deamoe_shapes",
     "deamoe.routing": "deamoe_routing",
     "deamoe.model.grouped": "deamoe_grouped",
+    "deamoe.model.mix_rows": "deamoe_mix_rows",
     "deamoe.model.fast_ffn": "deamoe_fast_ffn",
     "deamoe.model.layers": "deamoe_layers",
     "deamoe.model.lm": "modeling_deamoe",
