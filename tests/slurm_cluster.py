@@ -80,9 +80,15 @@ def conf_in_use() -> str | None:
 
 
 # The profile's per-rule threads and resources are for 8-GPU nodes: this node has a few CPUs
-# (threads = cores a job asks SLURM for; a training job's processes share one, as locally).
-THREADS = ["train=1", "data=1", "eval=1", "serve=2", "microbench=1"]
+# (threads = cores a job asks SLURM for, which does not bind them here: a job uses what it finds;
+# one each lets both servings and both evaluations run at once, as the last stage asks).
+THREADS = ["train=1", "data=1", "eval=1", "serve=1", "microbench=1"]
 RESOURCES = [f"{rule}:mem_mb=3000" for rule in ("data", "train", "eval", "serve", "microbench")]
+
+
+# For a whole pipeline run: the pre-training runs first, as evaluation and serving (the longest
+# jobs) wait for them.
+PRIORITY = ["--prioritize", "results/serve/baseline", "results/serve/deamoe"]
 
 
 def snakemake_command(workdir: Path, *args: str) -> list[str]:
