@@ -8,7 +8,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${DEAMOE_SLURM_TEST:-}" = 1 ]; then  # the SLURM test's packages, fetched while setup runs
+    "${PYTHON:-python3.11}" tests/slurm_cluster.py & slurm_packages=$!
+fi
 bash scripts/setup.sh || exit $?
+if [ -n "${slurm_packages:-}" ]; then wait "$slurm_packages"; fi  # (the test skips if they failed)
 .venv/bin/python -m pytest -ra --durations=25 "$@"   # the 25 slowest: where CI time goes
 rc=$?
 if [ "$rc" -eq 5 ]; then  # pytest: no test collected -- never a pass

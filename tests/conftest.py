@@ -124,8 +124,7 @@ def tiny_run(slurm, tmp_path_factory) -> PipelineRun:
     with every log's tail, if that run fails."""
     root = link_repo(tmp_path_factory.mktemp("pipeline") / "main")
     if isinstance(slurm, slurm_cluster.LocalSlurm):
-        proc = subprocess.run(slurm_cluster.snakemake_command(root, *slurm_cluster.PRIORITY,
-                                                                "--configfile", str(REDUCED)),
+        proc = subprocess.run(slurm_cluster.snakemake_command(root, "--configfile", str(REDUCED)),
                               cwd=root, env=slurm.submit_env, capture_output=True, text=True, timeout=1800)
         run = PipelineRun(root, proc.stdout + proc.stderr, slurm)
     else:

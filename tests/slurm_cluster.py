@@ -86,11 +86,6 @@ THREADS = ["train=1", "data=1", "eval=1", "serve=1", "microbench=1"]
 RESOURCES = [f"{rule}:mem_mb=3000" for rule in ("data", "train", "eval", "serve", "microbench")]
 
 
-# For a whole pipeline run: the pre-training runs first, as evaluation and serving (the longest
-# jobs) wait for them.
-PRIORITY = ["--prioritize", "results/serve/baseline", "results/serve/deamoe"]
-
-
 def snakemake_command(workdir: Path, *args: str) -> list[str]:
     """Snakemake in `workdir` with the SLURM profile as a user runs it, changed on the command line
     only: `args` (the config files: the profile's are the paper's scale), this node's threads and
@@ -269,3 +264,7 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         if self.linked and SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == self.conf.resolve():
             SYSTEM_CONF.unlink()
         self.linked = False
+
+
+if __name__ == "__main__":  # scripts/test.sh: install the packages while the venv is being set up
+    print(f"slurm_cluster: {ensure_installed() or 'slurm-wlm and munge are installed'}")
