@@ -83,7 +83,10 @@ def conf_in_use() -> str | None:
 # (threads = cores a job asks SLURM for, which does not bind them here: a job uses what it finds;
 # one each lets both servings and both evaluations run at once, as the last stage asks).
 THREADS = ["train=1", "data=1", "eval=1", "serve=1", "microbench=1"]
-RESOURCES = [f"{rule}:mem_mb=3000" for rule in ("data", "train", "eval", "serve", "microbench")]
+# Memory: a little over each job's peak at this scale (vLLM's CPU server ~3 GB, the others under
+# 1.2 GB), so that a machine of little memory still runs the jobs side by side.
+RESOURCES = ["data:mem_mb=1500", "train:mem_mb=1500", "eval:mem_mb=1500", "serve:mem_mb=3500",
+             "microbench:mem_mb=1000"]
 
 
 def snakemake_command(workdir: Path, *args: str) -> list[str]:
