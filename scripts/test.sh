@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Set everything up (scripts/setup.sh) and run the whole test suite: unit tests, the dry run of
 # the whole DAG and the end-to-end run of a reduced config through every stage (slow tests
-# included; DEAMOE_SLURM_TEST=1 adds the same pipeline on a one-node SLURM cluster started for it; GPU tests skip themselves without CUDA). Extra arguments go to pytest, e.g.
+# included; with DEAMOE_SLURM_TEST=1, as .ci/run sets it, the end-to-end run goes through the SLURM
+# profile on a one-node cluster started for it; GPU tests skip themselves without CUDA).  Extra
+# arguments go to pytest, e.g.
 #   bash scripts/test.sh -m "not slow"      # the fast part only
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${DEAMOE_SLURM_TEST:-}" = 1 ]; then  # the SLURM test's packages, fetched while setup runs
+    "${PYTHON:-python3.11}" tests/slurm_cluster.py & slurm_packages=$!
+fi
 bash scripts/setup.sh || exit $?
+if [ -n "${slurm_packages:-}" ]; then wait "$slurm_packages"; fi  # (the test skips if they failed)
 .venv/bin/python -m pytest -ra --durations=25 "$@"   # the 25 slowest: where CI time goes
 rc=$?
 if [ "$rc" -eq 5 ]; then  # pytest: no test collected -- never a pass

@@ -9,24 +9,31 @@ relative to it). Tests must not touch the real results/, logs/ or reports/, so t
 other top-level entry into a temporary folder and run there.
 
 `tiny_pipeline`: the whole pipeline on tests/workflow/reduced.yaml, run once per session; the
-end-to-end test and the serving test read its results.
+end-to-end test, the serving test and the SLURM test read its results.  Where the session has a
+SLURM cluster (`slurm`: DEAMOE_SLURM_TEST=1, as .ci/run sets it, and slurm-wlm + munge can be had;
+tests/slurm_cluster.py) that run goes through workflow/profiles/slurm, every job an sbatch job;
+otherwise it runs locally.  One run either way: the cluster adds only its own overhead.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import deamoe  # noqa: F401
+import slurm_cluster
+from snakemake_forks import Forks
 
 REPO = Path(__file__).resolve().parents[1]
 REDUCED = REPO / "tests" / "workflow" / "reduced.yaml"
 OWN_OUTPUTS = {"results", "logs", "reports", ".snakemake", ".git", ".venv", ".pytest_cache"}
-SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 
 def link_repo(root: Path) -> Path:
@@ -55,13 +62,16 @@ def make_workdir():
     return link_repo
 
 
+_FORKS = Forks()
+atexit.register(_FORKS.close)
+
+
 def run_snakemake(workdir: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run Snakemake on the repository's Snakefile in `workdir`; output captured as text."""
+    """Run Snakemake on the repository's Snakefile in `workdir`; output captured as text.  (Each
+    call is a fork of one interpreter that has imported Snakemake: tests/snakemake_forks.py.)"""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(
-        [*SNAKEMAKE, "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args],
-        cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env,
-    )
+    return _FORKS.run(["-s", str(REPO / "Snakefile"), "-d", str(workdir), *args], cwd=workdir,
+                      env=env, timeout=timeout)
 
 
 @pytest.fixture
@@ -70,19 +80,62 @@ def snakemake():
     return run_snakemake
 
 
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory):
+    """The one-node SLURM cluster started for this session (a LocalSlurm), or the reason there is
+    none (a str).  It stops, and only what it started, when the session ends."""
+    reason = slurm_cluster.unavailable()
+    if reason:
+        yield reason
+        return
+    cluster = slurm_cluster.LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2 * (os.cpu_count() or 1))
+    atexit.register(cluster.stop)  # also when the test process is interrupted
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below runs
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+
+@dataclass
+class PipelineRun:
+    root: Path                                   # the scratch repository root it ran in
+    output: str                                  # Snakemake's stdout + stderr
+    cluster: slurm_cluster.LocalSlurm | None     # the cluster it ran on; None: it ran locally
+    local_reason: str = ""                       # why it ran locally
+
+
 def _log_tails(workdir: Path) -> str:
     parts = []
-    for log in sorted((workdir / "logs").rglob("*.log")):
+    for log in sorted([*(workdir / "logs").rglob("*.log"),
+                       *(workdir / ".snakemake" / "slurm_logs").rglob("*.log")]):
         parts.append(f"--- {log.relative_to(workdir)}\n" + "\n".join(
             log.read_text(errors="replace").splitlines()[-15:]))
     return "\n".join(parts)
 
 
 @pytest.fixture(scope="session")
-def tiny_pipeline(tmp_path_factory) -> Path:
-    """The scratch root after `snakemake --cores 2 --configfile tests/workflow/reduced.yaml`
-    (every stage, locally); fails, with every log's tail, if that run fails."""
+def tiny_run(slurm, tmp_path_factory) -> PipelineRun:
+    """`snakemake --configfile tests/workflow/reduced.yaml` (every stage) in a scratch root: through
+    the SLURM profile on the session's cluster where there is one, else `--cores 2` locally; fails,
+    with every log's tail, if that run fails."""
     root = link_repo(tmp_path_factory.mktemp("pipeline") / "main")
-    proc = run_snakemake(root, "--cores", "2", "--configfile", str(REDUCED), timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-4000:] + "\n" + _log_tails(root)
-    return root
+    if isinstance(slurm, slurm_cluster.LocalSlurm):
+        proc = subprocess.run(slurm_cluster.snakemake_command(root, "--configfile", str(REDUCED)),
+                              cwd=root, env=slurm.submit_env, capture_output=True, text=True, timeout=1800)
+        run = PipelineRun(root, proc.stdout + proc.stderr, slurm)
+    else:
+        proc = run_snakemake(root, "--cores", "2", "--configfile", str(REDUCED), timeout=1800)
+        run = PipelineRun(root, proc.stdout + proc.stderr, None, slurm)
+    cluster_logs = slurm.logs(10) + "\n" if run.cluster else ""
+    assert proc.returncode == 0, run.output[-4000:] + "\n" + cluster_logs + _log_tails(root)
+    return run
+
+
+@pytest.fixture(scope="session")
+def tiny_pipeline(tiny_run) -> Path:
+    """The scratch root after the session's tiny pipeline run (`tiny_run`)."""
+    return tiny_run.root

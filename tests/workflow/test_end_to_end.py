@@ -1,6 +1,7 @@
 """The real DAG end to end on a reduced config (the session's `tiny_pipeline` run, which the
-serving test reads too): every stage's command runs, the report is built, a second run has
-nothing to do, and the HTML report builds."""
+serving and SLURM tests read too; on the session's SLURM cluster where it has one): every stage's
+command runs, the report is built, a second run (local) has nothing to do, and the HTML report
+builds."""
 
 from __future__ import annotations
 

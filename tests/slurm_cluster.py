@@ -7,6 +7,11 @@ Client commands find the cluster through /etc/slurm/slurm.conf, a link to the te
 made by `start()` and removed by `stop()`: the executor plugin's job step drops SLURM_* variables
 (SLURM_CONF with them) before it calls srun, so inside a job only the default path is read.  A
 host with its own /etc/slurm/slurm.conf is left alone (the test skips).
+
+`unavailable()` says why a session runs without the cluster; `snakemake_command()` is Snakemake
+with workflow/profiles/slurm, sized for this one node.  The session's tiny pipeline
+(tests/conftest.py) runs through it when the cluster is up; tests/workflow/test_slurm.py checks
+that run and the cluster's failure paths.
 """
 
 from __future__ import annotations
@@ -16,9 +21,13 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "workflow" / "profiles" / "slurm"
+OPT_IN = "DEAMOE_SLURM_TEST"
 PACKAGES = ("slurm-wlm", "munge")
 DAEMONS = ("munged", "slurmctld", "slurmd")
 PARTITION = "debug"
@@ -50,6 +59,45 @@ def ensure_installed() -> str | None:
             return f"apt-get install {' '.join(PACKAGES)} failed: {tail[0]}"
     missing = [cmd for cmd in needed if not shutil.which(cmd)]
     return f"after apt-get install, still missing: {', '.join(missing)}" if missing else None
+
+
+def unavailable() -> str | None:
+    """Why this session runs no SLURM cluster, or None: it is wanted (DEAMOE_SLURM_TEST=1, as
+    .ci/run sets it), installed (apt-get here if need be) and this host's config path is free."""
+    if os.environ.get(OPT_IN) != "1":
+        return (f"the SLURM cluster test runs with {OPT_IN}=1, as .ci/run sets it (installs "
+                "slurm-wlm + munge, starts a one-node cluster for the session's tiny pipeline)")
+    return ensure_installed() or conf_in_use()
+
+
+def conf_in_use() -> str | None:
+    """The reason this host's SLURM configuration path is not free for this cluster, or None."""
+    if SYSTEM_CONF.is_symlink() and not SYSTEM_CONF.exists():
+        return None  # a dangling link: a killed earlier run's, replaced in start()
+    if SYSTEM_CONF.exists():
+        return f"this host has its own {SYSTEM_CONF}; not replacing it"
+    return None
+
+
+# The profile's per-rule threads and resources are for 8-GPU nodes: this node has a few CPUs
+# (threads = cores a job asks SLURM for, which does not bind them here: a job uses what it finds;
+# one each lets both servings and both evaluations run at once, as the last stage asks).
+THREADS = ["train=1", "data=1", "eval=1", "serve=1", "microbench=1"]
+# Memory: a little over each job's peak at this scale (vLLM's CPU server ~3 GB, the others under
+# 1.2 GB), so that a machine of little memory still runs the jobs side by side.
+RESOURCES = ["data:mem_mb=1500", "train:mem_mb=1500", "eval:mem_mb=1500", "serve:mem_mb=3500",
+             "microbench:mem_mb=1000"]
+
+
+def snakemake_command(workdir: Path, *args: str) -> list[str]:
+    """Snakemake in `workdir` with the SLURM profile as a user runs it, changed on the command line
+    only: `args` (the config files: the profile's are the paper's scale), this node's threads and
+    memory, and the executor's job status queries (squeue: no accounting database for sacct here;
+    the first 2 s after a submission instead of 40 s).  Partition from DEAMOE_SLURM_PARTITION."""
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+            "--workflow-profile", str(PROFILE), "--set-threads", *THREADS,
+            "--set-resources", *RESOURCES, "--slurm-init-seconds-before-status-checks", "2",
+            "--slurm-status-command", "squeue", *args]
 
 
 def _die_with_parent() -> None:
@@ -85,6 +133,14 @@ class LocalSlurm:
     def env(self) -> dict[str, str]:
         """This environment without SLURM's variables (as on a login node, outside any job)."""
         return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_"))}
+
+    @property
+    def submit_env(self) -> dict[str, str]:
+        """`env` as a user of the profile sets it: this cluster's partition, no account (there is
+        no accounting database to check one against)."""
+        env = {**self.env, "PYTHONUNBUFFERED": "1", "DEAMOE_SLURM_PARTITION": PARTITION}
+        env.pop("DEAMOE_SLURM_ACCOUNT", None)
+        return env
 
     def _write_config(self) -> None:
         r = self.root
@@ -135,14 +191,6 @@ SlurmdParameters=config_overrides
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={mem} State=UNKNOWN
 PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=UP
 """)
-
-    def conf_in_use(self) -> str | None:
-        """The reason this host's SLURM configuration path is not free for this cluster, or None."""
-        if SYSTEM_CONF.is_symlink() and not SYSTEM_CONF.exists():
-            return None  # a dangling link: a killed earlier run's, replaced in start()
-        if SYSTEM_CONF.exists():
-            return f"this host has its own {SYSTEM_CONF}; not replacing it"
-        return None
 
     def _link_config(self) -> None:
         SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
@@ -219,3 +267,7 @@ PartitionName={PARTITION} Nodes={self.node} Default=YES MaxTime=INFINITE State=U
         if self.linked and SYSTEM_CONF.is_symlink() and SYSTEM_CONF.resolve() == self.conf.resolve():
             SYSTEM_CONF.unlink()
         self.linked = False
+
+
+if __name__ == "__main__":  # scripts/test.sh: install the packages while the venv is being set up
+    print(f"slurm_cluster: {ensure_installed() or 'slurm-wlm and munge are installed'}")
