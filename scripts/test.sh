@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up (scripts/setup.sh) and run the whole test suite: unit tests, the dry run of
 # the whole DAG and the end-to-end run of a reduced config through every stage (slow tests
-# included; with DEAMOE_SLURM_TEST=1, as .ci/run sets it, the end-to-end run goes through the SLURM
+# included; with DEAMOE_SLURM_TEST=1 the end-to-end run goes through the SLURM
 # profile on a one-node cluster started for it; GPU tests skip themselves without CUDA).  Extra
 # arguments go to pytest, e.g.
 #   bash scripts/test.sh -m "not slow"      # the fast part only

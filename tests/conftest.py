@@ -10,7 +10,7 @@ other top-level entry into a temporary folder and run there.
 
 `tiny_pipeline`: the whole pipeline on tests/workflow/reduced.yaml, run once per session; the
 end-to-end test, the serving test and the SLURM test read its results.  Where the session has a
-SLURM cluster (`slurm`: DEAMOE_SLURM_TEST=1, as .ci/run sets it, and slurm-wlm + munge can be had;
+SLURM cluster (`slurm`: DEAMOE_SLURM_TEST=1 and slurm-wlm + munge can be had;
 tests/slurm_cluster.py) that run goes through workflow/profiles/slurm, every job an sbatch job;
 otherwise it runs locally.  One run either way: the cluster adds only its own overhead.
 """
