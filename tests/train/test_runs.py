@@ -198,3 +198,13 @@ def test_an_ablation_variant_identical_to_a_pretrain_run_is_trained_once():
     gpu["pretrain"]["sizes"]["medium"]["seeds"] = [1]
     s = load_settings(doc=gpu)
     assert runs.trained_as(s, "ablation-no1-s0") == "ablation-no1-s0"
+
+
+def test_deamoe_variant_fields_alone_keep_the_search_shape():
+    """`deamoe: {operator: ...}` without the five shape keys is the budget search's pick with that
+    operator; two of the five keys are refused, naming the first missing one."""
+    s = load_settings(doc=_tiny(sizes={"a": {}, "b": {"deamoe": {"operator": "rmsnorm"}}}))
+    a, b = runs.size(s, "a"), runs.size(s, "b")
+    assert b.deamoe == replace(a.deamoe, operator="rmsnorm") and a.deamoe.operator == "silu"
+    with pytest.raises(ConfigError, match=r"pretrain.sizes.c.deamoe: missing key n_expert"):
+        load_settings(doc=_tiny(sizes={"c": {"deamoe": {"h_ffn": 96, "n_dept": 8}}}))

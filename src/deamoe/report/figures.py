@@ -232,8 +232,8 @@ def ladder_curves(art: Artifact):
     ncols = min(max(len(sizes), 1), 3)  # the ladder's three sizes per row
     nrows = max(1, -(-len(sizes) // ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 4.0 * nrows + 0.4), squeeze=False)
-    for ax in axes.flat[len(sizes):]:
-        ax.set_visible(bool(not sizes and ax is axes[0][0]))
+    for ax in axes.flat[max(len(sizes), 1):]:  # the grid's unused cells (one stays for "not run")
+        ax.set_visible(False)
     for ax, size in zip(axes.flat, sizes):
         d = data[data["size"] == size]
         sns.lineplot(data=d, x="tokens", y="loss", hue="model", errorbar="sd", lw=0.9, ax=ax)

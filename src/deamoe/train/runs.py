@@ -121,18 +121,18 @@ def size(settings: Settings, name: str) -> Size:
             "k_expert": BASELINE_K_EXPERT, **_ffn(f"{where}.baseline", z.baseline, _MOE_KEYS)}
     baseline = _shape(MoEShape, f"{where}.baseline", h=h, **base)
     dea = _ffn(f"{where}.deamoe", z.deamoe, _DEAMOE_KEYS)
-    if dea:
+    if any(k in dea for k in _DEAMOE_REQUIRED):
         missing = [k for k in _DEAMOE_REQUIRED if k not in dea]
         if missing:
             raise ConfigError(f"{where}.deamoe: missing key {missing[0]} (give all of "
                               f"{', '.join(_DEAMOE_REQUIRED)}, or none for the budget search's pick)")
         deamoe = _shape(DeaMoEShape, f"{where}.deamoe", h=h, **dea)
-    else:
+    else:  # the search's pick, with the variant fields given (operator, expert_init, ...)
         found = search(baseline)
         if not found:
             raise ConfigError(f"{where}: the budget search finds no DeaMoE within 2% of the baseline "
                               f"{baseline}; give {where}.deamoe explicitly")
-        deamoe = found[0]["shape"]
+        deamoe = _shape(DeaMoEShape, f"{where}.deamoe", **{**asdict(found[0]["shape"]), **dea})
     b = budget(baseline, deamoe)
     tol = p.max_budget_deviation
     for key in ("params_ratio", "flops_ratio"):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from deamoe.errors import DataError
 from deamoe.io import write_csv
+from deamoe.shapes import table1_row
 from deamoe.train.runs import TABLE4
 from deamoe.train.settings import load_settings
 
@@ -124,6 +125,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     sizes = [size] if size else list(s.pretrain.sizes)
+    paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
     rows, frames, evals = [], [], []
     n = s.ablation.last_n
     for name in runlib.pretrain_run_names(s, sizes):
@@ -152,7 +154,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "last_n": n, "val_loss": summ["val_loss"],
             "mean_distinct_departments": summ.get("mean_distinct_departments"),
             "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
-            "paper_params_ratio": 1.017, "paper_flops_ratio": 1.014,
+            "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
             "profile": s.profile, **_provenance(summ),
         }
         if eval_dir:
