@@ -8,11 +8,12 @@ with the repository root as its working directory (config.yaml, data/ and report
 relative to it). Tests must not touch the real results/, logs/ or reports/, so they link every
 other top-level entry into a temporary folder and run there.
 
-`tiny_pipeline`: the whole pipeline on tests/workflow/reduced.yaml, run once per session; the
-end-to-end test, the serving test and the SLURM test read its results.  Where the session has a
-SLURM cluster (`slurm`: DEAMOE_SLURM_TEST=1 and slurm-wlm + munge can be had;
-tests/slurm_cluster.py) that run goes through workflow/profiles/slurm, every job an sbatch job;
-otherwise it runs locally.  One run either way: the cluster adds only its own overhead.
+`tiny_pipeline`: the whole pipeline on tests/workflow/reduced.yaml, run once per session in the
+background from the session's start (tests/session_pipeline.py); the end-to-end test, the
+serving test and the SLURM test read its results.  Where the session has a SLURM cluster
+(`slurm`: DEAMOE_SLURM_TEST=1 and slurm-wlm + munge can be had; tests/slurm_cluster.py) that run
+goes through workflow/profiles/slurm, every job an sbatch job; otherwise it runs locally.  One
+run either way: the cluster adds only its own overhead.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ import os
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import deamoe  # noqa: F401
 import slurm_cluster
+import slurm_failure_paths
+from session_pipeline import PipelineRun, SessionPipeline
 from snakemake_forks import Forks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -100,39 +102,34 @@ def slurm(tmp_path_factory):
         signal.signal(signal.SIGTERM, previous)
 
 
-@dataclass
-class PipelineRun:
-    root: Path                                   # the scratch repository root it ran in
-    output: str                                  # Snakemake's stdout + stderr
-    cluster: slurm_cluster.LocalSlurm | None     # the cluster it ran on; None: it ran locally
-    local_reason: str = ""                       # why it ran locally
-
-
-def _log_tails(workdir: Path) -> str:
-    parts = []
-    for log in sorted([*(workdir / "logs").rglob("*.log"),
-                       *(workdir / ".snakemake" / "slurm_logs").rglob("*.log")]):
-        parts.append(f"--- {log.relative_to(workdir)}\n" + "\n".join(
-            log.read_text(errors="replace").splitlines()[-15:]))
-    return "\n".join(parts)
+@pytest.fixture(scope="session", autouse=True)
+def session_pipeline(request, tmp_path_factory):
+    """The session's tiny pipeline (tests/session_pipeline.py), started in the background as the
+    first test begins, where any collected test reads it; else None.  On the session's SLURM
+    cluster the failure-path runs (tests/slurm_failure_paths.py) follow it in the background."""
+    if not any("tiny_run" in item.fixturenames for item in request.session.items):
+        yield None
+        return
+    slurm = request.getfixturevalue("slurm")
+    root = link_repo(tmp_path_factory.mktemp("pipeline") / "main")
+    if isinstance(slurm, slurm_cluster.LocalSlurm):
+        scratch = tmp_path_factory.mktemp("failure-paths")
+        after = lambda pipeline, run: slurm_failure_paths.failure_paths(pipeline, run, link_repo, scratch)  # noqa: E731
+        pipeline = SessionPipeline(root, slurm, after=after)
+    else:
+        pipeline = SessionPipeline(root, None, local_reason=slurm)
+    try:
+        yield pipeline.start()
+    finally:
+        pipeline.stop()
 
 
 @pytest.fixture(scope="session")
-def tiny_run(slurm, tmp_path_factory) -> PipelineRun:
+def tiny_run(session_pipeline) -> PipelineRun:
     """`snakemake --configfile tests/workflow/reduced.yaml` (every stage) in a scratch root: through
     the SLURM profile on the session's cluster where there is one, else `--cores 2` locally; fails,
     with every log's tail, if that run fails."""
-    root = link_repo(tmp_path_factory.mktemp("pipeline") / "main")
-    if isinstance(slurm, slurm_cluster.LocalSlurm):
-        proc = subprocess.run(slurm_cluster.snakemake_command(root, "--configfile", str(REDUCED)),
-                              cwd=root, env=slurm.submit_env, capture_output=True, text=True, timeout=1800)
-        run = PipelineRun(root, proc.stdout + proc.stderr, slurm)
-    else:
-        proc = run_snakemake(root, "--cores", "2", "--configfile", str(REDUCED), timeout=1800)
-        run = PipelineRun(root, proc.stdout + proc.stderr, None, slurm)
-    cluster_logs = slurm.logs(10) + "\n" if run.cluster else ""
-    assert proc.returncode == 0, run.output[-4000:] + "\n" + cluster_logs + _log_tails(root)
-    return run
+    return session_pipeline.result()
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ cluster's partition and every stage has its results; its deterministic results (
 Figure 2) equal a local run's; two copies of the train command started by srun (one SLURM job
 of 2 ranks, torchrun in each) meet in the c10d rendezvous a multi-node job uses and train with
 the losses of the pipeline's one-process job; a job that fails names its logs; a cancelled job
-is redone.
+is redone (those runs follow the pipeline run in the background: tests/slurm_failure_paths.py).
 
 What the runs change in the profile, all on the command line (nothing edited in place;
 slurm_cluster.snakemake_command): the config files (the tiny scale instead of the paper's), the
@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from slurm_cluster import PARTITION, LocalSlurm, snakemake_command
+from slurm_cluster import PARTITION
+from slurm_failure_paths import SUBMITTED
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +47,6 @@ STAGE_OUTPUTS = [
     "reports/index.md",
 ]
 DETERMINISTIC = ["results/analysis/table1.csv", "results/analysis/loading.csv"]  # Table 1, Figure 2
-SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -57,16 +54,6 @@ def slurm_run(tiny_run):
     if tiny_run.cluster is None:
         pytest.skip(tiny_run.local_reason)
     return tiny_run
-
-
-def _slurm_snakemake(cluster: LocalSlurm, workdir: Path, *args: str, popen: bool = False):
-    cmd = snakemake_command(workdir, *args, "--configfile", str(REDUCED))  # (targets first: the
-    # option takes several values)
-    if popen:
-        return subprocess.Popen(cmd, cwd=workdir, env=cluster.submit_env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    return subprocess.run(cmd, cwd=workdir, env=cluster.submit_env, capture_output=True, text=True,
-                          timeout=900)
 
 
 def test_every_rule_runs_as_a_slurm_job_and_matches_a_local_run(slurm_run, make_workdir, snakemake,
@@ -130,56 +117,25 @@ def test_two_launchers_meet_in_the_multi_node_rendezvous(slurm_run, tmp_path):
     assert _close(_losses(tmp_path / "two"), _losses(workdir / "results" / "train" / run))
 
 
-def _copy_run(src: Path, make_workdir, dest: Path) -> Path:
-    """A scratch root holding the results of the pipeline run in `src` and Snakemake's records of
-    them (so only what a test changes reruns there; the session's run stays as it is)."""
-    root = make_workdir(dest)
-    shutil.copytree(src / "results", root / "results", symlinks=True)
-    shutil.copytree(src / ".snakemake" / "metadata", root / ".snakemake" / "metadata")
-    return root
-
-
-def test_failed_job_names_its_logs_and_cancelled_job_is_redone(slurm_run, make_workdir, tmp_path):
-    """On a copy of the pipeline run, one training job (Table 4's No.2): a job that fails on the
-    cluster fails its rule naming the job's logs; a job cancelled while it runs is seen, and the
-    next run redoes it, with the pipeline run's losses."""
-    cluster, run = slurm_run.cluster, "ablation-no2-s0"
-    workdir = _copy_run(slurm_run.root, make_workdir, tmp_path / "copy")
-    target = f"results/train/{run}/summary.json"
-    done = _losses(slurm_run.root / "results" / "train" / run)
+def test_failed_job_names_its_logs_and_cancelled_job_is_redone(slurm_run, session_pipeline):
+    """On a copy of the pipeline run, one training job (Table 4's No.2; the runs of
+    tests/slurm_failure_paths.py, made in the background after the pipeline run): a job that
+    fails on the cluster fails its rule naming the job's logs; a job cancelled while it runs is
+    seen, and the next run redoes it, with the pipeline run's losses."""
+    seen = session_pipeline.after_done()
+    run, done = seen.run, _losses(slurm_run.root / "results" / "train" / seen.run)
 
     # a job that fails on the cluster (no CUDA here): its rule fails, naming the job's logs
-    failed = _slurm_snakemake(cluster, workdir, target, "--retries", "0", "--config", "train={device: cuda}")
-    out = failed.stdout + failed.stderr
-    assert failed.returncode != 0 and "Error in rule train" in out, out[-3000:]
+    out = seen.failed.output
+    assert seen.failed.returncode != 0 and "Error in rule train" in out, out[-3000:]
     error = out[out.index("Error in rule train"):]
     assert "FAILED" in error and f"logs/train/{run}.log" in error, error[:3000]
     assert f"slurm_logs/rule_train/{run}/" in error, error[:3000]  # the job's own SLURM log
-    assert "no CUDA GPU" in (workdir / "logs" / "train" / f"{run}.log").read_text()
+    assert "no CUDA GPU" in seen.failed_log
 
     # a job cancelled while it runs: Snakemake sees it, and the next run redoes it
-    proc = _slurm_snakemake(cluster, workdir, target, "--retries", "0", popen=True)
-    try:
-        job = _wait_for_running_job(cluster, proc)
-        subprocess.run(["scancel", job], env=cluster.env, check=True)
-        out, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode != 0 and "CANCELLED" in out, out[-3000:]
-    again = _slurm_snakemake(cluster, workdir, target)
-    assert again.returncode == 0, (again.stdout + again.stderr)[-3000:]
-    assert len(SUBMITTED.findall(again.stdout + again.stderr)) == 1
-    assert _losses(workdir / "results" / "train" / run).equals(done)
-
-
-def _wait_for_running_job(cluster: LocalSlurm, proc, timeout: float = 300) -> str:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and proc.poll() is None:
-        queue = subprocess.run(["squeue", "-h", "-t", "R", "-o", "%i"], env=cluster.env,
-                               capture_output=True, text=True).stdout.split()
-        if queue:
-            return queue[0]
-        time.sleep(0.2)
-    raise AssertionError(f"no running SLURM job (snakemake exit {proc.poll()})")
+    assert seen.cancelled.returncode != 0 and "CANCELLED" in seen.cancelled.output, seen.cancelled.output[-3000:]
+    assert seen.again.returncode == 0, seen.again.output[-3000:]
+    assert SUBMITTED.findall(seen.again.output) != [seen.cancelled_job]
+    assert len(SUBMITTED.findall(seen.again.output)) == 1
+    assert _losses(seen.workdir / "results" / "train" / run).equals(done)
