@@ -34,10 +34,11 @@ def train_throughput(measured: Path) -> Artifact:
              "float32 weights; tflops counts 3 x the forward FLOPs; vs_dense: the dense SwiGLU "
              "FFN of equal FLOPs' time over this row's",
              "step: the pretrain runs' whole step (32 x 1024 tokens), MFU against the measured "
-             "794 TFLOP/s dense bf16 rate; path torch: the layers' own forward, eager; "
-             "fast+compile: deamoe.model.fast_ffn with torch.compile of each decoder layer and the loss"]
+             "794 TFLOP/s dense bf16 rate; path torch: the layers' own forward, eager; fast: "
+             "deamoe.model.fast_ffn, eager; fast+compile: the same with torch.compile of each "
+             "decoder layer and the loss (the gpu and slurm profiles' path)"]
     steps = df[df["section"] == "step"].set_index(["ffn", "path"])["ms"]
-    for path in ("torch", "fast+compile"):
+    for path in ("torch", "fast", "fast+compile"):
         if ("moe", path) in steps and ("deamoe", path) in steps:
             notes.append(f"DeaMoE / baseline step time ({path}): "
                          f"{steps[('deamoe', path)] / steps[('moe', path)]:.3f}")
