@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
-from deamoe.model.fast_ffn import _Dispatch, _Expand, department_slots, sort_groups
-from deamoe.model.layers import build_ffn, reference_forward
+from deamoe.model.fast_ffn import (_department_rows, _Dispatch, _Expand, department_slots, fast_deamoe,
+                                   sort_groups)
+from deamoe.model.layers import build_ffn, reference_forward, routed_reference
 from deamoe.routing import route
 from deamoe.shapes import DeaMoEShape, MoEShape
 
@@ -68,6 +69,33 @@ def test_fast_path_equals_the_layer_in_float64(shape, given_ids):
         assert torch.allclose(y1, reference_forward(fast, x, kw["ids"], kw["weights"]), rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("operator", ["silu", "rmsnorm"])
+def test_padding_pairs_leave_no_trace_in_float64(operator):
+    """Tokens using 1, 2 and 3 of 3 slots: a third of the pairs are padding, which the department
+    GEMMs skip; on the CPU grouped_mm fills the skipped rows (and x's gradient there) with NaN,
+    so any read of them would show here.  Output and every gradient equal the layer's."""
+    shape = DeaMoEShape(h=32, h_ffn=16, n_dept=4, n_expert=16, k_dept=3, k_expert=3,
+                        operator=operator, expert_init="random")
+    ref, fast = _pair(shape, torch.float64)
+    ids = torch.tensor([[4, 5, 7], [1, 9, 2], [0, 6, 13], [15, 12, 14]] * 12)  # 1, 2, 3, 1 depts
+    weights = torch.rand(ids.shape, dtype=torch.float64)
+    x = torch.randn(ids.shape[0], shape.h, dtype=torch.float64)
+    g = torch.randn_like(x)
+    y0, gx0, gp0 = _run(ref, x, g, ids=ids, weights=weights)
+    y1, gx1, gp1 = _run(fast, x, g, ids=ids, weights=weights)
+    assert torch.isfinite(y1).all() and torch.isfinite(gx1).all()
+    assert torch.allclose(y1, y0, rtol=1e-10, atol=1e-12)
+    assert torch.allclose(gx1, gx0, rtol=1e-10, atol=1e-12)
+    for name, grad in gp0.items():
+        if name != "router.weight":  # weights given: no gradient reaches the router
+            assert torch.isfinite(gp1[name]).all(), name
+            assert torch.allclose(gp1[name], grad, rtol=1e-9, atol=1e-12), name
+    weights.requires_grad_()  # the routing weights' gradient too (the router's, when routed)
+    w0 = torch.autograd.grad((reference_forward(ref, x, ids, weights) * g).sum(), weights)[0]
+    w1 = torch.autograd.grad((fast(x, ids=ids, weights=weights) * g).sum(), weights)[0]
+    assert torch.isfinite(w1).all() and torch.allclose(w1, w0, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("shape", SHAPES[::2], ids=lambda s: s.kind)
 def test_fast_path_in_bf16_is_within_bf16_rounding_of_float64(shape):
     """bf16 weights and activations: relative error of the output and of each gradient < 3e-2
@@ -90,21 +118,81 @@ def test_fast_path_in_bf16_is_within_bf16_rounding_of_float64(shape):
             assert rel(gp1[name], gp0[name]) < 3e-2, name
 
 
-def test_department_slots_fill_unused_departments_after_the_used_ones():
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability()[0] < 9,
+                    reason="needs a Hopper-class CUDA GPU (the torch._grouped_mm path)")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_fast_path_on_the_gpu_with_padding_pairs_is_within_bf16_rounding(compiled):
+    """torch._grouped_mm leaves the rows it skips (padding pairs, and their x-gradient rows)
+    uninitialised.  Freed blocks full of NaN are left in the caching allocator first, so those
+    rows likely hold NaN; the bf16 routed output, the routing weights' and x's gradients and
+    every parameter's gradient are then finite and within 3e-2 relative error of the float64
+    layer.  Compiled: one graph (fullgraph=True: no host synchronisation, no graph break)."""
+    shape = DeaMoEShape(h=256, h_ffn=128, n_dept=4, n_expert=32, k_dept=4, k_expert=4,
+                        expert_init="random")
+    ref, _ = _pair(shape, torch.float64)
+    ref = ref.cuda()
+    fast = copy.deepcopy(ref).to(torch.bfloat16)
+    T, k = 512, shape.k_expert
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.stack([torch.randperm(shape.n_expert, generator=gen)[:k] for _ in range(T)])
+    ids[::3] = torch.tensor([8, 9, 10, 11])  # every third token in one department: 3 padding pairs
+    # (the others: about 1.2 on average)
+    ids = ids.cuda()
+    weights = torch.rand(T, k, dtype=torch.float64, device="cuda")
+    x = torch.randn(T, shape.h, dtype=torch.float64, device="cuda")
+    g = torch.randn_like(x)
+    fn = torch.compile(fast_deamoe, fullgraph=True) if compiled else fast_deamoe
+
+    def run(layer, fwd, dtype):
+        xs, ws = (t.detach().to(dtype).requires_grad_() for t in (x, weights))
+        y = fwd(layer, xs, ids, ws)
+        (y * g.to(dtype)).sum().backward()
+        return y.detach(), xs.grad, ws.grad
+
+    y0, gx0, gw0 = run(ref, routed_reference, torch.float64)
+    poison = [torch.full((2 ** e,), float("nan"), dtype=torch.bfloat16, device="cuda") for e in range(10, 25)]
+    del poison
+    slots = min(shape.n_dept, k)  # as the layer does for given ids
+    y1, gx1, gw1 = run(fast, lambda *a: fn(*a, slots), torch.bfloat16)
+
+    def rel(a, b):
+        assert torch.isfinite(a).all()
+        return ((a.double() - b).norm() / b.norm()).item()
+    assert rel(y1, y0) < 3e-2 and rel(gx1, gx0) < 3e-2 and rel(gw1, gw0) < 3e-2
+    for (name, p0), p1 in zip(ref.named_parameters(), fast.parameters()):
+        if name != "router.weight":  # weights given: no gradient reaches the router
+            assert rel(p1.grad, p0.grad) < 3e-2, name
+
+
+def test_department_slots_put_padding_pairs_after_the_used_departments():
     ids = torch.tensor([[0, 1, 5], [6, 7, 6]])  # 2 experts per department: depts {0, 2}, {3}
-    pair_dept, slot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
-    assert pair_dept.tolist() == [[0, 2, 1], [3, 0, 1]]
+    pair_group, slot = department_slots(ids, n_dept=4, experts_per_dept=2, slots=3)
+    assert pair_group.tolist() == [[0, 2, 4], [3, 4, 4]]  # 4 = n_dept: padding
     assert slot.tolist() == [[0, 0, 1], [0, 0, 0]]
+
+
+def test_padding_pairs_read_one_row_that_the_last_department_computes():
+    """The same routing: 6 pairs, 3 real (depts 0, 2, 3) then 3 padding pairs, sorted last.  The
+    department GEMMs multiply the real rows and the first padding row (row 3, in the last
+    department's group), not the other two; every padding pair reads row 3."""
+    pair_group = torch.tensor([[0, 2, 4], [3, 4, 4]])
+    order, read, counts = _department_rows(pair_group, 4)
+    assert order.tolist() == [0, 1, 3, 2, 4, 5]
+    assert counts.tolist() == [1, 0, 1, 2]
+    assert read.tolist() == [0, 1, 3, 2, 3, 3]
+    _, read, counts = _department_rows(torch.tensor([[0, 2], [3, 1]]), 4)  # no padding
+    assert counts.tolist() == [1, 1, 1, 1] and read.tolist() == [0, 2, 3, 1]
 
 
 def test_department_slots_match_the_definition_on_random_routings():
     torch.manual_seed(0)
     ids = torch.stack([torch.randperm(24)[:5] for _ in range(200)])  # 6 departments of 4
-    pair_dept, slot = department_slots(ids, n_dept=6, experts_per_dept=4, slots=5)
+    pair_group, slot = department_slots(ids, n_dept=6, experts_per_dept=4, slots=5)
     for t in range(200):
         used = sorted({e // 4 for e in ids[t].tolist()})
-        assert pair_dept[t].tolist() == (used + sorted(set(range(6)) - set(used)))[:5]
-        assert [pair_dept[t, s].item() for s in slot[t]] == [e // 4 for e in ids[t].tolist()]
+        assert pair_group[t].tolist() == used + [6] * (5 - len(used))
+        assert [pair_group[t, s].item() for s in slot[t]] == [e // 4 for e in ids[t].tolist()]
 
 
 def test_expand_is_a_gather_whose_backward_sums_each_pairs_assignments():
@@ -112,9 +200,9 @@ def test_expand_is_a_gather_whose_backward_sums_each_pairs_assignments():
     torch.manual_seed(0)
     T, n_dept, per, k, slots = 9, 5, 3, 4, 4  # slots >= k: every token fits
     ids = torch.stack([torch.randperm(n_dept * per)[:k] for _ in range(T)])
-    pair_dept, slot = department_slots(ids, n_dept, per, slots)
+    pair_group, slot = department_slots(ids, n_dept, per, slots)
     onehot = slot.unsqueeze(2) == torch.arange(slots)
-    porder, pinv, _ = sort_groups(pair_dept.reshape(-1), n_dept)
+    porder, pinv, _ = sort_groups(pair_group.reshape(-1), n_dept + 1)
     eorder, einv, _ = sort_groups(ids.reshape(-1), n_dept * per)
     src = pinv[(torch.arange(T).unsqueeze(1) * slots + slot).reshape(-1)[eorder]]
     rows = torch.randn(T * slots, 5, dtype=torch.float64, requires_grad=True)

@@ -13,8 +13,9 @@ shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA gr
     the routing weight multiplies the activation before the down projection (linear, so exact):
     the combine is then a plain sum over a token's k rows;
   * DeaMoE's (token, department) pairs are a fixed `slots` per token (the router keeps k_dept
-    departments): a token whose experts span fewer departments fills the rest with unused
-    departments whose rows carry zero weight (stage 3 sums nothing into them).  Assignments read
+    departments): a token whose experts span fewer departments fills the rest with padding
+    pairs, which sort after every real pair and which the department GEMMs skip (see
+    fast_deamoe: all of them read one row of zeros).  Assignments read
     their pair row by one gather (`_Expand`); sums over a pair's assignments (stage 3's forward,
     that gather's backward) are per-token products with the [T, k, slots] one-hot or weighted
     matrix (deamoe.model.mix_rows: dense, deterministic) instead of a scatter-add;
@@ -33,7 +34,9 @@ from deamoe.routing import expert_counts
 
 
 class _Permute(torch.autograd.Function):
-    """rows[idx] for a permutation idx; the backward gathers through the inverse permutation."""
+    """rows[idx] for a permutation idx; the backward gathers through `inv`: the inverse
+    permutation, except that fast_deamoe's padding pairs all read one finite row (any finite
+    row will do: their rows reach the result only through zero weights)."""
 
     @staticmethod
     def forward(ctx, rows, idx, inv):
@@ -50,7 +53,8 @@ class _Dispatch(torch.autograd.Function):
     """x [T, h] -> [T*S, h] in `dtype`: row p is x[order[p] // S] (each token copied to its S
     slots, in the grouped order).  x is cast before the copy (S times fewer rows to cast; the
     same values).  The backward sums each token's S slot gradients in x's own dtype, as the
-    cast's backward followed by `_Combine` would."""
+    cast's backward followed by `_Combine` would; slot t*S + s reads grouped row inv[t*S + s]
+    (the inverse permutation of order, or a padding slot's zero row)."""
 
     @staticmethod
     def forward(ctx, x, order, inv, slots, dtype):
@@ -65,7 +69,9 @@ class _Dispatch(torch.autograd.Function):
 
 
 class _Combine(torch.autograd.Function):
-    """[T*S, h] grouped rows -> [T, h]: the sum of each token's S rows (the adjoint of _Dispatch)."""
+    """[T*S, h] grouped rows -> [T, h]: the sum of each token's S rows, slot t*S + s read from row
+    inv[t*S + s] (the adjoint of _Dispatch).  The backward gives every grouped row its token's
+    gradient, padding rows included (finite; see _department_rows for why they reach nothing)."""
 
     @staticmethod
     def forward(ctx, rows, order, inv, slots):
@@ -112,16 +118,19 @@ def fast_moe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor) -
 
 
 def department_slots(ids: torch.Tensor, n_dept: int, experts_per_dept: int, slots: int):
-    """Per token, `slots` distinct departments: the ones its experts use (ascending), then unused
-    ones (ascending).  Returns (pair_dept [T, slots], slot [T, k]: the slot of assignment j).
-    Ranks by running counts, not a sort: element-wise work that torch.compile fuses."""
+    """Per token, `slots` (token, group) pairs: the departments its experts use (ascending), then
+    padding pairs, group n_dept.  Returns (pair_group [T, slots], slot [T, k]: the slot of
+    assignment j).  Ranks by running counts, not a sort: element-wise work that torch.compile
+    fuses."""
     dept = torch.div(ids, experts_per_dept, rounding_mode="floor")
     used = torch.zeros(ids.shape[0], n_dept, dtype=torch.int64, device=ids.device).scatter_(1, dept, 1)
     n_used = used.sum(1, keepdim=True)
+    # unused departments rank after the used ones, so that every position receives one department
     position = torch.where(used.bool(), used.cumsum(1) - 1, n_used + (1 - used).cumsum(1) - 1)
     every = torch.arange(n_dept, device=ids.device).expand_as(used)
     pair_dept = torch.empty_like(used).scatter_(1, position, every)[:, :slots]
-    return pair_dept, position.gather(1, dept)
+    padding = torch.arange(slots, device=ids.device) >= n_used
+    return pair_dept.masked_fill(padding, n_dept), position.gather(1, dept)
 
 
 def _slot_sum(sel: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
@@ -147,33 +156,53 @@ class _Expand(torch.autograd.Function):
         return per_slot.view(T * S, -1).index_select(0, porder), None, None, None, None
 
 
+def _department_rows(pair_group: torch.Tensor, n_dept: int):
+    """Sort the pairs by group, padding (group n_dept) last.  Returns (order, read, counts):
+    `read` [T*S] is the grouped row each token-major pair reads (the inverse permutation, but
+    every padding pair reads row z, the first padding row), counts [n_dept] the rows each
+    department's GEMM multiplies: its real pairs, and for the last department also row z where
+    padding exists.  The GEMMs skip the other padding rows (left undefined by grouped_mm); row z
+    gives the padding pairs a row of zeros, forward and backward, without a masking pass: its
+    stage 3 input is zero (no assignment's weight reaches it), so its output is; its stage 1
+    result is read by no assignment, so its gradient is zero and so is its x-gradient row.  The
+    stage 3 gradient row z receives is finite and meets only zero one-hot weights, in the slot
+    sum's backward and in W_d's gradient (whose factor there is z's zero input)."""
+    flat = pair_group.reshape(-1)
+    order, inv, counts = sort_groups(flat, n_dept + 1)
+    counts, n_pad = counts[:n_dept].clone(), counts[n_dept]
+    first_pad = flat.numel() - n_pad
+    counts[-1] += (n_pad > 0).to(counts.dtype)
+    return order, torch.where(flat == n_dept, first_pad, inv), counts
+
+
 def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:
     """The routed part of DeaMoE.forward; `slots` must be at least the departments a token uses."""
     s = layer.shape
     T, k = ids.shape
     f, dtype = s.h_ffn, compute_dtype(x)
-    pair_dept, slot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
+    pair_group, slot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
     onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)  # [T, k, slots]
-    porder, pinv, dcounts = sort_groups(pair_dept.reshape(-1), s.n_dept)
+    porder, pread, dcounts = _department_rows(pair_group, s.n_dept)
     eorder, einv, ecounts = sort_groups(ids.reshape(-1), s.n_expert)
 
     # Stage 1: a_g, a_u once per (token, department), grouped by department.
-    xd = _Dispatch.apply(x, porder, pinv, slots, dtype)
+    xd = _Dispatch.apply(x, porder, pread, slots, dtype)
     a = grouped_mm(xd, _stacked(dtype, layer.dept_gate, layer.dept_up), dcounts)
     a_g, a_u = layer.sigma(a.view(-1, 2, f)).unbind(1)
 
     # Stage 2: each assignment (expert order) reads its pair's row: the pair of token t's slot
-    # holding assignment j is row pinv[t * slots + slot], gathered once per half (contiguous
-    # inputs for the grouped GEMMs).
+    # holding assignment j is row pread[t * slots + slot] (always a real pair), gathered once per
+    # half (contiguous inputs for the grouped GEMMs).
     pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
-    src = pinv.index_select(0, pair.reshape(-1).index_select(0, eorder))
+    src = pread.index_select(0, pair.reshape(-1).index_select(0, eorder))
     a_g, a_u = (_Expand.apply(half, src, einv, porder, onehot) for half in (a_g, a_u))
     y = F.silu(grouped_mm(a_g, layer.expert_gate, ecounts)) * grouped_mm(a_u, layer.expert_up, ecounts)
     z = layer.sigma(grouped_mm(y, layer.expert_down, ecounts))
 
     # Stage 3: weighted expert results summed per pair (one-hot slot sum), then W_d once per pair.
+    # A padding pair's gradient row (row z's, see _department_rows) meets only zero weights.
     z = _Permute.apply(z, einv, eorder).view(T, k, f)
     zsum = _slot_sum(onehot * weights.unsqueeze(2), z).view(T * slots, f)
-    zsum = _Permute.apply(zsum, porder, pinv)
+    zsum = _Permute.apply(zsum, porder, pread)
     o = grouped_mm(zsum, layer.dept_down, dcounts)
-    return _Combine.apply(o, porder, pinv, slots)
+    return _Combine.apply(o, porder, pread, slots)

@@ -31,7 +31,14 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-    """x [A, in] (rows grouped by group, counts[g] rows each), w [G, out, in] -> [A, out]."""
+    """x [A, in] (rows grouped by group, counts[g] rows each), w [G, out, in] -> [A, out].
+
+    sum(counts) may be less than A: the rows after the last group are not multiplied.  Their
+    values in x do not matter, nor does the gradient the caller sends back for them (w's gradient
+    reads only grouped rows); their rows of the result and of x's gradient are undefined, and the
+    caller must not read them.  torch._grouped_mm leaves them uninitialised; here they are NaN,
+    in the result and in x's gradient, so a caller that reads them fails its CPU tests instead of
+    reading stale memory on the GPU."""
     dtype = compute_dtype(x)
     x, w = x.to(dtype), w.to(dtype)
     if _use_grouped_mm(x, w):
@@ -41,12 +48,12 @@ def grouped_mm(x: torch.Tensor, w: torch.Tensor, counts: torch.Tensor) -> torch.
     if x.shape[0] == 0:
         return x.new_zeros(0, out_dim)
     sizes = counts.tolist()
+    rest = x.shape[0] - sum(sizes)
     # unbind once: indexing w[g] per group would make backward allocate a full-size gradient of
     # w for every group; unbind's backward stacks the per-group gradients in one pass.
     weights = w.unbind(0)
-    pieces = [
-        rows @ weights[g].transpose(0, 1)
-        for g, rows in enumerate(torch.split(x, sizes))
-        if sizes[g]
-    ]
+    *groups, tail = torch.split(x, sizes + [rest])
+    pieces = [rows @ weights[g].transpose(0, 1) for g, rows in enumerate(groups) if sizes[g]]
+    if rest:  # NaN that also flows back to x's tail rows (NaN times any gradient is NaN)
+        pieces.append((tail[:, :1] * float("nan")).expand(rest, out_dim))
     return torch.cat(pieces, dim=0)
