@@ -118,10 +118,15 @@ def session_pipeline(request, tmp_path_factory):
         pipeline = SessionPipeline(root, slurm, after=after)
     else:
         pipeline = SessionPipeline(root, None, local_reason=slurm)
+    atexit.register(pipeline.stop)  # also when the test process is interrupted
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below runs: the run is in its own
+    # process group, which a signal to the test process alone would not reach
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         yield pipeline.start()
     finally:
         pipeline.stop()
+        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session")
