@@ -106,11 +106,16 @@ def slurm(tmp_path_factory):
 def session_pipeline(request, tmp_path_factory):
     """The session's tiny pipeline (tests/session_pipeline.py), started in the background as the
     first test begins, where any collected test reads it; else None.  On the session's SLURM
-    cluster the failure-path runs (tests/slurm_failure_paths.py) follow it in the background."""
+    cluster the failure-path runs (tests/slurm_failure_paths.py) follow it in the background.  The
+    exception where that cluster would not start."""
     if not any("tiny_run" in item.fixturenames for item in request.session.items):
         yield None
         return
-    slurm = request.getfixturevalue("slurm")
+    try:
+        slurm = request.getfixturevalue("slurm")
+    except Exception as exc:  # a cluster that would not start fails the tests that read the run,
+        yield exc             # not every test of the session
+        return
     root = link_repo(tmp_path_factory.mktemp("pipeline") / "main")
     if isinstance(slurm, slurm_cluster.LocalSlurm):
         scratch = tmp_path_factory.mktemp("failure-paths")
@@ -133,7 +138,9 @@ def session_pipeline(request, tmp_path_factory):
 def tiny_run(session_pipeline) -> PipelineRun:
     """`snakemake --configfile tests/workflow/reduced.yaml` (every stage) in a scratch root: through
     the SLURM profile on the session's cluster where there is one, else `--cores 2` locally; fails,
-    with every log's tail, if that run fails."""
+    with every log's tail, if that run fails (or the session's cluster did not start)."""
+    if isinstance(session_pipeline, Exception):
+        raise session_pipeline
     return session_pipeline.result()
 
 
