@@ -2,10 +2,18 @@
 rows [T, B, d] with d in the hundreds; and its adjoint in m, out[t] = g[t] @ rows[t]^T.
 
 DeaMoE's fast path sums each (token, department) pair's expert rows with a one-hot or weighted
-[T, k, slots] matrix: memory-bound work (each row read once, each result written once).  Eager,
-torch.bmm on these shapes and strides is slow; a Triton kernel (one token and a block of d per
-program, float32 accumulation, float64 for float64 rows) took the H200's eager DeaMoE layer step
-from 14.99 to 12.47 ms.  `_triton` says where it runs instead of torch.bmm.
+[T, k, slots] matrix: memory-bound work (each row read once, each result written once).
+torch.bmm on these shapes is slow: on the H200, at DeaMoE's training shape (32,768 tokens,
+[5 x 8] @ [8 x 384], bf16) it took 0.28 ms with a contiguous m and 1.17 ms with the transposed
+m the callers pass, where reading and writing the operands takes 0.068 ms at the H200's
+bandwidth.  The Triton kernel here (one token's whole row block per program, two warps,
+float32 accumulation, float64 for float64 rows) took 0.088 ms (78% of that bound; with a
+128-wide block it took 0.18 ms).  It runs in eager mode only: called under torch.compile it
+was as fast (DeaMoE's compiled layer 8.14 instead of 9.71 ms) but training went wrong -- 200
+bf16 steps ended at loss 3.96 instead of 1.43 (tests/model/test_fast_ffn.py's GPU test), so
+under torch.compile the sums stay torch.bmm until the kernel is a custom op whose input
+layouts inductor keeps.  The adjoint in m (`dots`, a reduction over d) is torch.bmm: 0.22 ms
+there, faster than a per-token Triton reduction (0.91 ms).
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ try:
 except ImportError:  # the checkpoint's model code runs without Triton (CPU, torch.bmm)
     triton = None
 
-_BLOCK_D = 128
+# A whole row of d <= 512 per program (d = h_ffn: 384 at the gpu profile's shape); wider rows in
+# blocks of 512, which keep the [A, block] float32 accumulator in two warps' registers.
+_MAX_BLOCK_D = 512
 
 if triton is not None:
 
@@ -40,33 +50,9 @@ if triton is not None:
         out = o_ptr + t * s_ot + a[:, None] * s_oa + d[None, :]
         tl.store(out, acc.to(o_ptr.dtype.element_ty), mask=(a[:, None] < A) & (d[None, :] < D))
 
-    @triton.jit
-    def _dots_kernel(g_ptr, r_ptr, o_ptr, D, s_gt, s_ga, s_rt, s_rb, s_ot, s_oa, s_ob,
-                     A: tl.constexpr, B: tl.constexpr, BA: tl.constexpr, BB: tl.constexpr,
-                     BLOCK_D: tl.constexpr, F64: tl.constexpr):
-        t = tl.program_id(0).to(tl.int64)
-        a = tl.arange(0, BA)
-        b = tl.arange(0, BB)
-        if F64:
-            acc = tl.zeros((BA, BB), dtype=tl.float64)
-        else:
-            acc = tl.zeros((BA, BB), dtype=tl.float32)
-        for d0 in range(0, D, BLOCK_D):
-            d = d0 + tl.arange(0, BLOCK_D)
-            g = tl.load(g_ptr + t * s_gt + a[:, None] * s_ga + d[None, :],
-                        mask=(a[:, None] < A) & (d[None, :] < D), other=0.0).to(acc.dtype)
-            r = tl.load(r_ptr + t * s_rt + b[:, None] * s_rb + d[None, :],
-                        mask=(b[:, None] < B) & (d[None, :] < D), other=0.0).to(acc.dtype)
-            acc += tl.sum(g[:, None, :] * r[None, :, :], axis=2)
-        out = o_ptr + t * s_ot + a[:, None] * s_oa + b[None, :] * s_ob
-        tl.store(out, acc.to(o_ptr.dtype.element_ty), mask=(a[:, None] < A) & (b[None, :] < B))
-
 
 def _triton(rows: torch.Tensor, use_triton: bool | None) -> bool:
-    """By default the kernel runs on CUDA outside torch.compile.  Under torch.compile the bmm is
-    kept: there inductor hands cuBLAS contiguous operands, and the H200 measured the compiled
-    DeaMoE layer (gpu-large, 32k tokens, fwd+bwd) at 9.51 ms with bmm, 9.74 ms with the kernel;
-    eager it is the other way round (14.99 ms with bmm, 12.47 ms with the kernel)."""
+    """By default the kernel runs on CUDA outside torch.compile (see above)."""
     if use_triton is None:
         use_triton = rows.is_cuda and not torch.compiler.is_compiling()
     return triton is not None and use_triton
@@ -83,24 +69,16 @@ def mix(m: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> 
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     (T, A, B), D = m.shape, rows.shape[-1]
     out = rows.new_empty(T, A, D)
-    _mix_kernel[(T, triton.cdiv(D, _BLOCK_D))](
+    block = min(_pow2(D), _MAX_BLOCK_D)
+    _mix_kernel[(T, triton.cdiv(D, block))](
         m, rows, out, D, *m.stride(), rows.stride(0), rows.stride(1), out.stride(0), out.stride(1),
-        A=A, B=B, BA=_pow2(A), BLOCK_D=_BLOCK_D, F64=rows.dtype == torch.float64, num_warps=2)
+        A=A, B=B, BA=_pow2(A), BLOCK_D=block, F64=rows.dtype == torch.float64, num_warps=2)
     return out
 
 
-def dots(g: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
+def dots(g: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """g [T, A, d], rows [T, B, d] -> [T, A, B]: out[t, a, b] = <g[t, a], rows[t, b]>."""
-    if not _triton(rows, use_triton):
-        return torch.bmm(g, rows.transpose(1, 2))
-    g = g if g.stride(-1) == 1 else g.contiguous()
-    rows = rows if rows.stride(-1) == 1 else rows.contiguous()
-    (T, A, D), B = g.shape, rows.shape[1]
-    out = rows.new_empty(T, A, B)
-    _dots_kernel[(T,)](
-        g, rows, out, D, g.stride(0), g.stride(1), rows.stride(0), rows.stride(1), *out.stride(),
-        A=A, B=B, BA=_pow2(A), BB=_pow2(B), BLOCK_D=64, F64=rows.dtype == torch.float64)
-    return out
+    return torch.bmm(g, rows.transpose(1, 2))
 
 
 class Mix(torch.autograd.Function):
@@ -115,6 +93,6 @@ class Mix(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         m, rows = ctx.saved_tensors
-        g_m = dots(grad, rows, ctx.use_triton) if ctx.needs_input_grad[0] else None
+        g_m = dots(grad, rows) if ctx.needs_input_grad[0] else None
         g_rows = mix(m.transpose(1, 2), grad, ctx.use_triton) if ctx.needs_input_grad[1] else None
         return g_m, g_rows, None
