@@ -64,6 +64,12 @@ def make_workdir():
     return link_repo
 
 
+def pytest_configure(config):
+    """SIGTERM (a CI timeout) unwinds the session like Ctrl-C, so the session fixtures' finally
+    blocks and atexit hooks end what they started: the SLURM daemons, the background pipeline."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 _FORKS = Forks()
 atexit.register(_FORKS.close)
 
@@ -92,14 +98,11 @@ def slurm(tmp_path_factory):
         return
     cluster = slurm_cluster.LocalSlurm(tmp_path_factory.mktemp("slurm"), cpus=2 * (os.cpu_count() or 1))
     atexit.register(cluster.stop)  # also when the test process is interrupted
-    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below runs
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         cluster.start()
         yield cluster
     finally:
         cluster.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -123,15 +126,11 @@ def session_pipeline(request, tmp_path_factory):
         pipeline = SessionPipeline(root, slurm, after=after)
     else:
         pipeline = SessionPipeline(root, None, local_reason=slurm)
-    atexit.register(pipeline.stop)  # also when the test process is interrupted
-    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the finally below runs: the run is in its own
-    # process group, which a signal to the test process alone would not reach
-    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    try:
+    atexit.register(pipeline.stop)  # also when the test process is interrupted (the run is in
+    try:                            # its own process group: a signal to this process misses it)
         yield pipeline.start()
     finally:
         pipeline.stop()
-        signal.signal(signal.SIGTERM, previous)
 
 
 @pytest.fixture(scope="session")
