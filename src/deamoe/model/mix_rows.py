@@ -8,11 +8,11 @@ torch.bmm on these shapes is slow: on the H200, at DeaMoE's training shape (32,7
 m the callers pass, where reading and writing the operands takes 0.068 ms at the H200's
 bandwidth.  The Triton kernel here (one token's whole row block per program, two warps,
 float32 accumulation, float64 for float64 rows) took 0.088 ms (78% of that bound; with a
-128-wide block it took 0.18 ms).  It runs in eager mode only: called under torch.compile it
-was as fast (DeaMoE's compiled layer 8.14 instead of 9.71 ms) but training went wrong -- 200
-bf16 steps ended at loss 3.96 instead of 1.43 (tests/model/test_fast_ffn.py's GPU test), so
-under torch.compile the sums stay torch.bmm until the kernel is a custom op whose input
-layouts inductor keeps.  The adjoint in m (`dots`, a reduction over d) is torch.bmm: 0.22 ms
+128-wide block it took 0.18 ms).  The kernel is a torch.library custom op, opaque to
+torch.compile: launched bare inside a compiled layer it was as fast, but inductor traced into
+it and training went wrong (200 bf16 steps ended at loss 3.96 instead of 1.43,
+tests/model/test_fast_ffn.py's GPU test); as an op, compiled graphs call it with the tensors
+eager mode would see.  The adjoint in m (`dots`, a reduction over d) is torch.bmm: 0.22 ms
 there, faster than a per-token Triton reduction (0.91 ms).
 """
 
@@ -51,21 +51,7 @@ if triton is not None:
         tl.store(out, acc.to(o_ptr.dtype.element_ty), mask=(a[:, None] < A) & (d[None, :] < D))
 
 
-def _triton(rows: torch.Tensor, use_triton: bool | None) -> bool:
-    """By default the kernel runs on CUDA outside torch.compile (see above)."""
-    if use_triton is None:
-        use_triton = rows.is_cuda and not torch.compiler.is_compiling()
-    return triton is not None and use_triton
-
-
-def _pow2(n: int) -> int:
-    return max(2, 1 << (n - 1).bit_length())
-
-
-def mix(m: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
-    """m [T, A, B] (any strides, rows' dtype), rows [T, B, d] -> [T, A, d] in rows' dtype."""
-    if not _triton(rows, use_triton):
-        return torch.bmm(m, rows)
+def _launch(m: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     (T, A, B), D = m.shape, rows.shape[-1]
     out = rows.new_empty(T, A, D)
@@ -74,6 +60,41 @@ def mix(m: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> 
         m, rows, out, D, *m.stride(), rows.stride(0), rows.stride(1), out.stride(0), out.stride(1),
         A=A, B=B, BA=_pow2(A), BLOCK_D=block, F64=rows.dtype == torch.float64, num_warps=2)
     return out
+
+
+def _empty_like_result(m: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    return rows.new_empty(m.shape[0], m.shape[1], rows.shape[-1])
+
+
+def _mix_op():
+    """The kernel as op deamoe::mix_rows.  A checkpoint's copy of this module (remote code) may be
+    imported beside the package's: it registers the same code again, or, where torch refuses a
+    second definition, uses the first."""
+    name = "deamoe::mix_rows"
+    try:
+        op = torch.library.custom_op(name, _launch, mutates_args=())
+    except RuntimeError:  # registered by another copy of this module
+        return torch.ops.deamoe.mix_rows.default
+    op.register_fake(_empty_like_result)
+    return op
+
+
+_MIX_OP = _mix_op() if triton is not None else None
+
+
+def _pow2(n: int) -> int:
+    return max(2, 1 << (n - 1).bit_length())
+
+
+def mix(m: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:
+    """m [T, A, B] (any strides, rows' dtype), rows [T, B, d] -> [T, A, d] in rows' dtype.
+    The Triton kernel runs by default on CUDA (eager and compiled); use_triton forces the choice
+    (True on CPU runs it under TRITON_INTERPRET=1)."""
+    if use_triton is None:
+        use_triton = rows.is_cuda
+    if _MIX_OP is None or not use_triton:
+        return torch.bmm(m, rows)
+    return _MIX_OP(m, rows)
 
 
 def dots(g: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
