@@ -3,7 +3,8 @@
 The layers' own forward (deamoe.model.layers) groups the assignments with `nonzero()` and
 `bincount` (both read the device on the host) and combines them with `index_add_` (atomics in the
 forward and a scatter in every gather's backward).  This path computes the same function with
-shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA graph:
+shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA graph (DeaMoE's
+index math as an eager island in the compiled layer: see department_index):
 
   * every (token, slot) row is placed by one stable argsort; moving rows between the token-major
     and the grouped layout is a gather through the permutation or its inverse, forward and
@@ -24,6 +25,8 @@ shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA gr
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -175,26 +178,53 @@ def _department_rows(pair_group: torch.Tensor, n_dept: int):
     return order, torch.where(flat == n_dept, first_pad, inv), counts
 
 
+class DepartmentIndex(NamedTuple):
+    """fast_deamoe's routing-index tensors for one batch of assignments ids [T, k]."""
+    onehot: torch.Tensor  # [T, k, slots] bool: assignment j of token t sits in slot s
+    porder: torch.Tensor  # [T*slots] pairs in department order (padding last)
+    pread: torch.Tensor  # [T*slots] the grouped row each token-major pair reads
+    dcounts: torch.Tensor  # [n_dept] rows each department's GEMMs multiply
+    eorder: torch.Tensor  # [T*k] assignments in expert order
+    einv: torch.Tensor  # [T*k] its inverse permutation
+    ecounts: torch.Tensor  # [n_expert]
+    src: torch.Tensor  # [T*k] the department row each expert-order assignment reads
+
+
+@torch.compiler.disable
+def department_index(ids: torch.Tensor, shape, slots: int) -> DepartmentIndex:
+    """All of fast_deamoe's index math, run eagerly even inside a compiled layer (a graph break;
+    no host synchronisation).  Traced by inductor together with the float work on the H200
+    (torch 2.11), the compiled layer's forward was right but its x-gradient was sometimes
+    thousands of times too large, and 200-step bf16 runs stuck at the unigram loss in 5 of 6
+    seeds (3.96 against 1.43).  No run stuck with the index math eager (0 of 6 seeds; 0 of 5
+    with any one of its three functions eager), under aot_eager (0 of 6) or in eager mode;
+    inductor's CPU backend computed it right (docs/training-h200.md)."""
+    T = ids.shape[0]
+    pair_group, slot = department_slots(ids, shape.n_dept, shape.experts_per_dept, slots)
+    onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)
+    porder, pread, dcounts = _department_rows(pair_group, shape.n_dept)
+    eorder, einv, ecounts = sort_groups(ids.reshape(-1), shape.n_expert)
+    # the pair of token t's slot holding assignment j is row pread[t * slots + slot] (always a
+    # real pair); src lists it per assignment in expert order
+    pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
+    src = pread.index_select(0, pair.reshape(-1).index_select(0, eorder))
+    return DepartmentIndex(onehot, porder, pread, dcounts, eorder, einv, ecounts, src)
+
+
 def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:
     """The routed part of DeaMoE.forward; `slots` must be at least the departments a token uses."""
     s = layer.shape
     T, k = ids.shape
     f, dtype = s.h_ffn, compute_dtype(x)
-    pair_group, slot = department_slots(ids, s.n_dept, s.experts_per_dept, slots)
-    onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)  # [T, k, slots]
-    porder, pread, dcounts = _department_rows(pair_group, s.n_dept)
-    eorder, einv, ecounts = sort_groups(ids.reshape(-1), s.n_expert)
+    onehot, porder, pread, dcounts, eorder, einv, ecounts, src = department_index(ids, s, slots)
 
     # Stage 1: a_g, a_u once per (token, department), grouped by department.
     xd = _Dispatch.apply(x, porder, pread, slots, dtype)
     a = grouped_mm(xd, _stacked(dtype, layer.dept_gate, layer.dept_up), dcounts)
     a_g, a_u = layer.sigma(a.view(-1, 2, f)).unbind(1)
 
-    # Stage 2: each assignment (expert order) reads its pair's row: the pair of token t's slot
-    # holding assignment j is row pread[t * slots + slot] (always a real pair), gathered once per
-    # half (contiguous inputs for the grouped GEMMs).
-    pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
-    src = pread.index_select(0, pair.reshape(-1).index_select(0, eorder))
+    # Stage 2: each assignment (expert order) reads its pair's row, gathered once per half
+    # (contiguous inputs for the grouped GEMMs).
     a_g, a_u = (_Expand.apply(half, src, einv, porder, onehot) for half in (a_g, a_u))
     y = F.silu(grouped_mm(a_g, layer.expert_gate, ecounts)) * grouped_mm(a_u, layer.expert_up, ecounts)
     z = layer.sigma(grouped_mm(y, layer.expert_down, ecounts))
