@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On one GPU (the device tool, carry [".whl"]): the product code's compiled DeaMoE path against
+# the stuck-run fault, then the training benchmark.  Writes $OUT/verify.log and
+# $OUT/train_throughput.csv.  About 7 minutes.
+set -uo pipefail
+: "${OUT:?}" "${DEAMOE_GIT_SHA:?}"
+pip install -q --no-index --no-deps --target /tmp/pt .whl/pytest-*.whl .whl/pluggy-*.whl .whl/iniconfig-*.whl >/dev/null 2>&1
+export PYTHONPATH=$PWD/src:/tmp/pt
+{
+  echo "== GPU tests (fast path, grouped)"
+  timeout 240 python -m pytest -q -s -p no:logging -m gpu tests/model/test_fast_ffn.py tests/model/test_grouped.py 2>&1 | grep -E "fast|passed|failed|Error" | grep -v Warning
+  echo "== stuck runs, product code"
+  timeout 90 python - <<'PY'
+import sys
+sys.path.insert(0, "experiments/compiled_deamoe")
+from escape import curve
+for impl, compiled in (("fast", True),):
+    finals = [curve(impl, compiled, 3e-3, seed)[-10:].mean().item() for seed in range(1, 7)]
+    print(f"deamoe {impl} compiled={compiled} lr 3e-3: {[round(f, 3) for f in finals]}, stuck {sum(f > 2 for f in finals)}/6", flush=True)
+PY
+  echo "== small repro of the fault (traced index math), no training"
+  timeout 150 python experiments/compiled_deamoe/gpu_repro.py
+} 2>&1 | grep -v -i warn | tee "$OUT/verify.log"
+timeout 250 python -m deamoe bench train "$OUT" --parts layer,step --paths torch,fast,fast+compile --steps 8 2>&1 | tail -8
