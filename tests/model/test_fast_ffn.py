@@ -127,7 +127,8 @@ def test_fast_path_on_the_gpu_with_padding_pairs_is_within_bf16_rounding(compile
     uninitialised.  Freed blocks full of NaN are left in the caching allocator first, so those
     rows likely hold NaN; the bf16 routed output, the routing weights' and x's gradients and
     every parameter's gradient are then finite and within 3e-2 relative error of the float64
-    layer.  Compiled: as the gpu profile compiles it (the index math an eager island)."""
+    layer.  Compiled: as the gpu profile compiles it (the index math an eager island).  A second
+    forward and backward runs without host synchronisation (CUDA sync debug mode "error")."""
     shape = DeaMoEShape(h=256, h_ffn=128, n_dept=4, n_expert=32, k_dept=4, k_expert=4,
                         expert_init="random")
     ref, _ = _pair(shape, torch.float64)
@@ -163,6 +164,13 @@ def test_fast_path_on_the_gpu_with_padding_pairs_is_within_bf16_rounding(compile
     for (name, p0), p1 in zip(ref.named_parameters(), fast.parameters()):
         if name != "router.weight":  # weights given: no gradient reaches the router
             assert rel(p1.grad, p0.grad) < 3e-2, name
+    # again, compiled code already built, with any host synchronisation an error
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        run(fast, lambda *a: fn(*a, slots), torch.bfloat16)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
 
 
 def test_department_slots_put_padding_pairs_after_the_used_departments():
