@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On one GPU (the device tool, carry [".whl"]): the product code's compiled DeaMoE path against
 # the stuck-run fault, then the training benchmark.  Writes $OUT/verify.log and
-# $OUT/train_throughput.csv.  About 7 minutes.
+# $OUT/train_throughput.csv.  About 8 minutes.
 set -uo pipefail
 : "${OUT:?}" "${DEAMOE_GIT_SHA:?}"
 pip install -q --no-index --no-deps --target /tmp/pt .whl/pytest-*.whl .whl/pluggy-*.whl .whl/iniconfig-*.whl >/dev/null 2>&1
@@ -20,5 +20,7 @@ for impl, compiled in (("fast", True),):
 PY
   echo "== small repro of the fault (traced index math), no training"
   timeout 150 python experiments/compiled_deamoe/gpu_repro.py
+  echo "== the token combine alone (deamoe.model.gather_sum)"
+  timeout 120 python experiments/gather_sum/bench.py
 } 2>&1 | grep -v -i warn | tee "$OUT/verify.log"
 timeout 250 python -m deamoe bench train "$OUT" --parts layer,step --paths torch,fast,fast+compile --steps 8 2>&1 | tail -8

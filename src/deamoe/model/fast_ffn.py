@@ -31,6 +31,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from deamoe.model.gather_sum import gather_sum
 from deamoe.model.grouped import compute_dtype, grouped_mm
 from deamoe.model.mix_rows import Mix, mix
 from deamoe.routing import expert_counts
@@ -90,7 +91,7 @@ class _Combine(torch.autograd.Function):
 
 
 def _sum_slots(rows: torch.Tensor, inv: torch.Tensor, slots: int, dtype=None) -> torch.Tensor:
-    return rows.index_select(0, inv).view(-1, slots, rows.shape[-1]).sum(1, dtype=dtype)
+    return gather_sum(rows, inv, slots, dtype)
 
 
 def sort_groups(group: torch.Tensor, n_group: int):

@@ -28,6 +28,7 @@ MODULES = {
     "deamoe.routing": "deamoe_routing",
     "deamoe.model.grouped": "deamoe_grouped",
     "deamoe.model.mix_rows": "deamoe_mix_rows",
+    "deamoe.model.gather_sum": "deamoe_gather_sum",
     "deamoe.model.fast_ffn": "deamoe_fast_ffn",
     "deamoe.model.layers": "deamoe_layers",
     "deamoe.model.lm": "modeling_deamoe",
