@@ -98,6 +98,20 @@ def test_report_shows_committed_rows_and_not_run_for_missing_sizes(tmp_path):
     assert acc.loc[acc["size"] == "small", "seeds"].tolist() == [1]  # only seed 0 was evaluated
 
 
+def test_each_size_names_the_training_path_its_rows_record(tmp_path):
+    measured = tmp_path / "measured" / "h200"
+    rows = synthetic_rows()
+    small, large = rows["size"] == "small", rows["size"] == "large"
+    rows.loc[small, "ffn_impl"], rows.loc[small, "compile"] = "fast", True
+    rows.loc[large, "ffn_impl"], rows.loc[large, "compile"] = "torch", False
+    _commit(measured, rows)
+    t = ladder.pretrain_gpu(tmp_path / "results", measured, None, ("small", "large")).table.set_index("size")
+    assert (t.loc["small", "training path"], t.loc["large", "training path"]) == ("fast+compile", "torch")
+    _commit(tmp_path / "old" / "h200", synthetic_rows())  # rows from before the columns existed
+    t = ladder.pretrain_gpu(tmp_path / "results", tmp_path / "old" / "h200", None, ("small",)).table
+    assert t.set_index("size").loc["small", "training path"] == "not recorded"
+
+
 def test_rows_of_this_run_on_a_cpu_do_not_replace_the_committed_gpu_rows(tmp_path):
     measured = tmp_path / "measured" / "h200"
     _commit(measured, synthetic_rows())

@@ -46,6 +46,7 @@ def test_fast_path_resumed_with_batched_log_reads_equals_uninterrupted(tmp_path,
     a, b = (pd.read_csv(tmp_path / n / "log.csv") for n in ("full", "cut"))
     assert list(a["step"]) == list(range(1, 7)) and (a["loss"].values == b["loss"].values).all()
     assert full["val_loss"] == resumed["val_loss"]
+    assert (full["ffn_impl"], full["compile"]) == ("fast", False)  # the path is in the summary
 
 
 def test_resume_state_from_another_configuration_is_refused(tmp_path, make_config, shards):
@@ -120,6 +121,7 @@ def test_ablation_and_pretrain_summaries(tmp_path, make_config, shards):
     assert list(pre["model"]) == ["baseline", "deamoe"] and (pre["val_loss"] > 0).all()
     assert list(pre["run"]) == ["pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"]
     assert (pre["tokens"] == 3 * 4 * 16).all() and (pre["seed"] == 0).all()
+    assert list(pre["ffn_impl"]) == ["torch", "torch"] and not pre["compile"].any()  # the training path
     # a missing run is a one-line error naming it
     assert main(["ablation", "--config", config, "--runs", str(tmp_path / "nowhere"),
                  "--out", str(tmp_path / "x.csv")]) == 2

@@ -67,6 +67,17 @@ def operator_of(rows: pd.DataFrame) -> str:
     return ", ".join(sorted(map(str, ops))) or "not recorded"
 
 
+def training_path_of(rows: pd.DataFrame) -> str:
+    """How one size's runs trained: torch (the layers' own FFN), fast, fast+compile; 'not
+    recorded' for rows without the columns."""
+    if "ffn_impl" not in rows:
+        return "not recorded"
+    compiled = rows.get("compile", pd.Series(False, index=rows.index)).fillna(False).astype(str)
+    paths = {f"{impl}+compile" if c == "True" else str(impl)
+             for impl, c in zip(rows["ffn_impl"], compiled) if pd.notna(impl)}
+    return ", ".join(sorted(paths)) or "not recorded"
+
+
 # --- loading -------------------------------------------------------------------------------
 
 def _is_gpu(frame: pd.DataFrame) -> bool:
@@ -131,7 +142,7 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
         d = diff.iloc[0] if len(diff) else pd.Series({"n": 0, "mean": math.nan, "std": math.nan, "se": math.nan})
         b_mean = spread["mean"].get("baseline", math.nan)
         line.update({
-            "DeaMoE operator": operator_of(r),
+            "DeaMoE operator": operator_of(r), "training path": training_path_of(r),
             "params baseline": base["params"].max(), "params DeaMoE": dea["params"].max(),
             "ffn params ratio": r["params_ratio"].iloc[0], "ffn flops ratio": r["flops_ratio"].iloc[0],
             "tokens per run": r["tokens"].max(), "tokens per param": r["tokens"].max() / r["params"].max(),
@@ -150,7 +161,11 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
              "baseline on the same seed (same initialisation stream and batch order), its mean and "
              "std over seeds; within seed noise: |mean diff| <= 2 standard errors",
              "paper: FFN params ratio 1.017, FLOPs ratio 1.014 (Baseline-7B row); 7.3B models, "
-             "110B tokens; the paper reports no seed spread"]
+             "110B tokens; the paper reports no seed spread",
+             "training path: torch, the layers' own FFN; fast+compile, the fast FFN with compiled "
+             "layers (the gpu profile's since 2026-12-01); rows of fast+compile dated before "
+             "2026-12-02T06:40Z (commit aecc9e8) ran with DeaMoE's index math compiled by "
+             "inductor, which at times inflated its x-gradients (docs/training-h200.md)"]
     return Artifact("pretrain_gpu", "Pre-training at GPU scale: held-out loss, mean and spread over "
                     "seeds", table, sources or [_missing(measured)], notes, data=curves, rows=rows)
 

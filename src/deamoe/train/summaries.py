@@ -154,6 +154,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "last_n": n, "val_loss": summ["val_loss"],
             "mean_distinct_departments": summ.get("mean_distinct_departments"),
             "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
+            "ffn_impl": summ.get("ffn_impl"), "compile": summ.get("compile"),
             "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
             "profile": s.profile, **_provenance(summ),
         }

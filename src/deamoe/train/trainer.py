@@ -353,6 +353,8 @@ def _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, prov) 
         "aux_loss_coef": cfg.aux_loss_coef, "init_std": cfg.init_std, "expert_init_scale": cfg.expert_init_scale,
         "hidden_size": cfg.hidden_size, "num_hidden_layers": cfg.num_hidden_layers,
         "vocab_size": cfg.vocab_size, "params": n_params,
+        # the training path: both compute the same function, but a result names the code it came from
+        "ffn_impl": cfg.ffn_impl, "compile": t.compile,
         "ffn_params_per_layer": ffn_params(cfg.ffn_shape()),
         "steps": len(rows), "tokens": rows[-1]["tokens"] if rows else 0, "seq_len": t.seq_len,
         "batch_size": t.batch_size, "world_size": d.world,
