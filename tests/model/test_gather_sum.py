@@ -54,3 +54,8 @@ def test_gather_sum_is_a_well_formed_custom_op_and_runs_in_a_compiled_graph():
     compiled = torch.compile(lambda r, i: gather_sum(r * 2.0, i, 4, use_triton=True),
                              backend="aot_eager", fullgraph=True)
     assert torch.allclose(compiled(rows, idx), _reference(rows * 2.0, idx, 4), rtol=1e-12, atol=1e-12)
+
+
+def test_no_tokens_give_an_empty_result():
+    rows = torch.randn(4, 8)
+    assert gather_sum(rows, torch.empty(0, dtype=torch.int64), 2, use_triton=True).shape == (0, 8)

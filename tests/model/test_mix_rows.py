@@ -69,3 +69,7 @@ def test_mix_in_a_compiled_graph_equals_bmm_forward_and_backward():
     for a, b in zip(torch.autograd.grad(got, (sel, rows), g),
                     torch.autograd.grad(want, (sel, rows), g)):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_no_tokens_give_an_empty_result():
+    assert mix(torch.randn(0, 5, 8), torch.randn(0, 8, 16), use_triton=True).shape == (0, 5, 16)

@@ -57,6 +57,8 @@ def _launch(rows: torch.Tensor, idx: torch.Tensor, slots: int, dtype: torch.dtyp
     idx = idx.contiguous()
     T, D = idx.numel() // slots, rows.shape[-1]
     out = rows.new_empty(T, D, dtype=dtype)
+    if out.numel() == 0:  # no program to launch
+        return out
     block = min(_pow2(D), _MAX_BLOCK_D)
     _gather_sum_kernel[(T, triton.cdiv(D, block))](
         rows, idx, out, D, rows.stride(0), out.stride(0), S=slots, BLOCK_D=block,

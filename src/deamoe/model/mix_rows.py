@@ -55,6 +55,8 @@ def _launch(m: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     rows = rows if rows.stride(-1) == 1 else rows.contiguous()
     (T, A, B), D = m.shape, rows.shape[-1]
     out = rows.new_empty(T, A, D)
+    if out.numel() == 0:  # no program to launch
+        return out
     block = min(_pow2(D), _MAX_BLOCK_D)
     _mix_kernel[(T, triton.cdiv(D, block))](
         m, rows, out, D, *m.stride(), rows.stride(0), rows.stride(1), out.stride(0), out.stride(1),
