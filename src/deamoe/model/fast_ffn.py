@@ -69,7 +69,7 @@ class _Dispatch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         (inv,) = ctx.saved_tensors
-        return _sum_slots(grad, inv, ctx.slots, ctx.x_dtype), None, None, None, None
+        return gather_sum(grad, inv, ctx.slots, ctx.x_dtype), None, None, None, None
 
 
 class _Combine(torch.autograd.Function):
@@ -81,17 +81,13 @@ class _Combine(torch.autograd.Function):
     def forward(ctx, rows, order, inv, slots):
         ctx.save_for_backward(order)
         ctx.slots = slots
-        return _sum_slots(rows, inv, slots)
+        return gather_sum(rows, inv, slots)
 
     @staticmethod
     def backward(ctx, grad):
         (order,) = ctx.saved_tensors
         rows = grad.index_select(0, torch.div(order, ctx.slots, rounding_mode="floor"))
         return rows, None, None, None
-
-
-def _sum_slots(rows: torch.Tensor, inv: torch.Tensor, slots: int, dtype=None) -> torch.Tensor:
-    return gather_sum(rows, inv, slots, dtype)
 
 
 def sort_groups(group: torch.Tensor, n_group: int):

@@ -8,13 +8,15 @@ index_select + sum into one kernel, which on the H200 at the gpu profile's large
 (32,768 tokens x 8 rows of 1,024, bf16) took about 0.63 ms, about 20% of the bandwidth bound
 (torch.profiler, docs/training-h200.md).  The Triton kernel here reads each of a token's rows as
 one contiguous block per program and accumulates in float32 (float64 for float64 rows).  It is
-a torch.library custom op, like deamoe.model.mix_rows, so that compiled layers call it as it is.
+a torch.library custom op (deamoe.model.triton_ops), so that compiled layers call it as it is.
 On CPU (and without Triton) the sum is index_select + sum.
 """
 
 from __future__ import annotations
 
 import torch
+
+from deamoe.model.triton_ops import pow2, register_op
 
 try:
     import triton
@@ -44,10 +46,6 @@ if triton is not None:
         tl.store(o_ptr + t * s_o + d, acc.to(o_ptr.dtype.element_ty), mask=mask)
 
 
-def _pow2(n: int) -> int:
-    return max(16, 1 << (n - 1).bit_length())
-
-
 def _reference(rows: torch.Tensor, idx: torch.Tensor, slots: int, dtype: torch.dtype) -> torch.Tensor:
     return rows.index_select(0, idx).view(-1, slots, rows.shape[-1]).sum(1, dtype=dtype)
 
@@ -59,7 +57,7 @@ def _launch(rows: torch.Tensor, idx: torch.Tensor, slots: int, dtype: torch.dtyp
     out = rows.new_empty(T, D, dtype=dtype)
     if out.numel() == 0:  # no program to launch
         return out
-    block = min(_pow2(D), _MAX_BLOCK_D)
+    block = min(pow2(D, least=16), _MAX_BLOCK_D)
     _gather_sum_kernel[(T, triton.cdiv(D, block))](
         rows, idx, out, D, rows.stride(0), out.stride(0), S=slots, BLOCK_D=block,
         F64=rows.dtype == torch.float64, num_warps=4)
@@ -70,18 +68,7 @@ def _empty_result(rows: torch.Tensor, idx: torch.Tensor, slots: int, dtype: torc
     return rows.new_empty(idx.numel() // slots, rows.shape[-1], dtype=dtype)
 
 
-def _gather_sum_op():
-    """The kernel as op deamoe::gather_sum (registered again, or reused, by a checkpoint's copy
-    of this module: see deamoe.model.mix_rows)."""
-    try:
-        op = torch.library.custom_op("deamoe::gather_sum", _launch, mutates_args=())
-    except RuntimeError:
-        return torch.ops.deamoe.gather_sum.default
-    op.register_fake(_empty_result)
-    return op
-
-
-_GATHER_SUM_OP = _gather_sum_op() if triton is not None else None
+_GATHER_SUM_OP = register_op("deamoe::gather_sum", _launch, _empty_result) if triton is not None else None
 
 
 def gather_sum(rows: torch.Tensor, idx: torch.Tensor, slots: int, dtype: torch.dtype | None = None,

@@ -8,17 +8,17 @@ torch.bmm on these shapes is slow: on the H200, at DeaMoE's training shape (32,7
 m the callers pass, where reading and writing the operands takes 0.068 ms at the H200's
 bandwidth.  The Triton kernel here (one token's whole row block per program, two warps,
 float32 accumulation, float64 for float64 rows) took 0.088 ms (78% of that bound; with a
-128-wide block it took 0.18 ms).  The kernel is a torch.library custom op, opaque to
-torch.compile: launched bare inside a compiled layer it was as fast, but inductor traced into
-it and training went wrong (200 bf16 steps ended at loss 3.96 instead of 1.43,
-tests/model/test_fast_ffn.py's GPU test); as an op, compiled graphs call it with the tensors
-eager mode would see.  The adjoint in m (`dots`, a reduction over d) is torch.bmm: 0.22 ms
+128-wide block it took 0.18 ms).  It runs eager and in compiled layers, as a custom op
+(deamoe.model.triton_ops): the compiled DeaMoE layer took 8.18 ms with it, 9.71 ms with bmm
+(H200, docs/training-h200.md).  The adjoint in m (`dots`, a reduction over d) is torch.bmm: 0.22 ms
 there, faster than a per-token Triton reduction (0.91 ms).
 """
 
 from __future__ import annotations
 
 import torch
+
+from deamoe.model.triton_ops import pow2, register_op
 
 try:
     import triton
@@ -57,10 +57,10 @@ def _launch(m: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     out = rows.new_empty(T, A, D)
     if out.numel() == 0:  # no program to launch
         return out
-    block = min(_pow2(D), _MAX_BLOCK_D)
+    block = min(pow2(D), _MAX_BLOCK_D)
     _mix_kernel[(T, triton.cdiv(D, block))](
         m, rows, out, D, *m.stride(), rows.stride(0), rows.stride(1), out.stride(0), out.stride(1),
-        A=A, B=B, BA=_pow2(A), BLOCK_D=block, F64=rows.dtype == torch.float64, num_warps=2)
+        A=A, B=B, BA=pow2(A), BLOCK_D=block, F64=rows.dtype == torch.float64, num_warps=2)
     return out
 
 
@@ -68,24 +68,7 @@ def _empty_like_result(m: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     return rows.new_empty(m.shape[0], m.shape[1], rows.shape[-1])
 
 
-def _mix_op():
-    """The kernel as op deamoe::mix_rows.  A checkpoint's copy of this module (remote code) may be
-    imported beside the package's: it registers the same code again, or, where torch refuses a
-    second definition, uses the first."""
-    name = "deamoe::mix_rows"
-    try:
-        op = torch.library.custom_op(name, _launch, mutates_args=())
-    except RuntimeError:  # registered by another copy of this module
-        return torch.ops.deamoe.mix_rows.default
-    op.register_fake(_empty_like_result)
-    return op
-
-
-_MIX_OP = _mix_op() if triton is not None else None
-
-
-def _pow2(n: int) -> int:
-    return max(2, 1 << (n - 1).bit_length())
+_MIX_OP = register_op("deamoe::mix_rows", _launch, _empty_like_result) if triton is not None else None
 
 
 def mix(m: torch.Tensor, rows: torch.Tensor, use_triton: bool | None = None) -> torch.Tensor:

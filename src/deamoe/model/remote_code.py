@@ -27,6 +27,7 @@ MODULES = {
     "deamoe.shapes": "deamoe_shapes",
     "deamoe.routing": "deamoe_routing",
     "deamoe.model.grouped": "deamoe_grouped",
+    "deamoe.model.triton_ops": "deamoe_triton_ops",
     "deamoe.model.mix_rows": "deamoe_mix_rows",
     "deamoe.model.gather_sum": "deamoe_gather_sum",
     "deamoe.model.fast_ffn": "deamoe_fast_ffn",
