@@ -10,14 +10,10 @@ export PYTHONPATH=$PWD/src:/tmp/pt
   echo "== GPU tests (fast path, grouped)"
   timeout 240 python -m pytest -q -s -p no:logging -m gpu tests/model/test_fast_ffn.py tests/model/test_grouped.py 2>&1 | grep -E "fast|passed|failed|Error" | grep -v Warning
   echo "== stuck runs, product code"
-  timeout 90 python - <<'PY'
-import sys
-sys.path.insert(0, "experiments/compiled_deamoe")
-from escape import curve
-for impl, compiled in (("fast", True),):
-    finals = [curve(impl, compiled, 3e-3, seed)[-10:].mean().item() for seed in range(1, 7)]
-    print(f"deamoe {impl} compiled={compiled} lr 3e-3: {[round(f, 3) for f in finals]}, stuck {sum(f > 2 for f in finals)}/6", flush=True)
-PY
+  timeout 90 env PYTHONPATH="$PYTHONPATH:tests/model:experiments/compiled_deamoe" python -c '
+from escape import finals
+f = finals("deamoe", "fast", True, 3e-3)
+print(f"deamoe fast compiled lr 3e-3: {[round(x, 3) for x in f]}, stuck {sum(x > 2 for x in f)}/6")'
   echo "== small repro of the fault (traced index math), no training"
   timeout 150 python experiments/compiled_deamoe/gpu_repro.py
   echo "== the token combine alone (deamoe.model.gather_sum)"
