@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
-from deamoe.model.fast_ffn import (_department_rows, _Dispatch, _Expand, department_slots, fast_deamoe,
-                                   sort_groups)
+from deamoe.model.fast_ffn import (_department_rows, _Dispatch, _Expand, department_index, department_slots,
+                                   fast_deamoe, sort_groups)
 from deamoe.model.layers import build_ffn, reference_forward, routed_reference
 from deamoe.routing import route
 from deamoe.shapes import DeaMoEShape, MoEShape
@@ -181,7 +181,7 @@ def test_department_slots_put_padding_pairs_after_the_used_departments():
 
 
 def test_compiled_deamoe_keeps_its_index_math_out_of_the_graph():
-    """department_index runs eagerly inside a compiled layer: inductor, given the index math and
+    """department_index is an op torch.compile does not trace: inductor, given the index math and
     the float work in one graph, made x-gradients thousands of times too large on the H200.  The
     graphs torch.compile hands its backend hold no sort and no scatter; the result is eager's."""
     graphs = []
@@ -201,6 +201,26 @@ def test_compiled_deamoe_keeps_its_index_math_out_of_the_graph():
     assert torch.allclose(y, fast_deamoe(layer, x, ids, weights, shape.n_dept), rtol=1e-12, atol=1e-12)
     ops = {str(node.target) for gm in graphs for node in gm.graph.nodes if node.op in ("call_function", "call_method")}
     assert graphs and any("index_select" in op for op in ops)  # the gathers are in the graphs
+    assert not any(word in op for op in ops for word in ("sort", "scatter", "cumsum")), ops
+
+
+def test_department_index_compiles_as_one_opaque_op_without_a_graph_break():
+    """A graph break there would split every compiled DeaMoE layer (fullgraph raises on one)."""
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    shape = SHAPES[2]
+    torch.manual_seed(2)
+    ids = torch.stack([torch.randperm(shape.n_expert)[:shape.k_expert] for _ in range(24)])
+    torch._dynamo.reset()
+    got = torch.compile(department_index, backend=backend, fullgraph=True)(ids, shape, shape.n_dept)
+    for a, b in zip(got, department_index(ids, shape, shape.n_dept)):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    ops = {str(node.target) for node in graphs[0].graph.nodes if node.op == "call_function"}
+    assert len(graphs) == 1 and any("department_index" in op for op in ops)
     assert not any(word in op for op in ops for word in ("sort", "scatter", "cumsum")), ops
 
 

@@ -4,7 +4,7 @@ The layers' own forward (deamoe.model.layers) groups the assignments with `nonze
 `bincount` (both read the device on the host) and combines them with `index_add_` (atomics in the
 forward and a scatter in every gather's backward).  This path computes the same function with
 shapes fixed by (tokens, k) alone, so it runs inside torch.compile and a CUDA graph (DeaMoE's
-index math as an eager island in the compiled layer: see department_index):
+index math as an opaque op in the compiled layer: see department_index):
 
   * every (token, slot) row is placed by one stable argsort; moving rows between the token-major
     and the grouped layout is a gather through the permutation or its inverse, forward and
@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from deamoe.model.gather_sum import gather_sum
 from deamoe.model.grouped import compute_dtype, grouped_mm
 from deamoe.model.mix_rows import Mix, mix
+from deamoe.model.triton_ops import register_op
 from deamoe.routing import expert_counts
 
 
@@ -187,25 +188,40 @@ class DepartmentIndex(NamedTuple):
     src: torch.Tensor  # [T*k] the department row each expert-order assignment reads
 
 
-@torch.compiler.disable
-def department_index(ids: torch.Tensor, shape, slots: int) -> DepartmentIndex:
-    """All of fast_deamoe's index math, run eagerly even inside a compiled layer (a graph break;
-    no host synchronisation).  Traced by inductor together with the float work on the H200
-    (torch 2.11), the compiled layer's forward was right but its x-gradient was sometimes
-    thousands of times too large, and 200-step bf16 runs stuck at the unigram loss in 5 of 6
-    seeds (3.96 against 1.43).  No run stuck with the index math eager (0 of 6 seeds; 0 of 5
-    with any one of its three functions eager), under aot_eager (0 of 6) or in eager mode;
-    inductor's CPU backend computed it right (docs/training-h200.md)."""
+def _index_tensors(ids: torch.Tensor, n_dept: int, experts_per_dept: int, n_expert: int,
+                   slots: int) -> list[torch.Tensor]:
     T = ids.shape[0]
-    pair_group, slot = department_slots(ids, shape.n_dept, shape.experts_per_dept, slots)
+    pair_group, slot = department_slots(ids, n_dept, experts_per_dept, slots)
     onehot = slot.unsqueeze(2) == torch.arange(slots, device=ids.device)
-    porder, pread, dcounts = _department_rows(pair_group, shape.n_dept)
-    eorder, einv, ecounts = sort_groups(ids.reshape(-1), shape.n_expert)
+    porder, pread, dcounts = _department_rows(pair_group, n_dept)
+    eorder, einv, ecounts = sort_groups(ids.reshape(-1), n_expert)
     # the pair of token t's slot holding assignment j is row pread[t * slots + slot] (always a
     # real pair); src lists it per assignment in expert order
     pair = torch.arange(T, device=ids.device).unsqueeze(1) * slots + slot
     src = pread.index_select(0, pair.reshape(-1).index_select(0, eorder))
-    return DepartmentIndex(onehot, porder, pread, dcounts, eorder, einv, ecounts, src)
+    return [onehot, porder, pread, dcounts, eorder, einv, ecounts, src]
+
+
+def _index_shapes(ids: torch.Tensor, n_dept: int, experts_per_dept: int, n_expert: int, slots: int):
+    T, k = ids.shape
+    rows = [ids.new_empty(n, dtype=torch.int64) for n in (T * slots, T * slots, n_dept, T * k, T * k, n_expert, T * k)]
+    return [ids.new_empty(T, k, slots, dtype=torch.bool)] + rows
+
+
+# An op of its own: opaque to torch.compile, so the compiled layer stays one graph (no graph
+# break) while its index math runs as eager PyTorch, with no host synchronisation.
+_INDEX_OP = register_op("deamoe::department_index", _index_tensors, _index_shapes)
+
+
+def department_index(ids: torch.Tensor, shape, slots: int) -> DepartmentIndex:
+    """All of fast_deamoe's index math, as a custom op that torch.compile does not trace.  Traced
+    by inductor together with the float work on the H200 (torch 2.11), the compiled layer's
+    forward was right but its x-gradient was sometimes thousands of times too large, and 200-step
+    bf16 runs stuck at the unigram loss in 5 of 6 seeds (3.96 against 1.43).  No run stuck with
+    the index math eager (0 of 6 seeds; 0 of 5 with any one of its three functions eager), under
+    aot_eager (0 of 6) or in eager mode; inductor's CPU backend computed it right
+    (docs/training-h200.md)."""
+    return DepartmentIndex(*_INDEX_OP(ids, shape.n_dept, shape.experts_per_dept, shape.n_expert, slots))
 
 
 def fast_deamoe(layer, x: torch.Tensor, ids: torch.Tensor, weights: torch.Tensor, slots: int) -> torch.Tensor:

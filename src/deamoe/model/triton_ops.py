@@ -1,6 +1,6 @@
-"""What the fast path's Triton kernels share: registering a launcher as a torch.library custom op
-(opaque to torch.compile, so compiled layers call it with the tensors eager mode would see), and
-the power-of-two block sizes.
+"""What the fast path's custom ops share: registering a launcher (a Triton kernel's, or eager
+PyTorch's) as a torch.library custom op (opaque to torch.compile, so compiled layers call it with
+the tensors eager mode would see, without a graph break), and the power-of-two block sizes.
 
 A checkpoint's copy of the model modules (deamoe.model.remote_code) may be imported beside the
 package's: registering an op name again registers the same code, or, where torch refuses a
