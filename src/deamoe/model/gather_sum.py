@@ -7,7 +7,8 @@ Memory-bound work: each gathered row is read once and each result written once. 
 index_select + sum into one kernel, which on the H200 at the gpu profile's large shape
 (32,768 tokens x 8 rows of 1,024, bf16) took about 0.63 ms, about 20% of the bandwidth bound
 (torch.profiler, docs/training-h200.md).  The Triton kernel here reads each of a token's rows as
-one contiguous block per program and accumulates in float32 (float64 for float64 rows).  It is
+one contiguous block per program and accumulates in float32 (float64 for float64 rows): 0.150 ms
+there (87% of the bound), 0.575 ms for rows of 4,096 (inductor 4.31 ms).  It is
 a torch.library custom op (deamoe.model.triton_ops), so that compiled layers call it as it is.
 On CPU (and without Triton) the sum is index_select + sum.
 """
