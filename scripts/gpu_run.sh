@@ -4,11 +4,12 @@
 #
 #   bash scripts/gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- extra snakemake args]
 #
-# Before the run, on a machine with the package registries (see README, "One GPU"):
+# Before the run, on a machine with the package registries: `bash scripts/gpu_wheels.sh` makes
 #   .whl/        wheels of what the GPU machine lacks (snakemake, lm-eval, datasets, ...), installed
 #                with --no-deps into /tmp/site (nothing outside /tmp is touched)
 #   .gpu_data/*.tar.xz   the training text, unpacked to where data.files points
 #                (../shared/data/corpus/gutenberg/ in the gpu profile) unless already there
+# Without pulp (gpu_wheels.sh leaves its 16 MB out) Snakemake schedules greedily.
 # The small tables (results/**/*.csv|json) go to OUT_DIR/results.tar.gz and the logs to
 # OUT_DIR/logs.tar.gz, whether or not snakemake succeeded.
 set -uo pipefail
@@ -37,6 +38,7 @@ fi
 echo "gpu_run: setup $(( $(date +%s) - start )) s; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
 # GPU_RUN_LIMIT=SECONDS stops Snakemake (SIGINT: running jobs are cancelled and marked incomplete)
 # in time for the tables below to be collected, e.g. inside a lease of fixed length.
+python3 -c "import pulp" 2>/dev/null || extra=(--scheduler greedy "${extra[@]}")
 limiter=(); [ "${GPU_RUN_LIMIT:-0}" -gt 0 ] && limiter=(timeout --signal=INT --kill-after=20 "$GPU_RUN_LIMIT")
 PYTHONUNBUFFERED=1 "${limiter[@]}" python3 -m snakemake --workflow-profile workflow/profiles/gpu "${targets[@]}" "${extra[@]}"
 rc=$?
