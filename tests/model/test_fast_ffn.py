@@ -304,7 +304,7 @@ def test_training_on_the_fast_path_follows_the_reference_loss_curve(ffn_type):
 
 
 def _bf16_curve(ffn_type: str, impl: str, compiled: bool, steps: int, nudge: float = 0.0,
-                nudge_seed: int = 2, lr: float = 3e-3) -> torch.Tensor:
+                nudge_seed: int = 2) -> torch.Tensor:
     """Losses of `steps` AdamW steps on the GPU, float32 weights under bf16 autocast, the same
     initialisation and batches for every call; `nudge`: a relative perturbation of every initial
     weight (bf16 rounding is 2**-9)."""
@@ -320,7 +320,7 @@ def _bf16_curve(ffn_type: str, impl: str, compiled: bool, steps: int, nudge: flo
                 p.mul_(1 + nudge * torch.randn(p.shape, generator=gen, device="cuda"))
     if compiled:
         model.compile_layers()
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, fused=True)
     gen = torch.Generator().manual_seed(1)
     successors = torch.randint(0, 64, (64, 4), generator=gen)  # a Markov chain: 4 next tokens each
     losses = []
