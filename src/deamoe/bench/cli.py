@@ -99,10 +99,11 @@ def _register_bench(sub) -> None:
     t = tool("train", _train, "CUDA: FFN layers forward+backward beside torch._grouped_mm and a "
              "dense FFN of equal FLOPs, whole training steps (tokens/s, MFU, stages) -> "
              "OUT/train_throughput.csv; with --parts fsdp under torchrun: the FSDP2 step -> "
-             "OUT/train_fsdp_throughput.csv")
+             "OUT/train_fsdp_throughput.csv; --parts kernels: the layer paths by kernel -> "
+             "OUT/train_layer_kernels.csv")
     t.add_argument("--config", default="workflow/profiles/gpu/train-sections.yaml",
                    help="training config: the layers and runs of its largest pretrain size")
-    t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp")
+    t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
     t.add_argument("--paths", default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
     t.add_argument("--tokens", type=int, default=32768, help="tokens per layer call")
@@ -135,10 +136,12 @@ def _register_peer(tools) -> None:
 
 
 def _train(args) -> int:
-    _needs_cuda("train")
-    from deamoe.bench.train_bench import bench_train
+    from deamoe.bench.train_bench import PARTS, PATHS, bench_train, choices
 
-    return bench_train(args.out, args.config, args.parts.split(","), args.paths.split(","), args.tokens, args.steps)
+    parts = choices("--parts", args.parts.split(","), PARTS)
+    paths = choices("--paths", args.paths.split(","), tuple(PATHS))
+    _needs_cuda("train")
+    return bench_train(args.out, args.config, parts, paths, args.tokens, args.steps)
 
 
 def _needs_cuda(what: str) -> None:

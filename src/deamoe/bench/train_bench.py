@@ -10,7 +10,8 @@ Three sections, one row each (columns: SECTION_COLUMNS + provenance):
   step   whole training steps of the two pretrain runs of that size: tokens/s, MFU against the
          measured dense bf16 rate, and the step split into forward, backward and optimizer.
   fsdp   the same step under torchrun + FSDP2 (`--parts fsdp` under torchrun with 2 processes).
-Batches are random tokens (the throughput of a step does not depend on the text).
+Batches are random tokens (the throughput of a step does not depend on the text).  `--parts
+kernels` breaks the layer section's paths down by kernel (deamoe.bench.train_kernels).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 SECTION_COLUMNS = ["section", "shape", "ffn", "path", "world_size", "tokens", "ms", "tflops",
                    "vs_dense", "tokens_per_s", "mfu", "forward_ms", "backward_ms", "optimizer_ms"]
 PATHS = {"torch": ("torch", False), "fast": ("fast", False), "fast+compile": ("fast", True)}
+PARTS = ("layer", "step", "fsdp", "kernels")
 
 
 class RandomTokens:
@@ -222,15 +224,28 @@ def _step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section, flop
             **{f"{k}_ms": round(statistics.median(v), 2) for k, v in stages.items()}}
 
 
+def choices(flag: str, given: list[str], known: tuple[str, ...]) -> list[str]:
+    """`given` if each is one of `known`, else a ConfigError naming the flag and the value."""
+    from deamoe.errors import ConfigError
+
+    for g in given or [""]:
+        if g not in known:
+            raise ConfigError(f"{flag}: {g!r} is not one of {', '.join(known)} (comma-separated)")
+    return given
+
+
 def bench_train(out: Path, config: str, parts: list[str], paths: list[str], tokens: int, steps: int) -> int:
     import pandas as pd
 
+    from deamoe.bench.train_kernels import KERNEL_COLUMNS, kernel_rows
     from deamoe.provenance import provenance, version
     from deamoe.shapes import TABLE1
     from deamoe.train import parallel
     from deamoe.train.runs import pretrain_run_names, size
     from deamoe.train.settings import load_settings
 
+    choices("--parts", parts, PARTS)
+    choices("--paths", paths, tuple(PATHS))
     settings = load_settings(config)
     big = max(settings.pretrain.sizes, key=lambda n: size(settings, n).decoder["hidden_size"])
     z = size(settings, big)
@@ -240,14 +255,18 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     prov = provenance(_dev(), triton=version("triton"))
     name = "train_throughput.csv" if "fsdp" not in parts else "train_fsdp_throughput.csv"
 
-    def emit(row: dict) -> None:
-        """Keep a row and rewrite the table (a run stopped at its time limit keeps what it has)."""
-        rows.append(row)
-        if d.main:
-            print({k: v for k, v in row.items() if v is not None}, flush=True)
-            out.mkdir(parents=True, exist_ok=True)
-            pd.DataFrame(rows).reindex(columns=SECTION_COLUMNS).assign(
-                **{k: prov[k] for k in ("device", "torch", "triton", "git_sha", "date")}).to_csv(out / name, index=False)
+    def writer(rows: list[dict], file: str, columns: list[str]):
+        def emit(row: dict) -> None:
+            """Keep a row and rewrite the table (a run stopped at its time limit keeps what it has)."""
+            rows.append(row)
+            if d.main:
+                print({k: v for k, v in row.items() if v is not None}, flush=True)
+                out.mkdir(parents=True, exist_ok=True)
+                pd.DataFrame(rows).reindex(columns=columns).assign(
+                    **{k: prov[k] for k in ("device", "torch", "triton", "git_sha", "date")}).to_csv(out / file, index=False)
+        return emit
+
+    emit = writer(rows, name, SECTION_COLUMNS)
 
     errors: list[str] = []
 
@@ -257,10 +276,13 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
         traceback.print_exception(exc)
         errors.append(f"{what}: {type(exc).__name__}: {exc}"[:300])
 
+    row7b = TABLE1["Baseline-7B"]
+    shapes = [(f"gpu-{big}", z.baseline), (f"gpu-{big}", z.deamoe),
+              ("Baseline-7B", row7b.baseline), ("Baseline-7B", row7b.deamoe)]
     if "layer" in parts and d.main:
-        row7b = TABLE1["Baseline-7B"]
-        layer_rows([(f"gpu-{big}", z.baseline), (f"gpu-{big}", z.deamoe),
-                    ("Baseline-7B", row7b.baseline), ("Baseline-7B", row7b.deamoe)], tokens, paths, emit, failed)
+        layer_rows(shapes, tokens, paths, emit, failed)
+    if "kernels" in parts and d.main:
+        kernel_rows(shapes[:2], tokens, paths, writer([], "train_layer_kernels.csv", KERNEL_COLUMNS), failed)
     for part in ("step", "fsdp"):
         if part in parts:
             step_rows(settings, runs, paths, part, steps, d, emit, failed)
