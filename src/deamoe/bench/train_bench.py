@@ -139,28 +139,35 @@ def _dense(h: int, width: int, tokens: int):
     return _fwd_bwd(ffn, x, torch.randn_like(x))
 
 
+def layer_fwd_bwd(shape, path: str, tokens: int):
+    """One forward+backward of a fresh FFN layer (seed 0) on `path`, over `tokens` random rows."""
+    import torch
+
+    from deamoe.model.layers import build_ffn
+
+    impl, compiled = PATHS[path]
+    torch.manual_seed(0)
+    layer = build_ffn(shape, impl=impl).to(_dev())
+    if compiled:
+        layer.compile()
+    x = torch.randn(tokens, shape.h, device=_dev(), requires_grad=True)
+    return _fwd_bwd(layer, x, torch.randn_like(x))
+
+
 def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed) -> None:
     import torch
 
     from deamoe.analysis.budget import ffn_flops
-    from deamoe.model.layers import build_ffn
 
     for label, shape in shapes:
         flops = 3.0 * ffn_flops(shape) * tokens
         dense_ms = _time_ms(_dense(shape.h, round(ffn_flops(shape) / (6 * shape.h) / 64) * 64, tokens))
         timed = {"dense": dense_ms, "grouped_mm": _time_ms(_grouped_gemms(shape, tokens))}
         for path in paths:
-            impl, compiled = PATHS[path]
-            torch.manual_seed(0)
-            layer = build_ffn(shape, impl=impl).to(_dev())
-            if compiled:
-                layer.compile()
-            x = torch.randn(tokens, shape.h, device=_dev(), requires_grad=True)
             try:
-                timed[path] = _time_ms(_fwd_bwd(layer, x, torch.randn_like(x)))
+                timed[path] = _time_ms(layer_fwd_bwd(shape, path, tokens))
             except Exception as exc:
                 failed(f"layer {label} {shape.kind} {path}", exc)
-            del layer, x
         for path, ms in timed.items():
             emit({"section": "layer", "shape": label, "ffn": shape.kind, "path": path, "world_size": 1,
                          "tokens": tokens, "ms": round(ms, 3), "tflops": round(flops / ms / 1e9, 1),

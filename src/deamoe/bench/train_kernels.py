@@ -71,31 +71,23 @@ def kernel_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed
     """One row per kernel of each shape and path, largest first."""
     import torch
 
-    from deamoe.bench.train_bench import PATHS, _dev, _fwd_bwd
-    from deamoe.model.layers import build_ffn
+    from deamoe.bench.train_bench import layer_fwd_bwd
 
     for label, shape in shapes:
         for path in paths:
-            impl, compiled = PATHS[path]
-            torch.manual_seed(0)
-            layer = build_ffn(shape, impl=impl).to(_dev())
-            if compiled:
-                layer.compile()
-            x = torch.randn(tokens, shape.h, device=_dev(), requires_grad=True)
             try:
-                run = _fwd_bwd(layer, x, torch.randn_like(x))
+                run = layer_fwd_bwd(shape, path, tokens)
                 for _ in range(3):  # warm-up: compilation, autotuning, the allocator
                     run()
                 kernels = _profile(run, reps)
             except Exception as exc:
                 failed(f"kernels {label} {shape.kind} {path}", exc)
                 continue
-            finally:
-                del layer, x
             total = sum(ms for _, _, ms in kernels) or 1.0
             for name, calls, ms in sorted(kernels, key=lambda k: -k[2]):
                 emit({"shape": label, "ffn": shape.kind, "path": path, "category": category(name),
                       "kernel": name[:120], "calls": round(calls / reps, 2), "ms": round(ms / reps, 4),
                       "share": round(ms / total, 4)})
+            run = None  # the layer and its activations go before the next path's
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
