@@ -242,6 +242,7 @@ def choices(flag: str, given: list[str], known: tuple[str, ...]) -> list[str]:
 
 
 def bench_train(out: Path, config: str, parts: list[str], paths: list[str], tokens: int, steps: int) -> int:
+    """`parts` and `paths` as checked by `choices` (the CLI does, before it needs a GPU)."""
     import pandas as pd
 
     from deamoe.bench.train_kernels import KERNEL_COLUMNS, kernel_rows
@@ -251,8 +252,6 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     from deamoe.train.runs import pretrain_run_names, size
     from deamoe.train.settings import load_settings
 
-    choices("--parts", parts, PARTS)
-    choices("--paths", paths, tuple(PATHS))
     settings = load_settings(config)
     big = max(settings.pretrain.sizes, key=lambda n: size(settings, n).decoder["hidden_size"])
     z = size(settings, big)
