@@ -3,41 +3,69 @@
 # workflow's other packages, and collect the small result tables.
 #
 #   bash scripts/gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- extra snakemake args]
+#   bash scripts/gpu_run.sh OUT_DIR --stage      # unpack the carried corpus part, nothing else
 #
 # Before the run, on a machine with the package registries: `bash scripts/gpu_wheels.sh` makes
-#   .whl/        wheels of what the GPU machine lacks (snakemake, lm-eval, datasets, ...), installed
-#                with --no-deps into /tmp/site (nothing outside /tmp is touched)
-#   .gpu_data/*.tar.xz   the training text, unpacked to where data.files points
-#                (../shared/data/corpus/gutenberg/ in the gpu profile) unless already there
+#   .whl/        wheels of what the GPU machine lacks (snakemake, lm-eval, ...), installed with
+#                --no-deps into /tmp/site (nothing outside /tmp is touched; a warm machine that
+#                has them already skips the install)
+#   .gpu_data/corpus-<i>.tar.xz, corpus.tsv   the training text in parts that fit one call each,
+#                unpacked to where data.files points (../shared/data/corpus/...); a run starts only
+#                when every book of corpus.tsv is there, so the calls carrying the parts follow
+#                each other while the machine is warm (gpu_wheels.sh prints them)
 # Without pulp (gpu_wheels.sh leaves its 16 MB out) Snakemake schedules greedily.
 # The small tables (results/**/*.csv|json) go to OUT_DIR/results.tar.gz and the logs to
-# OUT_DIR/logs.tar.gz, whether or not snakemake succeeded.
+# OUT_DIR/logs.tar.gz, whether or not snakemake succeeded.  results/ (token shards, checkpoints,
+# resume states) stays on the machine: a call within 30 s of the last continues its runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- snakemake args]}
+out=${1:?usage: gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- snakemake args] | gpu_run.sh OUT_DIR --stage}
 shift
-targets=(); extra=()
+targets=(); extra=(); stage=0
 while [ $# -gt 0 ]; do
     if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
+    if [ "$1" = "--stage" ]; then stage=1; shift; continue; fi
     targets+=("$1"); shift
 done
-[ ${#targets[@]} -gt 0 ] || { echo "gpu_run: name at least one target" >&2; exit 2; }
+[ $stage = 1 ] || [ ${#targets[@]} -gt 0 ] || { echo "gpu_run: name at least one target (or --stage)" >&2; exit 2; }
 mkdir -p "$out"
 start=$(date +%s)
+for part in .gpu_data/corpus-*.tar.xz; do
+    [ -f "$part" ] || continue
+    stamp="/tmp/.deamoe-unpacked-$(basename "$part")-$(stat -c %s "$part")"
+    [ -e "$stamp" ] && continue
+    xz -dc -T0 "$part" | tar -P -xf - && touch "$stamp" || { echo "gpu_run: could not unpack $part" >&2; exit 1; }
+    echo "gpu_run: unpacked $part"
+done
+if [ -f .gpu_data/corpus.tsv ]; then  # every book there, at its size: else name what is missing
+    missing=$(awk -F'\t' '{ cmd = "stat -c %s \"" $1 "/" $2 "\" 2>/dev/null"; size = ""; cmd | getline size;
+                            close(cmd); if (size != $3) n++ } END { print n + 0 }' .gpu_data/corpus.tsv)
+    total=$(wc -l < .gpu_data/corpus.tsv)
+    if [ $stage = 1 ]; then
+        echo "gpu_run: staged; $((total - missing)) of $total books of corpus.tsv here after $(( $(date +%s) - start )) s"
+        exit 0
+    fi
+    if [ "$missing" -gt 0 ]; then
+        echo "gpu_run: $missing of $total books of .gpu_data/corpus.tsv are missing; carry the other corpus parts first" \
+             "(calls within 30 s of each other: scripts/gpu_wheels.sh prints them)" >&2
+        exit 2
+    fi
+elif [ $stage = 1 ]; then
+    echo "gpu_run: --stage: no .gpu_data/corpus.tsv carried" >&2; exit 2
+fi
 if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-        --target /tmp/site .whl/*.whl || exit 1
-    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    wanted=$(ls .whl | sha256sum | cut -c1-16)
+    if [ "$(cat /tmp/site/.deamoe-wheels 2>/dev/null)" != "$wanted" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl && echo "$wanted" > /tmp/site/.deamoe-wheels || exit 1
+    fi
 fi
+[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
-corpus=../shared/data/corpus/gutenberg
-if compgen -G ".gpu_data/*.tar.xz" >/dev/null && [ ! -d "$corpus" ]; then
-    mkdir -p "$corpus.partial" && for f in .gpu_data/*.tar.xz; do tar xJf "$f" -C "$corpus.partial"; done \
-        && mv "$corpus.partial" "$corpus" || exit 1
-fi
 echo "gpu_run: setup $(( $(date +%s) - start )) s; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
-# GPU_RUN_LIMIT=SECONDS stops Snakemake (SIGINT: running jobs are cancelled and marked incomplete)
-# in time for the tables below to be collected, e.g. inside a lease of fixed length.
+# GPU_RUN_LIMIT=SECONDS stops Snakemake (SIGINT: running jobs are cancelled and marked incomplete;
+# a training run keeps its last periodic checkpoint and resumes from it on the next call) in time
+# for the tables below to be collected, e.g. inside a lease of fixed length.
 python3 -c "import pulp" 2>/dev/null || extra=(--scheduler greedy "${extra[@]}")
 limiter=(); [ "${GPU_RUN_LIMIT:-0}" -gt 0 ] && limiter=(timeout --signal=INT --kill-after=20 "$GPU_RUN_LIMIT")
 PYTHONUNBUFFERED=1 "${limiter[@]}" python3 -m snakemake --workflow-profile workflow/profiles/gpu "${targets[@]}" "${extra[@]}"

@@ -71,7 +71,7 @@ def test_gpu_profile_ladder_spans_20x_with_the_planned_seeds():
     s = load_settings(doc=profile_doc("gpu"))
     names = runs.pretrain_run_names(s)
     # small, medium, large; then their RMSNorm-operator pairs smallrms, mediumrms, largerms
-    assert len(names) == 2 * (3 + 3 + 2) + 2 * (3 + 2 + 2)
+    assert len(names) == 2 * (3 + 2 + 2) + 2 * (3 + 2 + 2)
     assert "pretrain-large-deamoe-s1" in names and "pretrain-large-deamoe-s2" not in names
     # total parameters: embeddings (tied, vocab 8192) + attention + FFN per layer + norms
     def total(name):
@@ -82,8 +82,27 @@ def test_gpu_profile_ladder_spans_20x_with_the_planned_seeds():
     assert runs.ablation_run_names(s)[:2] == ["ablation-no1-s0", "ablation-no1-s1"]
     assert len(runs.ablation_run_names(s)) == 12
     spec = runs.run_spec(s, "ablation-no2-s1")
-    assert spec.size == "medium" and spec.seed == 1 and spec.decoder["hidden_size"] == 512
-    assert spec.ffn["operator"] == "rmsnorm" and spec.ffn["h_ffn"] == 192 and spec.ffn["k_dept"] == 5
+    assert spec.size == "small" and spec.seed == 1 and spec.decoder["hidden_size"] == 256
+    assert spec.ffn["operator"] == "rmsnorm" and spec.ffn["h_ffn"] == 96 and spec.ffn["k_dept"] == 5
+    assert spec.steps == 8000
+
+
+def test_gpu_profile_tokens_axis():
+    """small: 1k (its own steps) to 12k steps, 3 seeds; medium: 1k to 8k, 2 seeds; each with its
+    RMSNorm pair, whose baselines are the SiLU size's runs."""
+    s = load_settings(doc=profile_doc("gpu"))
+    assert runs.size(s, "small").lengths == runs.size(s, "smallrms").lengths == (1000, 2000, 4000, 8000, 12000)
+    assert runs.size(s, "medium").lengths == runs.size(s, "mediumrms").lengths == (1000, 4000, 8000)
+    assert runs.size(s, "large").lengths == (700,)
+    assert runs.axis_lengths(s, "small") == (2000, 4000, 8000, 12000)
+    names = runs.pretrain_run_names(s, ["smallrms"], 8000)
+    assert len(names) == 6 and names[0] == "pretrain-smallrms-baseline-s0-8000steps"
+    assert runs.trained_as(s, names[0]) == "pretrain-small-baseline-s0-8000steps"
+    assert runs.trained_as(s, names[1]) == names[1]  # its DeaMoE has another operator
+    assert runs.run_spec(s, names[0]).steps == 8000
+    # Table 4 at 8k steps: No.1 is the small pair's 8k-step DeaMoE run
+    assert runs.trained_as(s, "ablation-no1-s1") == "pretrain-small-deamoe-s1-8000steps"
+    assert runs.trained_as(s, "ablation-no2-s1") == "ablation-no2-s1"
 
 
 def test_run_spec_carries_seed_size_and_lr():
@@ -91,7 +110,37 @@ def test_run_spec_carries_seed_size_and_lr():
     spec = runs.run_spec(s, "pretrain-small-deamoe-s2")
     assert (spec.size, spec.seed, spec.lr, spec.steps, spec.ffn_type) == ("small", 2, 2.0e-3, 1000, "deamoe")
     assert runs.parse_run("pretrain-small-deamoe-s2") == {"kind": "pretrain", "size": "small",
-                                                          "model": "deamoe", "seed": 2}
+                                                          "model": "deamoe", "seed": 2, "steps": 0}
+    assert runs.parse_run("pretrain-small-deamoe-s2-4000steps")["steps"] == 4000
+    assert runs.run_spec(s, "pretrain-small-deamoe-s2-4000steps").steps == 4000
+
+
+def test_lengths_name_their_runs_and_refuse_lengths_off_the_axis():
+    s = load_settings(doc=_tiny(sizes={"a": {"steps": 50, "lengths": [200, 100, 50]}}, seeds=[0]))
+    assert runs.size(s, "a").lengths == (50, 100, 200)  # its own steps joins the axis once
+    assert runs.pretrain_run_names(s, ["a"]) == ["pretrain-a-baseline-s0", "pretrain-a-deamoe-s0"]
+    assert runs.pretrain_run_names(s, ["a"], 200) == ["pretrain-a-baseline-s0-200steps",
+                                                      "pretrain-a-deamoe-s0-200steps"]
+    with pytest.raises(ConfigError, match=r"size a has no length of 300 steps \(its lengths: 50, 100, 200\)"):
+        runs.pretrain_run_names(s, ["a"], 300)
+    for bad in ("pretrain-a-deamoe-s0-300steps", "pretrain-a-deamoe-s0-50steps"):
+        with pytest.raises(ConfigError, match=r"size a has no further length of \d+ steps"):
+            runs.run_spec(s, bad)
+    with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths must be distinct step counts >= 1"):
+        runs.size(load_settings(doc=_tiny(sizes={"b": {"lengths": [0]}})), "b")
+
+
+def test_a_run_equal_to_an_earlier_sizes_run_is_trained_as_that_run():
+    """A size that differs only in DeaMoE's operator shares its baselines with the earlier size;
+    anything that changes the recipe (lr, seed set, a model field) keeps them apart."""
+    sizes = {"a": {"lengths": [40]}, "arms": {"lengths": [40], "deamoe": {"operator": "rmsnorm"}},
+             "alr": {"lr": 1e-3}}
+    s = load_settings(doc=_tiny(sizes=sizes, seeds=[0, 1]))
+    assert runs.trained_as(s, "pretrain-arms-baseline-s1") == "pretrain-a-baseline-s1"
+    assert runs.trained_as(s, "pretrain-arms-baseline-s1-40steps") == "pretrain-a-baseline-s1-40steps"
+    assert runs.trained_as(s, "pretrain-arms-deamoe-s1") == "pretrain-arms-deamoe-s1"
+    assert runs.trained_as(s, "pretrain-alr-baseline-s0") == "pretrain-alr-baseline-s0"
+    assert runs.trained_as(s, "pretrain-a-baseline-s0") == "pretrain-a-baseline-s0"
 
 
 def _tiny(**pretrain) -> dict:
@@ -184,19 +233,20 @@ def test_an_ablation_variant_identical_to_a_pretrain_run_is_trained_once():
     s = load_settings(doc=profile_doc(None))
     assert [runs.trained_as(s, n) for n in runs.ablation_run_names(s)] == \
         ["pretrain-tiny-deamoe-s0"] + [f"ablation-no{i}-s0" for i in range(2, 7)]
-    # gpu profile: Table 4 runs 600 steps, the medium pair 1000 -- another cosine schedule, so
-    # No.1 is trained on its own
+    # gpu profile: Table 4 runs 8000 steps at the small size, one of the small pair's lengths
     gpu = profile_doc("gpu")
     s = load_settings(doc=gpu)
-    assert all(runs.trained_as(s, n) == n for n in runs.ablation_run_names(s))
-    # on the pair's 1000 steps No.1 would be the medium DeaMoE run at seeds 0 and 1
-    gpu["ablation"]["steps"] = 1000
-    s = load_settings(doc=gpu)
     assert {n: runs.trained_as(s, n) for n in runs.ablation_run_names(s) if runs.trained_as(s, n) != n} == \
-        {"ablation-no1-s0": "pretrain-medium-deamoe-s0", "ablation-no1-s1": "pretrain-medium-deamoe-s1"}
-    # a size-level model override reaches both, so they stay the same; a seed outside the size's is its own
-    gpu["pretrain"]["sizes"]["medium"]["seeds"] = [1]
+        {"ablation-no1-s0": "pretrain-small-deamoe-s0-8000steps", "ablation-no1-s1": "pretrain-small-deamoe-s1-8000steps"}
+    # off the pair's lengths, another cosine schedule: No.1 is trained on its own
+    gpu["ablation"]["steps"] = 600
     s = load_settings(doc=gpu)
+    assert all(runs.trained_as(s, n) == n for n in runs.ablation_run_names(s))
+    # on the pair's own 1000 steps No.1 is the small DeaMoE run; a seed outside the size's is its own
+    gpu["ablation"]["steps"] = 1000
+    gpu["pretrain"]["sizes"]["small"]["seeds"] = [1]
+    s = load_settings(doc=gpu)
+    assert runs.trained_as(s, "ablation-no1-s1") == "pretrain-small-deamoe-s1"
     assert runs.trained_as(s, "ablation-no1-s0") == "ablation-no1-s0"
 
 

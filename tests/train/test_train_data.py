@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 
 from deamoe.errors import ConfigError, DataError
 from deamoe.train.data import TokenData, prepare
@@ -73,3 +74,49 @@ def test_config_errors_name_the_key(tmp_path, make_config):
 def test_redpajama_needs_a_byte_budget():
     with pytest.raises(DataError, match="max_bytes > 0"):
         prepare(DataSettings(source="redpajama"), "/nonexistent", progress=False)
+
+
+def test_whole_documents_held_out_are_never_trained_on(tmp_path, corpus_dir, make_config):
+    """val_split=documents: the held-out documents are the ones whose text hashes below
+    val_fraction; their tokens are all of val.bin, none of train.bin, and the BPE never saw them
+    (a word only they contain gets no token of its own); meta.json names them."""
+    from deamoe.train.data import held_out_whole
+
+    base = (corpus_dir / "corpus" / "a.txt").read_text()[:4000]
+
+    def book(i: int, held_out: bool) -> str:  # the first variant of book i that the hash puts on its side
+        marker = " zqxjv" * 400 if held_out else ""  # a word only the held-out books contain
+        for k in range(100):
+            text = f"Book {i}.\n{base[i * 300:]}{marker}\nThe end of book {i}.{' ' * k}\n"
+            if held_out_whole(text, 0.3) == held_out:
+                return text
+        raise AssertionError("no variant found")
+
+    held = [i in (2, 7) for i in range(10)]
+    (tmp_path / "corpus").mkdir()
+    for i in range(10):
+        (tmp_path / "corpus" / f"{i:02d}.txt").write_text(book(i, held[i]))
+    cfg = yaml.safe_load(open(make_config(tmp_path)))
+    cfg["data"].update(val_split="documents", val_fraction=0.3)
+    path = tmp_path / "docs.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    meta = prepare(load_settings(str(path)).data, tmp_path / "data", progress=False)
+    assert meta["val_split"] == "documents"
+    assert meta["val_documents"] == [f"{i:02d}.txt#0" for i in range(10) if held[i]]
+    tok = load(tmp_path / "data" / "tokenizer")
+    data = TokenData.open(tmp_path / "data")
+    assert "zqxjv" not in tok.decode(np.asarray(data.train).tolist())
+    assert tok.decode(np.asarray(data.val).tolist()).count("zqxjv") == 400 * sum(held)
+    assert not any("zqxjv" in piece for piece in tok.get_vocab())
+    with pytest.raises(ConfigError, match=r"data.val_split must be tail or documents"):
+        cfg["data"]["val_split"] = "books"
+        path.write_text(yaml.safe_dump(cfg))
+        load_settings(str(path))
+
+
+def test_corpus_fields_count_passes_over_the_training_tokens():
+    from deamoe.train.data import corpus_fields
+
+    got = corpus_fields({"train_tokens": 1000, "val_tokens": 10, "train_sha256": "ab" * 32}, 2500)
+    assert got == {"corpus_tokens": 1000, "epochs": 2.5, "val_tokens": 10, "val_split": "tail",
+                   "data_sha256": "ab" * 8}

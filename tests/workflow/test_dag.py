@@ -143,9 +143,15 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
 
 
 @pytest.mark.parametrize("target, jobs", [
-    ("quality_small", {"data": 1, "train": 6, "eval": 6, "quality": 1, "quality_small": 1}),
-    ("quality_medium", {"data": 1, "train": 6, "eval": 6, "quality": 1, "quality_medium": 1}),
+    # the size's own 1k steps (evaluated) and its tokens axis: 2k, 4k, 8k, 12k steps
+    ("quality_small", {"data": 1, "train": 30, "eval": 6, "quality": 1, "quality_length": 4, "quality_small": 1}),
+    ("quality_medium", {"data": 1, "train": 12, "eval": 4, "quality": 1, "quality_length": 2, "quality_medium": 1}),
     ("quality_large", {"data": 1, "train": 4, "eval": 4, "quality": 1, "quality_large": 1}),
+    # its baselines are the small pair's runs: trained (and evaluated) under their names
+    ("quality_smallrms", {"data": 1, "train": 30, "eval": 6, "quality": 1, "quality_length": 4,
+                          "quality_smallrms": 1}),
+    # one length of the axis: the unit of a GPU call
+    ("results/quality/small/8000steps/runs.csv", {"data": 1, "train": 6, "quality_length": 1}),
     ("ablation_seeds", {"data": 1, "train": 12, "ablation": 1, "ablation_seeds": 1}),
 ])
 def test_gpu_profile_targets_are_one_size_each(snakemake, workdir, target, jobs):
@@ -160,8 +166,10 @@ def test_gpu_profile_targets_are_one_size_each(snakemake, workdir, target, jobs)
     # seed 0 of each pair gets the downstream tasks (eval.seeds), the other seeds perplexity only
     evals = [line for line in out.splitlines() if " eval --config" in line]
     assert len([e for e in evals if "--perplexity-only" not in e]) == (2 if jobs.get("eval") else 0)
+    if target == "quality_smallrms":
+        assert "pretrain-smallrms-baseline" not in out and "pretrain-small-baseline-s2-12000steps" in out
     # small runs share the GPU: 12 slots / runs_per_gpu
-    slots = {"quality_small": 2, "quality_medium": 4, "quality_large": 6, "ablation_seeds": 4}[target]
+    slots = {"quality_medium": 2, "quality_large": 6}.get(target, 1)
     assert f"gpu_slots={slots}" in out
 
 

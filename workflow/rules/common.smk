@@ -149,6 +149,7 @@ localrules:
     eval_tables,
     serve_tables,
     quality,
+    quality_length,
     report,
 
 

@@ -1,6 +1,7 @@
 # Tables 2 and 3: lm-evaluation-harness on the pre-trained checkpoints (offline, shipped data).
-# Every run of the ladder gets the perplexity corpora; the seeds in eval.seeds (all when empty)
-# get the downstream tasks too.
+# Every run of the ladder at its size's own length gets the perplexity corpora (the further
+# lengths of a tokens axis are compared by their held-out loss); the seeds in eval.seeds (all when
+# empty) get the downstream tasks too.
 
 
 def _eval_data(wildcards):
@@ -45,7 +46,7 @@ rule eval:
 
 rule eval_tables:
     input:
-        expand("results/eval/{run}/lm_eval.json", run=PRETRAIN_RUNS),
+        expand("results/eval/{run}/lm_eval.json", run=trained(PRETRAIN_RUNS)),
     output:
         downstream="results/eval/downstream.csv",
         perplexity="results/eval/perplexity.csv",

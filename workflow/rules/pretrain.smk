@@ -1,5 +1,6 @@
 # Training runs: Table 4's six ablation variants x seeds, and the pre-training ladder (sizes x
-# {baseline, deamoe} x seeds).  One rule, one command; the run name picks size, model and seed.
+# {baseline, deamoe} x seeds x lengths).  One rule, one command; the run name picks size, model,
+# seed and length.
 
 from deamoe.errors import ConfigError as _ConfigError
 from deamoe.train import runs as _runs
@@ -13,6 +14,14 @@ try:
 except _ConfigError as _exc:
     raise WorkflowError(f"config: {_exc}") from None
 PRETRAIN_RUNS = _runs.pretrain_run_names(_TRAIN)
+
+
+def trained(names):
+    """The runs that train `names`: a run whose recipe equals an earlier one's is that run
+    (deamoe.train.runs.trained_as), so it is trained, evaluated and read once."""
+    return list(dict.fromkeys(_runs.trained_as(_TRAIN, r) for r in names))
+
+
 ABLATION_RUNS = _runs.ablation_run_names(_TRAIN)
 ABLATION_SIZE = _runs.ablation_size(_TRAIN)
 # The checkpoints served (Figure 3) and shown first: the first size's first seed
@@ -31,7 +40,7 @@ def gpu_slots(wildcards):
 
 
 wildcard_constraints:
-    run=r"ablation-no[1-6]-s\d+|pretrain-[a-z0-9]+-(baseline|deamoe)-s\d+",
+    run=r"ablation-no[1-6]-s\d+|pretrain-[a-z0-9]+-(baseline|deamoe)-s\d+(-\d+steps)?",
     model="baseline|deamoe",
     size="[a-z0-9]+",
 
@@ -74,7 +83,7 @@ rule train:
 
 rule pretrain:
     input:
-        expand("results/train/{run}/summary.json", run=PRETRAIN_RUNS),
+        expand("results/train/{run}/summary.json", run=trained(PRETRAIN_RUNS)),
     output:
         "results/pretrain/summary.csv",
     params:

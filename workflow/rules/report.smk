@@ -77,7 +77,8 @@ MEASURED = "reports/measured"  # committed GPU tables, one folder per GPU
 def _measured_inputs(wildcards):
     """Committed GPU tables, when present (they are what the report shows without a GPU)."""
     folder = Path(MEASURED) / section("report").get("measured_gpu", "h200")
-    return sorted(str(p) for p in [*folder.glob("*.csv"), *folder.glob("quality/*/*.csv")])
+    return sorted(str(p) for p in [*folder.glob("*.csv"), *folder.glob("quality/*/*.csv"),
+                                   *folder.glob("quality/*/*steps/*.csv")])
 
 
 rule report:
@@ -93,6 +94,7 @@ rule report:
         microbench="results/microbench",
         measured=_measured_inputs,
         quality=expand("results/quality/{size}/runs.csv", size=SIZES),
+        tokens_axis=[f"results/quality/{z}/{n}steps/runs.csv" for z in SIZES for n in _runs.axis_lengths(_TRAIN, z)],
     output:
         **_report_outputs(),
     params:

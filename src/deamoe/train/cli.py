@@ -37,6 +37,8 @@ def register(sub) -> None:
     p.add_argument("--size", default="", help="only this size of pretrain.sizes (default: all)")
     p.add_argument("--eval", dest="eval_dir", default="",
                    help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
+    p.add_argument("--steps", type=positive_int, default=0,
+                   help="the runs of this length of each size's tokens axis (default: each size's own steps)")
     p.set_defaults(func=cmd_pretrain)
 
 
@@ -116,5 +118,5 @@ def cmd_pretrain(args) -> int:
     from deamoe.train.summaries import pretrain_summary
 
     check_output_file(args.out)
-    pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir)
+    pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps)
     return 0

@@ -5,9 +5,11 @@ Sources (config `data.source`):
   files      local files or globs (`data.files`), e.g. the 100 MB Gutenberg corpus for GPU runs
   redpajama  RedPajama-v1 through `datasets` (the paper's corpus; needs the network)
 
-Documents stay separate: each ends with the end-of-text token, and the last `val_fraction` of
-every document's tokens is held out, so train and validation cover the same books/domains
-without sharing text.  Batches are drawn from the memmap by a generator seeded with
+Documents stay separate: each ends with the end-of-text token.  The held-out text (`val_split`)
+is either the last `val_fraction` of every document's tokens (`tail`: train and validation cover
+the same books without sharing text) or whole documents that no run trains on (`documents`: a
+document is held out when the SHA-256 of its text falls in the lowest `val_fraction` of the hash
+range, so the choice is stable as the corpus grows; the BPE is trained on the rest).  Batches are drawn from the memmap by a generator seeded with
 (seed, step): any rank, any restart, same step -> same global batch.
 """
 
@@ -17,6 +19,7 @@ import glob
 import hashlib
 import json
 import os
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -91,6 +94,13 @@ def iter_documents(settings: DataSettings) -> Iterator[tuple[str, str]]:
         yield name, text
 
 
+def held_out_whole(text: str, fraction: float) -> bool:
+    """Whether val_split=documents holds this document out: the top 64 bits of the SHA-256 of its
+    text, as a fraction of 2**64, below `fraction`."""
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") < fraction * 2**64
+
+
 def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> dict:
     """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.
 
@@ -103,28 +113,38 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
     from deamoe.train import tokenizer as toklib
 
     out = Path(out)
+    whole = settings.val_split == "documents"
+    held = (lambda t: held_out_whole(t, settings.val_fraction)) if whole else (lambda t: False)  # noqa: E731
     texts = lambda: (t for _, t in iter_documents(settings))  # noqa: E731
     if not any(t.strip() for t in texts()):
         raise DataError(f"data.source={settings.source}: the corpus is empty")
-    tok = toklib.build(settings.tokenizer, texts(), settings.vocab_size)
+    # the tokenizer never sees a held-out document
+    tok = toklib.build(settings.tokenizer, (t for t in texts() if not held(t)), settings.vocab_size)
     vocab = len(tok)
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
 
     out.mkdir(parents=True, exist_ok=True)
     n_docs = n_train = n_val = 0
+    held_names: list[str] = []
     digest = hashlib.sha256()
     with atomic_path(out / "train.bin") as train_tmp, atomic_path(out / "val.bin") as val_tmp:
         with open(train_tmp, "wb") as ftrain, open(val_tmp, "wb") as fval:
             seen = [0]  # bytes of text read, counted as the documents stream past
+            flags: deque[bool] = deque()  # held out or not, per document encoded but not yet written
 
             def counted():
-                for t in tqdm(texts(), desc="tokenise", unit="doc", disable=not progress):
+                for name, t in tqdm(iter_documents(settings), desc="tokenise", unit="doc", disable=not progress):
                     seen[0] += len(t.encode("utf-8"))
+                    flags.append(held(t))
+                    if flags[-1]:
+                        held_names.append(f"{Path(name.split('#')[0]).name}#{name.split('#')[-1]}")
                     yield t
 
             for ids in toklib.encode_documents(tok, counted()):
                 ids = np.asarray(ids, dtype=dtype)
                 k = int(round(len(ids) * settings.val_fraction))
+                if whole:
+                    k = len(ids) if flags.popleft() else 0
                 train_part, val_part = ids[: len(ids) - k], ids[len(ids) - k :]
                 ftrain.write(train_part.tobytes())
                 fval.write(val_part.tobytes())
@@ -132,6 +152,9 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
                 n_docs, n_train, n_val = n_docs + 1, n_train + len(train_part), n_val + len(val_part)
         if n_val < 2:
             raise DataError(f"data: the held-out split has {n_val} tokens; raise data.val_fraction or use more text")
+        if n_train == 0:
+            raise DataError("data: val_split=documents held out every document; lower data.val_fraction "
+                            "or use more text")
     with atomic_dir(out / "tokenizer") as tmp:
         tok.save_pretrained(str(tmp))
     meta = {
@@ -144,11 +167,23 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
         "train_tokens": n_train,
         "val_tokens": n_val,
         "val_fraction": settings.val_fraction,
+        "val_split": settings.val_split,
+        "val_documents": held_names if whole else None,
         "train_sha256": digest.hexdigest(),
         **provenance("cpu"),
     }
     write_json(out / "meta.json", meta)
     return meta
+
+
+def corpus_fields(meta: dict, tokens: int) -> dict:
+    """What a run's row says of its text: the training corpus in tokens, the passes (epochs) the
+    run's `tokens` make over it (batches are windows at uniform random offsets: expected passes),
+    how the held-out text was chosen and a digest naming the training tokens."""
+    corpus = int(meta["train_tokens"])
+    return {"corpus_tokens": corpus, "epochs": tokens / corpus if corpus else None,
+            "val_tokens": int(meta["val_tokens"]), "val_split": meta.get("val_split", "tail"),
+            "data_sha256": str(meta.get("train_sha256", ""))[:16]}
 
 
 @dataclass

@@ -4,10 +4,14 @@
                                         on the decoder of the size `ablation.size`
   pretrain-{size}-baseline-s{seed}      Baseline-7B's expert shape at that size (`pretrain.sizes`)
   pretrain-{size}-deamoe-s{seed}        its budget-matched DeaMoE (deamoe.analysis.budget.search)
+  pretrain-{size}-{model}-s{seed}-{n}steps   the same pair trained for n steps instead of the size's
+                                        `steps`: one point of the size's tokens axis (`lengths`)
 
 Every size runs through the same code: its decoder dimensions and FFN pair are data.  All runs
 share the data and the optimiser/schedule (`train`); a seed sets the initialisation and the batch
-order, and the two models of a pair share it.
+order, and the two models of a pair share it.  Every length is a complete cosine schedule.  A run
+whose recipe equals a run of an earlier size (the baseline of a size that changes only DeaMoE's
+operator, Table 4's No.1) is not trained twice: `trained_as` names the run it is.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ MODELS = ("baseline", "deamoe")
 BASELINE_H_FFN_RATIO = 384 / 1024
 BASELINE_N_EXPERT, BASELINE_K_EXPERT = 32, 8
 DECODER_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
-PRETRAIN_RUN = re.compile(r"pretrain-(?P<size>[a-z0-9]+)-(?P<model>baseline|deamoe)-s(?P<seed>\d+)")
+PRETRAIN_RUN = re.compile(
+    r"pretrain-(?P<size>[a-z0-9]+)-(?P<model>baseline|deamoe)-s(?P<seed>\d+)(?:-(?P<steps>\d+)steps)?")
 ABLATION_RUN = re.compile(r"ablation-(?P<variant>no[1-6])-s(?P<seed>\d+)")
 
 _MOE_KEYS = {"h_ffn", "n_expert", "k_expert", "routed_scaling", "n_shared", "shared_mult"}
@@ -70,11 +75,12 @@ class Size:
     baseline: MoEShape
     deamoe: DeaMoEShape
     budget: dict  # deamoe.analysis.budget.budget(baseline, deamoe)
-    steps: int
+    steps: int  # the size's own length: its runs carry no step suffix and get lm-eval
     lr: float
     runs_per_gpu: int
     seeds: tuple[int, ...]
     model: dict
+    lengths: tuple[int, ...] = ()  # the tokens axis: `steps` and every further length, ascending
 
 
 def seeds(settings: Settings, kind: str) -> tuple[int, ...]:
@@ -143,9 +149,12 @@ def size(settings: Settings, name: str) -> Size:
         raise ConfigError(f"{where}.runs_per_gpu must be >= 1, got {z.runs_per_gpu}")
     if len(set(z.seeds)) != len(z.seeds) or any(x < 0 for x in z.seeds):
         raise ConfigError(f"{where}.seeds must be distinct integers >= 0, got {list(z.seeds)}")
-    return Size(name, decoder, baseline, deamoe, b, z.steps or p.steps or settings.train.steps,
-                z.lr or settings.train.lr, z.runs_per_gpu, tuple(z.seeds) or seeds(settings, "pretrain"),
-                dict(z.model))
+    if len(set(z.lengths)) != len(z.lengths) or any(n < 1 for n in z.lengths):
+        raise ConfigError(f"{where}.lengths must be distinct step counts >= 1, got {list(z.lengths)}")
+    steps = z.steps or p.steps or settings.train.steps
+    return Size(name, decoder, baseline, deamoe, b, steps, z.lr or settings.train.lr, z.runs_per_gpu,
+                tuple(z.seeds) or seeds(settings, "pretrain"), dict(z.model),
+                tuple(sorted({steps, *z.lengths})))
 
 
 def _ffn_fields(shape) -> dict:
@@ -156,9 +165,29 @@ def ablation_size(settings: Settings) -> str:
     return settings.ablation.size or next(iter(settings.pretrain.sizes))
 
 
-def pretrain_run_names(settings: Settings, sizes=None) -> list[str]:
-    return [f"pretrain-{z}-{m}-s{seed}" for z in (sizes or settings.pretrain.sizes)
-            for seed in size(settings, z).seeds for m in MODELS]
+def pretrain_run_name(z: Size, model: str, seed: int, steps: int = 0) -> str:
+    """The run of size `z`, model and seed at `steps` (0 or the size's `steps`: no suffix)."""
+    suffix = f"-{steps}steps" if steps and steps != z.steps else ""
+    return f"pretrain-{z.name}-{model}-s{seed}{suffix}"
+
+
+def pretrain_run_names(settings: Settings, sizes=None, steps: int = 0) -> list[str]:
+    """Every pair of `sizes` (default: all) at each size's own length, or at `steps` (which must
+    be on each size's tokens axis)."""
+    names = []
+    for name in sizes or settings.pretrain.sizes:
+        z = size(settings, name)
+        if steps and steps not in z.lengths:
+            raise ConfigError(f"size {name} has no length of {steps} steps (its lengths: "
+                              f"{', '.join(map(str, z.lengths))})")
+        names += [pretrain_run_name(z, m, seed, steps) for seed in z.seeds for m in MODELS]
+    return names
+
+
+def axis_lengths(settings: Settings, name: str) -> tuple[int, ...]:
+    """The lengths of size `name` beside its own `steps` (each joined on its own)."""
+    z = size(settings, name)
+    return tuple(n for n in z.lengths if n != z.steps)
 
 
 def ablation_run_names(settings: Settings) -> list[str]:
@@ -169,16 +198,17 @@ def parse_run(name: str) -> dict:
     """{kind, size, model, seed} (pretrain) or {kind, variant, seed} (ablation) of a run name."""
     m = PRETRAIN_RUN.fullmatch(name)
     if m:
-        return {"kind": "pretrain", "size": m["size"], "model": m["model"], "seed": int(m["seed"])}
+        return {"kind": "pretrain", "size": m["size"], "model": m["model"], "seed": int(m["seed"]),
+                "steps": int(m["steps"] or 0)}
     m = ABLATION_RUN.fullmatch(name)
     if m:
         return {"kind": "ablation", "variant": m["variant"], "seed": int(m["seed"])}
-    raise ConfigError(f"bad run name {name!r}: expected pretrain-<size>-<baseline|deamoe>-s<seed> "
-                      "or ablation-<no1..no6>-s<seed>")
+    raise ConfigError(f"bad run name {name!r}: expected pretrain-<size>-<baseline|deamoe>-s<seed>"
+                      "[-<n>steps] or ablation-<no1..no6>-s<seed>")
 
 
 def run_spec(settings: Settings, name: str) -> RunSpec:
-    """The RunSpec called `name` (pretrain-{size}-{model}-s{seed} or ablation-{variant}-s{seed})."""
+    """The RunSpec called `name` (pretrain-{size}-{model}-s{seed}[-{n}steps] or ablation-{variant}-s{seed})."""
     r = parse_run(name)
     if r["kind"] == "ablation":
         a = settings.ablation
@@ -197,25 +227,46 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
     if r["seed"] not in z.seeds:
         raise ConfigError(f"run {name}: seed {r['seed']} is not among the seeds of size {z.name} "
                           f"({', '.join(map(str, z.seeds))})")
+    steps = r["steps"] or z.steps
+    if r["steps"] and (steps == z.steps or steps not in z.lengths):
+        raise ConfigError(f"run {name}: size {z.name} has no further length of {steps} steps "
+                          f"(its own length {z.steps} has no suffix; its lengths: "
+                          f"{', '.join(map(str, z.lengths))})")
     shape = z.baseline if r["model"] == "baseline" else z.deamoe
-    return RunSpec(name, "pretrain", shape.kind, _ffn_fields(shape), z.steps, {}, z.name, r["seed"],
+    return RunSpec(name, "pretrain", shape.kind, _ffn_fields(shape), steps, {}, z.name, r["seed"],
                    z.decoder, z.lr, z.model)
 
 
+def _recipe(settings: Settings, r: RunSpec) -> tuple:
+    """What a run's trained weights are a function of: length, lr, seed, FFN, decoder, `model`
+    fields.  (model_config is a function of exactly these; comparing them instead of the built
+    configs keeps deamoe.model (transformers: ~10 s) out of every Snakefile parse.)"""
+    return (r.steps, r.lr, r.seed, r.shape(1), r.decoder, dataclasses.replace(settings.model, **r.model))
+
+
 def trained_as(settings: Settings, name: str) -> str:
-    """The run whose training `name` is.  An ablation variant whose model, seed, learning rate and
-    schedule length are those of its size's DeaMoE pre-training run at that seed (variant No.1 when
-    ablation.steps equals the size's steps) would train the same weights again: it is that run."""
+    """The run whose training `name` is.  A run identical in recipe to a run already in the plan
+    would train the same weights again: it is that run.  So an ablation variant equal to its size's
+    DeaMoE pre-training run at that seed and length (variant No.1 when ablation.steps is one of
+    the size's lengths) is that run, and a pre-training run equal to the same model, seed and length
+    of an earlier size (the baseline of a size that changes only DeaMoE's operator) is that one."""
     spec = run_spec(settings, name)
-    if spec.kind != "ablation" or spec.seed not in size(settings, spec.size).seeds:
-        return name
-    twin = run_spec(settings, f"pretrain-{spec.size}-deamoe-s{spec.seed}")
-    # model_config is a function of exactly these fields; comparing them instead of the built
-    # configs keeps deamoe.model (transformers: ~10 s) out of every Snakefile parse
-    def recipe(r: RunSpec):
-        return (r.steps, r.lr, r.seed, r.shape(1), r.decoder,
-                dataclasses.replace(settings.model, **r.model))
-    return twin.name if recipe(spec) == recipe(twin) else name
+    if spec.kind == "ablation":
+        z = size(settings, spec.size)
+        if spec.seed not in z.seeds or spec.steps not in z.lengths:
+            return name
+        candidates = [pretrain_run_name(z, "deamoe", spec.seed, spec.steps)]
+    else:
+        model = parse_run(name)["model"]
+        candidates = []
+        for other in settings.pretrain.sizes:
+            if other == spec.size:
+                break
+            z = size(settings, other)
+            if spec.seed in z.seeds and spec.steps in z.lengths:
+                candidates.append(pretrain_run_name(z, model, spec.seed, spec.steps))
+    mine = _recipe(settings, spec)
+    return next((c for c in candidates if _recipe(settings, run_spec(settings, c)) == mine), name)
 
 
 def model_config(settings: Settings, spec: RunSpec, vocab_size: int):

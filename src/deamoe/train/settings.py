@@ -24,7 +24,8 @@ class DataSettings:
     source: str = "bundled"  # bundled | files | redpajama
     files: tuple[str, ...] = ()  # globs for source=files (relative to the working directory)
     max_bytes: int = 0  # 0 = all text; else stop reading after this many bytes of text
-    val_fraction: float = 0.02  # the last fraction of every document's tokens is held out
+    val_fraction: float = 0.02  # the held-out fraction (of every document's tokens, or of documents)
+    val_split: str = "tail"  # tail: the end of every document; documents: whole documents
     tokenizer: str = "bpe"  # "bpe": train a byte-level BPE here; else a Hugging Face name / path
     vocab_size: int = 2048
     redpajama_name: str = "togethercomputer/RedPajama-Data-1T-Sample"
@@ -108,6 +109,8 @@ class SizeSettings:
     deamoe: dict = field(default_factory=dict)
     seeds: tuple[int, ...] = ()  # empty: pretrain.seeds
     steps: int = 0  # 0: pretrain.steps (0: train.steps)
+    # The tokens axis: further lengths (steps) of every pair, each a complete cosine schedule
+    lengths: tuple[int, ...] = ()
     lr: float = 0.0  # 0: train.lr (the pair always shares it)
     # Other `model` fields for this size (e.g. aux_loss_coef, init_std): a sweep is a set of sizes
     model: dict = field(default_factory=dict)
@@ -148,6 +151,7 @@ def _check(section: str, s) -> None:
     if section == "data":
         need(s.source in ("bundled", "files", "redpajama"), "source", "must be bundled, files or redpajama")
         need(0 < s.val_fraction < 0.5, "val_fraction", "must be in (0, 0.5)")
+        need(s.val_split in ("tail", "documents"), "val_split", "must be tail or documents")
         need(s.vocab_size >= 260, "vocab_size", "must be >= 260 (256 bytes + special tokens)")
         need(s.max_bytes >= 0, "max_bytes", "must be >= 0")
     elif section == "model":

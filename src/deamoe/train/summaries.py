@@ -81,10 +81,12 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
 
 
 PROVENANCE = ("device", "torch", "python", "git_sha", "date")
+# the run's text (deamoe.train.data.corpus_fields; empty for runs that predate them)
+CORPUS = ("corpus_tokens", "epochs", "val_tokens", "val_split", "data_sha256")
 
 
 def _provenance(summ: dict) -> dict:
-    return {k: summ.get(k) for k in PROVENANCE}
+    return {k: summ.get(k) for k in CORPUS + PROVENANCE}
 
 
 def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dict]]:
@@ -114,10 +116,13 @@ def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dic
     return cols, long
 
 
-def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", eval_dir: str = ""):
-    """One row per pre-training run (size x model x seed): shapes, budget, tokens, losses, and
-    with `eval_dir` the run's perplexities and task accuracies; curves.csv beside it, and with
-    `eval_dir` also evals.csv (one row per run, task and metric)."""
+def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", eval_dir: str = "",
+                     steps: int = 0):
+    """One row per pre-training run (size x model x seed) at each size's own length, or at
+    `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
+    `eval_dir` the run's perplexities and task accuracies; curves.csv beside it, and with
+    `eval_dir` also evals.csv (one row per run, task and metric).  A run trained as another
+    (runs.trained_as) is read from that one and names it in `trained_as`."""
     import pandas as pd
 
     from deamoe.train import runs as runlib
@@ -128,11 +133,12 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
     paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
     rows, frames, evals = [], [], []
     n = s.ablation.last_n
-    for name in runlib.pretrain_run_names(s, sizes):
+    for name in runlib.pretrain_run_names(s, sizes, steps):
         r = runlib.parse_run(name)
         z = runlib.size(s, r["size"])
         which = r["model"]
-        summ, curve = _load_run(runs_dir, name)
+        twin = runlib.trained_as(s, name)
+        summ, curve = _load_run(runs_dir, twin)
         tokens = int(curve["tokens"].iloc[-1])
         row = {
             "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],
@@ -156,10 +162,10 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
             "ffn_impl": summ.get("ffn_impl"), "compile": summ.get("compile"),
             "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
-            "profile": s.profile, **_provenance(summ),
+            "trained_as": twin, "profile": s.profile, **_provenance(summ),
         }
         if eval_dir:
-            cols, long = _eval_columns(Path(eval_dir), name, which)
+            cols, long = _eval_columns(Path(eval_dir), twin, which)
             row.update(cols)
             evals += [{"size": r["size"], "model": which, "seed": r["seed"], **e} for e in long]
         rows.append(row)

@@ -20,7 +20,7 @@ from pathlib import Path
 from deamoe.errors import DeaMoEError
 from deamoe.io import atomic_dir, atomic_path, write_json
 from deamoe.train import parallel
-from deamoe.train.data import TokenData
+from deamoe.train.data import TokenData, corpus_fields
 from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
 from deamoe.train.settings import Settings
 from deamoe.train.steplog import LOG_COLUMNS, StepLog
@@ -308,7 +308,8 @@ def _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, 
         _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
         flops_tok = train_flops_per_token(cfg, settings.train.seq_len)
         summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
-        summary.update(planned_steps=spec.steps, stopped_early=stopped_early)
+        summary.update(planned_steps=spec.steps, stopped_early=stopped_early,
+                       **corpus_fields(data.meta, summary["tokens"]))
         write_json(out / "summary.json", summary)
         # Finished: the resume state has served (a rerun with another config starts afresh).
         state_path.unlink(missing_ok=True)
