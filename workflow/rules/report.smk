@@ -23,6 +23,7 @@ REPORT_TABLES = [
     ("table2_gpu", "Quality at GPU scale", "Table 2 at GPU scale"),
     ("table3_gpu", "Quality at GPU scale", "Table 3 at GPU scale"),
     ("table4_gpu", "Quality at GPU scale", "Table 4 at GPU scale"),
+    ("tokens_axis", "Quality at GPU scale", "Tokens axis: gap against training length"),
 ]
 REPORT_FIGURES = [
     ("figure2_loading", "Figure 2 - weight loading", "figure2", "Figure 2"),
@@ -33,6 +34,8 @@ REPORT_FIGURES = [
     ("pretrain_loss_curves", "Pre-training", "pretrain_loss_curves", "Pre-training loss curves"),
     ("quality_gap", "Quality at GPU scale", "quality_gap", "Held-out loss gap against size"),
     ("quality_loss_curves", "Quality at GPU scale", "quality_loss_curves", "Loss curves per pair"),
+    ("tokens_axis_gap", "Quality at GPU scale", "tokens_axis_gap", "Held-out gap against training length"),
+    ("tokens_axis_loss", "Quality at GPU scale", "tokens_axis_loss", "Held-out loss against training tokens"),
 ]
 
 

@@ -15,13 +15,13 @@ import pandas as pd
 from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
-from deamoe.report import figures, ladder, tables
+from deamoe.report import figures, ladder, tables, tokens_axis
 from deamoe.report.train_throughput import train_throughput
 from deamoe.settings import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
-          "table2_gpu", "table3_gpu", "table4_gpu", "train_throughput")
+          "table2_gpu", "table3_gpu", "table4_gpu", "tokens_axis", "train_throughput")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
 # "Scale and hardware" section, instead of in every row of the displayed table
@@ -136,7 +136,7 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
     profile = profile or resolved_profile(results)
     arts = {a.key: a for a in tables.build_all(results, measured, profile)
             + ladder.build(results, measured, profile, tuple(settings.quality_sizes))
-            + [train_throughput(measured)]}
+            + [tokens_axis.tokens_axis(results, measured, profile), train_throughput(measured)]}
     written = []
     for key in TABLES:
         art = arts[key]
@@ -147,6 +147,8 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
         write_csv(csv, _table_csv(art))
         written += [md, csv, page]
     written += figures.draw_all(arts, out / "figures", dpi=settings.dpi)
+    for name, draw in tokens_axis.FIGURES.items():
+        written += figures._save(draw(arts["tokens_axis"]), out / "figures", name, settings.dpi)
     index = out / "index.md"
     write_text(index, _index(arts, profile))
     prov = pd.concat([_provenance_frame(a).assign(artifact=a.title) for a in arts.values()],
@@ -168,7 +170,8 @@ def _index(arts: dict, profile: str | None) -> str:
     fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
               "figure3_slo_decode": "figure3_slo_decode",
               "figure4_5": "figure4_5_microbench", "table4": "table4_loss_curves",
-              "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves")}
+              "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves"),
+              "tokens_axis": tuple(tokens_axis.FIGURES)}
     for key in TABLES:
         art = arts[key]
         status = "reproduced" if art.status == "ok" else f"not run: {art.reason}"

@@ -32,14 +32,15 @@ def seed_spread(rows: pd.DataFrame, value: str, by=("size", "model")) -> pd.Data
     return pd.DataFrame({"n": g.count(), "mean": g.mean(), "std": g.std(ddof=1)}).reset_index()
 
 
-def paired_difference(rows: pd.DataFrame, value: str) -> pd.DataFrame:
-    """DeaMoE minus baseline of `value` for each (size, seed) where both ran; then per size the
-    number of pairs, mean, sample std and standard error of the mean of that difference."""
-    wide = rows.pivot_table(index=["size", "seed"], columns="model", values=value, aggfunc="first")
+def paired_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFrame:
+    """DeaMoE minus baseline of `value` for each (group, seed) where both ran; then per group
+    (`by`: the size, or size and length) the number of pairs, mean, sample std and standard error
+    of the mean of that difference."""
+    wide = rows.pivot_table(index=[*by, "seed"], columns="model", values=value, aggfunc="first")
     if not set(MODELS) <= set(wide.columns):
-        return pd.DataFrame(columns=["size", "n", "mean", "std", "se"])
+        return pd.DataFrame(columns=[*by, "n", "mean", "std", "se"])
     diff = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
-    out = seed_spread(diff, "diff", by=("size",))
+    out = seed_spread(diff, "diff", by=tuple(by))
     out["se"] = out["std"] / out["n"].map(math.sqrt)
     return out
 

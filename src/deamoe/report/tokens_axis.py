@@ -1,0 +1,232 @@
+"""Quality along the tokens axis: how DeaMoE's held-out gap to its baseline moves with training
+length.
+
+Rows are the pre-training rows of every length of a size: results/quality/<size>/runs.csv (the
+size's own steps) and results/quality/<size>/<n>steps/runs.csv (pretrain.sizes.<size>.lengths),
+else the committed ones under reports/measured/<gpu>/quality/.  Only rows that state the text
+they trained on (corpus_tokens, data_sha256) take part, and per size only those of one corpus:
+two lengths trained on different text are not points of one curve.  Every figure in the text is
+computed from the rows; a trend carried past the longest measured length is labelled an
+extrapolation, with its uncertainty.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, _load, operator_of,
+                                  paired_difference, seed_spread, verdict)
+from deamoe.report.sources import not_run
+from deamoe.report.tables import NOT_RUN, Artifact
+
+TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
+PAPER_TOKENS_PER_PARAM = 110e9 / 7.3e9  # the paper's 7.3B models on 110B tokens: about 15
+REQUIRED = ("size", "model", "seed", "val_loss", "tokens", "params", "corpus_tokens", "data_sha256")
+
+
+def axis_rows(results: Path, measured: Path, profile: str | None):
+    """Every length's rows of every size (fresh GPU rows where there are any, else committed),
+    with the sources they came from and the rows left out for another corpus."""
+    def files(root: Path) -> list[Path]:
+        q = Path(root) / "quality"
+        return sorted([p for p in q.glob("*/runs.csv") if p.parent.name != "ablation"]
+                      + list(q.glob("*/*steps/runs.csv")))
+
+    rows, sources = _load(files(results), files(measured), ("size", "model", "seed", "val_loss"), profile)
+    if rows is None:
+        return None, [], []
+    known = rows.dropna(subset=[c for c in REQUIRED if c in rows.columns])
+    if any(c not in rows.columns for c in REQUIRED) or known.empty:
+        return None, sources, sorted(set(rows["size"]))
+    kept, dropped = [], []
+    for size, g in known.groupby("size", sort=False):
+        corpus = g["data_sha256"].value_counts().index[0]  # the corpus most of the size's runs saw
+        kept.append(g[g["data_sha256"] == corpus])
+        if (g["data_sha256"] != corpus).any():
+            dropped.append(size)
+    dropped += sorted(set(rows["size"]) - set(known["size"]))
+    return pd.concat(kept, ignore_index=True), sources, dropped
+
+
+def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """One line per size and length: both models' held-out loss over seeds and the paired
+    difference (DeaMoE minus baseline, same seed) with its standard error and verdict."""
+    out = []
+    by = ["size", "tokens"]
+    rows = rows.assign(tokens_per_param=rows["tokens"] / rows.groupby("size")["params"].transform("max"))
+    spread = seed_spread(rows, "val_loss", by=(*by, "model")).set_index([*by, "model"])
+    diff = paired_difference(rows, "val_loss", by=tuple(by)).set_index(by)
+    for (size, tokens), g in rows.groupby(by, sort=False):
+        d = diff.loc[(size, tokens)] if (size, tokens) in diff.index else None
+        m = lambda model, col: spread[col].get((size, tokens, model), math.nan)  # noqa: E731
+        n = int(d["n"]) if d is not None else 0
+        out.append({
+            "size": size, "DeaMoE operator": operator_of(g), "steps": int(g["steps"].max()),
+            "tokens": int(tokens), "tokens per param": g["tokens_per_param"].max(),
+            "passes over corpus": g["epochs"].max(), "corpus tokens": int(g["corpus_tokens"].max()),
+            "seeds": n,
+            "baseline held-out": m("baseline", "mean"), "baseline std": m("baseline", "std"),
+            "DeaMoE held-out": m("deamoe", "mean"), "DeaMoE std": m("deamoe", "std"),
+            "diff DeaMoE - baseline": d["mean"] if d is not None else math.nan,
+            "diff std": d["std"] if d is not None else math.nan,
+            "diff 2 se": 2 * d["se"] if d is not None else math.nan,
+            "verdict": verdict(d["mean"], d["se"], n) if d is not None else NOT_RUN,
+        })
+    table = pd.DataFrame(out)
+    order = table.groupby("size")["tokens per param"].transform("min")
+    return table.assign(_o=order).sort_values(["_o", "size", "tokens"]).drop(columns="_o").reset_index(drop=True)
+
+
+def trend(line: pd.DataFrame, at: float) -> dict:
+    """Weighted least squares of the gap on log10(tokens per parameter) over one line's lengths
+    (weights 1 / se^2, se floored at the smallest measured), read at `at` tokens per parameter:
+    {slope per decade, value, its standard error, extrapolated}; empty below three lengths."""
+    g = line.dropna(subset=["diff DeaMoE - baseline", "diff 2 se"])
+    if len(g) < 3:
+        return {}
+    x = np.log10(g["tokens per param"].to_numpy(float))
+    y = g["diff DeaMoE - baseline"].to_numpy(float)
+    se = np.maximum(g["diff 2 se"].to_numpy(float) / 2, max(g["diff 2 se"].min() / 2, 1e-6))
+    w = 1 / se**2
+    design = np.stack([np.ones_like(x), x], axis=1)
+    cov = np.linalg.inv(design.T @ (design * w[:, None]))
+    beta = cov @ design.T @ (w * y)
+    resid = y - design @ beta
+    # scatter beyond the seeds' errors widens the band (reduced chi-square, never below 1)
+    scale = max(1.0, float(np.sum(w * resid**2) / (len(y) - 2)))
+    point = np.array([1.0, math.log10(at)])
+    return {"slope_per_decade": float(beta[1]), "value": float(point @ beta),
+            "se": float(math.sqrt(point @ cov @ point * scale)),
+            "extrapolated": not (x.min() <= math.log10(at) <= x.max())}
+
+
+def verdict_text(table: pd.DataFrame) -> str:
+    """How the gap moves with training length and where it stands at the longest runs, per size
+    and operator, from the table; a trend read at the paper's tokens per parameter beside it."""
+    done = table[table["seeds"] > 0]
+    if done.empty:
+        return "The tokens axis is not run: no rows with their corpus stated."
+    parts = []
+    for (size, op), line in done.groupby(["size", "DeaMoE operator"], sort=False):
+        line = line.sort_values("tokens")
+        first, last = line.iloc[0], line.iloc[-1]
+        label = OPERATOR_LABELS.get(op, op)
+        text = (f"{size} ({label}): gap {first['diff DeaMoE - baseline']:+.3f} at "
+                f"{first['tokens per param']:.2g} tokens/param -> {last['diff DeaMoE - baseline']:+.3f} "
+                f"+- {last['diff 2 se']:.3f} (2 se, {int(last['seeds'])} seeds) at "
+                f"{last['tokens per param']:.2g} ({last['passes over corpus']:.1f} passes over its text): "
+                f"{last['verdict']}")
+        if len(line) > 1:
+            a, b = abs(first["diff DeaMoE - baseline"]), abs(last["diff DeaMoE - baseline"])
+            moved = "narrows" if b < a else "widens"
+            if np.sign(first["diff DeaMoE - baseline"]) != np.sign(last["diff DeaMoE - baseline"]):
+                moved = "changes sign"
+            text += f"; over {len(line)} lengths the gap {moved}"
+        t = trend(line, PAPER_TOKENS_PER_PARAM)
+        if t:
+            kind = "extrapolation" if t["extrapolated"] else "interpolation"
+            text += (f"; a log-linear trend ({t['slope_per_decade']:+.3f} nats per decade of tokens) "
+                     f"gives {t['value']:+.3f} +- {2 * t['se']:.3f} at the paper's "
+                     f"{PAPER_TOKENS_PER_PARAM:.0f} tokens/param ({kind})")
+        parts.append(text)
+    return "DeaMoE minus baseline held-out loss along training length -- " + "; ".join(parts) + "."
+
+
+def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
+    rows, sources, dropped = axis_rows(results, measured, profile)
+    if rows is None:
+        table = pd.DataFrame([{"size": NOT_RUN, "verdict": NOT_RUN}])
+        why = ("no rows with their corpus stated (corpus_tokens, data_sha256): " + HOW_TO_RUN.format(
+            gpu=Path(measured).name) + "; lengths: pretrain.sizes.<size>.lengths")
+        return Artifact("tokens_axis", TITLE, table, [not_run(Path(measured) / "quality", why)], [why])
+    table = axis_table(rows)
+    notes = [verdict_text(table),
+             "diff: DeaMoE minus baseline held-out loss on the same seed (same initialisation "
+             "stream and batch order), mean, std and 2 standard errors over seeds; within seed "
+             "noise: |mean diff| <= 2 standard errors. Every length is a complete cosine schedule "
+             "of the same recipe; passes over corpus = training tokens / training corpus tokens "
+             "(batches are windows at uniform random offsets); the held-out text is whole books "
+             "no run trains on where val_split is documents",
+             f"paper: 7.3B models on 110B tokens, about {PAPER_TOKENS_PER_PARAM:.0f} tokens per "
+             "parameter; the ablation (5B) at about 2.5; no seed spread reported"]
+    if dropped:
+        notes.append("left out (trained on another corpus than the size's other lengths, or rows "
+                     f"that do not state their corpus): {', '.join(dropped)}")
+    return Artifact("tokens_axis", TITLE, table, sources, notes, rows=rows)
+
+
+def _line_label(size: str, op: str) -> str:
+    return f"{size}, {OPERATOR_LABELS.get(op, op)}"
+
+
+def gap_figure(art: Artifact):
+    """The held-out gap against tokens per parameter (log axis), one line per size and operator,
+    bars of 2 standard errors over seeds."""
+    import matplotlib.pyplot as plt
+
+    from deamoe.report.figures import _footer, _not_run
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    t = art.table[art.table.get("seeds", pd.Series(dtype=float)).fillna(0) > 0] if art.rows is not None else None
+    if t is not None and len(t):
+        for (size, op), line in t.groupby(["size", "DeaMoE operator"], sort=False):
+            line = line.sort_values("tokens per param")
+            ax.errorbar(line["tokens per param"], line["diff DeaMoE - baseline"], yerr=line["diff 2 se"],
+                        marker="o", ms=4, capsize=3, lw=1.2, label=_line_label(size, op))
+        ax.set_xscale("log")
+        ax.axvline(PAPER_TOKENS_PER_PARAM, color="0.55", lw=0.9, ls=":",
+                   label=f"paper's 7.3B models ({PAPER_TOKENS_PER_PARAM:.0f} tokens/param)")
+    else:
+        _not_run(ax, art)
+    ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
+    ax.set_xlabel("training tokens per parameter (log)")
+    ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
+    ax.set_title("Held-out gap against training length (each length a full cosine schedule;\n"
+                 "bars: 2 standard errors over seeds)", fontsize=10)
+    ax.legend(fontsize=7)
+    _footer(fig, art)
+    return fig
+
+
+def loss_figure(art: Artifact):
+    """Held-out loss of both models against training tokens (log axis), one panel per size,
+    one line per model (DeaMoE per operator), mean with 2 standard errors over seeds."""
+    import matplotlib.pyplot as plt
+
+    from deamoe.report.figures import _footer, _not_run
+
+    rows = art.rows
+    panels = []  # one per decoder: a size and its operator variants share their baselines
+    if rows is not None:
+        rows = rows.assign(decoder=rows["h"].astype(str) + "x" + rows["num_hidden_layers"].astype(str))
+        panels = list(rows.groupby("decoder")["params"].max().sort_values().index)
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 4.2), squeeze=False)
+    for ax, decoder in zip(axes[0], panels):
+        r = rows[rows["decoder"] == decoder]
+        if "trained_as" in r:  # a baseline shared by two sizes counts once
+            r = r.drop_duplicates(subset=["trained_as"])
+        for (model, op), g in r.groupby(["model", r["operator"].fillna("")], sort=False):
+            s = seed_spread(g, "val_loss", by=("tokens",)).sort_values("tokens")
+            label = "baseline" if model == "baseline" else f"DeaMoE {OPERATOR_LABELS.get(op, op)}"
+            ax.errorbar(s["tokens"], s["mean"], yerr=2 * s["std"] / np.sqrt(s["n"]), marker="o", ms=3.5,
+                        capsize=3, lw=1.1, label=label)
+        size = ", ".join(sorted(set(r["size"])))
+        ax.set_xscale("log")
+        ax.set_title(f"{size} ({r['params'].max() / 1e6:.1f}M params)", fontsize=10)
+        ax.set_xlabel("training tokens (log)")
+        ax.set_ylabel("held-out loss (nats)")
+        ax.legend(fontsize=7)
+    if not panels:
+        _not_run(axes[0][0], art)
+    fig.suptitle("Held-out loss against training tokens, both models (bars: 2 standard errors over seeds)",
+                 fontsize=11)
+    _footer(fig, art)
+    return fig
+
+
+FIGURES = {"tokens_axis_gap": gap_figure, "tokens_axis_loss": loss_figure}
+__all__ = ["tokens_axis", "axis_rows", "axis_table", "trend", "verdict_text", "FIGURES", "MODELS"]

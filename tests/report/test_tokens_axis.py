@@ -1,0 +1,111 @@
+"""Quality along the tokens axis: per-length paired statistics, the trend and its labels, the rows
+that take part (one corpus per size), and "not run" without rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from deamoe.report import tokens_axis
+
+GPU = {"device": "NVIDIA H200", "torch": "2.11.0+cu130", "git_sha": "0123456789ab",
+       "date": "2026-12-03T18:00:00Z", "profile": "gpu"}
+STEPS = (1000, 2000, 4000, 8000)
+PARAMS = 7_000_000
+CORPUS = 70_000_000
+# DeaMoE minus baseline: 0.2 - 0.05 per doubling of length (exact in binary), seed noise +-1/64
+GAP = {1000: 0.25, 2000: 0.1875, 4000: 0.125, 8000: 0.0625}
+NOISE = (-1 / 64, 0.0, 1 / 64)
+
+
+def axis_frame(size="small", operator="silu", sha="a1b2c3d4e5f60718", steps=STEPS) -> pd.DataFrame:
+    rows = []
+    for n in steps:
+        folder_size = size
+        for seed, noise in enumerate(NOISE):
+            base = 5.0 - 0.25 * math.log2(n / 1000)
+            for model, v in (("baseline", base), ("deamoe", base + GAP[n] + noise)):
+                rows.append({"run": f"pretrain-{folder_size}-{model}-s{seed}-{n}steps", "size": size,
+                             "model": model, "seed": seed, "steps": n, "tokens": n * 32_768,
+                             "params": PARAMS, "val_loss": v, "h": 256, "num_hidden_layers": 2,
+                             "operator": operator if model == "deamoe" else None,
+                             "trained_as": f"pretrain-{size}-{model}-s{seed}-{n}steps",
+                             "corpus_tokens": CORPUS, "epochs": n * 32_768 / CORPUS,
+                             "data_sha256": sha, "val_split": "documents", **GPU})
+    return pd.DataFrame(rows)
+
+
+def commit(measured, frame: pd.DataFrame) -> None:
+    for n, g in frame.groupby("steps"):
+        size = g["size"].iloc[0]
+        folder = measured / "quality" / size / (f"{n}steps" if n != 1000 else "")
+        folder.mkdir(parents=True, exist_ok=True)
+        g.to_csv(folder / "runs.csv", index=False)
+
+
+def test_each_length_gets_its_paired_difference_and_two_standard_errors(tmp_path):
+    commit(tmp_path / "measured", axis_frame())
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    t = art.table.set_index("steps")
+    assert list(t.index) == list(STEPS)
+    for n in STEPS:
+        assert t.loc[n, "diff DeaMoE - baseline"] == pytest.approx(GAP[n], abs=1e-12)
+        assert t.loc[n, "diff std"] == pytest.approx(1 / 64, abs=1e-12)
+        assert t.loc[n, "diff 2 se"] == pytest.approx(2 / 64 / math.sqrt(3), abs=1e-12)
+        assert t.loc[n, "seeds"] == 3
+        assert t.loc[n, "passes over corpus"] == pytest.approx(n * 32_768 / CORPUS)
+    assert t.loc[8000, "verdict"].startswith("DeaMoE behind")
+    assert t.loc[1000, "tokens per param"] == pytest.approx(32_768_000 / PARAMS)
+
+
+def test_the_trend_is_a_log_linear_fit_labelled_extrapolation_outside_the_lengths():
+    table = tokens_axis.axis_table(axis_frame())
+    # the gap falls by 1/16 per doubling: -(1/16) / log10(2) per decade
+    t = tokens_axis.trend(table, at=20.0)
+    assert t["slope_per_decade"] == pytest.approx(-(1 / 16) / math.log10(2), rel=1e-9)
+    assert not t["extrapolated"]  # 4.7 .. 37 tokens per parameter
+    x = math.log10(20.0 / (32_768_000 / PARAMS)) / math.log10(2)
+    assert t["value"] == pytest.approx(0.25 - x / 16, abs=1e-9)
+    far = tokens_axis.trend(table, at=1000.0)
+    assert far["extrapolated"] and far["se"] > t["se"]
+    assert tokens_axis.trend(table.head(2), at=20.0) == {}  # two lengths are no trend
+    text = tokens_axis.verdict_text(table)
+    assert "small (SiLU" in text and "the gap narrows" in text and "interpolation" in text
+
+
+def test_a_size_sharing_its_baselines_counts_them_once_and_reads_one_corpus(tmp_path):
+    silu = axis_frame()
+    rms = axis_frame(size="smallrms", operator="rmsnorm")
+    rms.loc[rms["model"] == "baseline", "trained_as"] = silu.loc[silu["model"] == "baseline", "trained_as"].values
+    stale = axis_frame(sha="ffffffffffffffff", steps=(1000,))  # another corpus, same size
+    stale["run"] = stale["run"] + "-old"
+    commit(tmp_path / "measured", pd.concat([silu, rms]))
+    # the stale rows as an extra length folder of the same size
+    folder = tmp_path / "measured" / "quality" / "small" / "16000steps"
+    folder.mkdir(parents=True)
+    stale.assign(steps=16000).to_csv(folder / "runs.csv", index=False)
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    assert set(art.table["size"]) == {"small", "smallrms"}
+    assert 16000 not in set(art.table["steps"])
+    assert any("left out" in n and "small" in n for n in art.notes)
+    fig = tokens_axis.loss_figure(art)
+    ax = fig.axes[0]
+    assert len(ax.lines) >= 3 and sorted(t.get_text() for t in ax.get_legend().get_texts()) == \
+        ["DeaMoE RMSNorm (Table 4's No.2)", "DeaMoE SiLU (the paper's choice)", "baseline"]
+    gap = tokens_axis.gap_figure(art)
+    labels = [t.get_text() for t in gap.axes[0].get_legend().get_texts()]
+    assert "small, SiLU (the paper's choice)" in labels and "smallrms, RMSNorm (Table 4's No.2)" in labels
+
+
+def test_rows_that_do_not_state_their_corpus_are_not_run(tmp_path):
+    old = axis_frame().drop(columns=["corpus_tokens", "epochs", "data_sha256"])
+    commit(tmp_path / "measured", old)
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    assert art.status != "ok" and "corpus" in art.reason
+    assert tokens_axis.gap_figure(art) is not None
+    empty = tokens_axis.tokens_axis(tmp_path / "none", tmp_path / "none", "gpu")
+    assert empty.table["verdict"].iloc[0] == "not run"
+    assert np.isfinite(tokens_axis.PAPER_TOKENS_PER_PARAM)
