@@ -67,12 +67,25 @@ echo "gpu_run: setup $(( $(date +%s) - start )) s; $(nvidia-smi --query-gpu=name
 # a training run keeps its last periodic checkpoint and resumes from it on the next call) in time
 # for the tables below to be collected, e.g. inside a lease of fixed length.
 python3 -c "import pulp" 2>/dev/null || extra=(--scheduler greedy "${extra[@]}")
+# GPU_MPS=1: runs sharing the GPU go through CUDA's Multi-Process Service, so their kernels can run
+# side by side instead of taking turns (small models' steps are launch-bound); off by default.
+if [ "${GPU_MPS:-0}" = 1 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/deamoe-mps/pipe CUDA_MPS_LOG_DIRECTORY=/tmp/deamoe-mps/log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d 2>/dev/null || [ -S "$CUDA_MPS_PIPE_DIRECTORY/control" ]; then
+        echo "gpu_run: CUDA MPS on"
+    else
+        echo "gpu_run: GPU_MPS=1 but nvidia-cuda-mps-control could not start; runs take turns on the GPU" >&2
+        unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+    fi
+fi
 limiter=(); [ "${GPU_RUN_LIMIT:-0}" -gt 0 ] && limiter=(timeout --signal=INT --kill-after=20 "$GPU_RUN_LIMIT")
 PYTHONUNBUFFERED=1 "${limiter[@]}" python3 -m snakemake --workflow-profile workflow/profiles/gpu "${targets[@]}" "${extra[@]}"
 rc=$?
+[ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 echo "gpu_run: snakemake exit $rc after $(( $(date +%s) - start )) s"
 # the small tables only (checkpoints and token shards stay on the machine)
-find results -type f \( -name '*.csv' -o -name '*.json' \) -size -4M -print0 2>/dev/null \
+find results -type f \( -name '*.csv' -o -name '*.json' \) -size -16M -print0 2>/dev/null \
     | tar czf "$out/results.tar.gz" --null -T - 2>/dev/null
 tar czf "$out/logs.tar.gz" logs .snakemake/log 2>/dev/null
 exit $rc

@@ -73,7 +73,8 @@ def test_the_trend_is_a_log_linear_fit_labelled_extrapolation_outside_the_length
     assert far["extrapolated"] and far["se"] > t["se"]
     assert tokens_axis.trend(table.head(2), at=20.0) == {}  # two lengths are no trend
     text = tokens_axis.verdict_text(table)
-    assert "small (SiLU" in text and "the gap narrows" in text and "interpolation" in text
+    assert "small (SiLU" in text and "interpolation" in text
+    assert "the gap moves -0.188 (toward zero), beyond seed noise" in text
 
 
 def test_a_size_sharing_its_baselines_counts_them_once_and_reads_one_corpus(tmp_path):
@@ -90,7 +91,7 @@ def test_a_size_sharing_its_baselines_counts_them_once_and_reads_one_corpus(tmp_
     art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
     assert set(art.table["size"]) == {"small", "smallrms"}
     assert 16000 not in set(art.table["steps"])
-    assert any("left out" in n and "small" in n for n in art.notes)
+    assert any("left out" in n and "small at 16000 steps" in n for n in art.notes)
     fig = tokens_axis.loss_figure(art)
     ax = fig.axes[0]
     assert len(ax.lines) >= 3 and sorted(t.get_text() for t in ax.get_legend().get_texts()) == \

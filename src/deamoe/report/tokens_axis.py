@@ -42,14 +42,17 @@ def axis_rows(results: Path, measured: Path, profile: str | None):
     known = rows.dropna(subset=[c for c in REQUIRED if c in rows.columns])
     if any(c not in rows.columns for c in REQUIRED) or known.empty:
         return None, sources, sorted(set(rows["size"]))
-    kept, dropped = [], []
+    kept = []
     for size, g in known.groupby("size", sort=False):
         corpus = g["data_sha256"].value_counts().index[0]  # the corpus most of the size's runs saw
         kept.append(g[g["data_sha256"] == corpus])
-        if (g["data_sha256"] != corpus).any():
-            dropped.append(size)
-    dropped += sorted(set(rows["size"]) - set(known["size"]))
-    return pd.concat(kept, ignore_index=True), sources, dropped
+    out = pd.concat(kept, ignore_index=True)
+    left = rows[~rows["run"].isin(out["run"])] if "run" in rows else rows.iloc[0:0]
+    dropped = [f"{size} at {', '.join(str(int(n)) for n in sorted(g['steps'].unique()))} steps"
+               for size, g in left.groupby("size", sort=False)]
+    # the files behind the rows kept (a size left out is not a source of these numbers)
+    used = [src for src in sources if "run" not in src.frame or src.frame["run"].isin(out["run"]).any()]
+    return out, used or sources, dropped
 
 
 def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -121,11 +124,12 @@ def verdict_text(table: pd.DataFrame) -> str:
                 f"{last['tokens per param']:.2g} ({last['passes over corpus']:.1f} passes over its text): "
                 f"{last['verdict']}")
         if len(line) > 1:
-            a, b = abs(first["diff DeaMoE - baseline"]), abs(last["diff DeaMoE - baseline"])
-            moved = "narrows" if b < a else "widens"
-            if np.sign(first["diff DeaMoE - baseline"]) != np.sign(last["diff DeaMoE - baseline"]):
-                moved = "changes sign"
-            text += f"; over {len(line)} lengths the gap {moved}"
+            change = last["diff DeaMoE - baseline"] - first["diff DeaMoE - baseline"]
+            noise = math.hypot(first["diff 2 se"], last["diff 2 se"])  # 2 se of the change
+            toward = "toward zero" if abs(last["diff DeaMoE - baseline"]) < abs(first["diff DeaMoE - baseline"]) \
+                else "away from zero"
+            text += (f"; over {len(line)} lengths the gap moves {change:+.3f} ({toward}), "
+                     + ("beyond" if abs(change) > noise else "within") + f" seed noise (2 se {noise:.3f})")
         t = trend(line, PAPER_TOKENS_PER_PARAM)
         if t:
             kind = "extrapolation" if t["extrapolated"] else "interpolation"
@@ -154,9 +158,20 @@ def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
              f"paper: 7.3B models on 110B tokens, about {PAPER_TOKENS_PER_PARAM:.0f} tokens per "
              "parameter; the ablation (5B) at about 2.5; no seed spread reported"]
     if dropped:
-        notes.append("left out (trained on another corpus than the size's other lengths, or rows "
-                     f"that do not state their corpus): {', '.join(dropped)}")
+        notes.append("left out: rows that do not state their corpus (made before the tokens axis) or "
+                     f"that trained on another corpus than the size's other lengths -- {'; '.join(dropped)}")
     return Artifact("tokens_axis", TITLE, table, sources, notes, rows=rows)
+
+
+def _plain_log_ticks(axis) -> None:
+    """Tick labels of a log axis as plain numbers (18, 36; 131M), not powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    from deamoe.report.sources import _human
+
+    fmt = FuncFormatter(lambda v, _: _human(v) if v >= 1e4 else f"{v:g}")
+    axis.set_major_formatter(fmt)
+    axis.set_minor_formatter(fmt)
 
 
 def _line_label(size: str, op: str) -> str:
@@ -173,11 +188,13 @@ def gap_figure(art: Artifact):
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     t = art.table[art.table.get("seeds", pd.Series(dtype=float)).fillna(0) > 0] if art.rows is not None else None
     if t is not None and len(t):
-        for (size, op), line in t.groupby(["size", "DeaMoE operator"], sort=False):
+        for i, ((size, op), line) in enumerate(t.groupby(["size", "DeaMoE operator"], sort=False)):
             line = line.sort_values("tokens per param")
-            ax.errorbar(line["tokens per param"], line["diff DeaMoE - baseline"], yerr=line["diff 2 se"],
+            dodge = 1.015 ** i  # lines at the same lengths side by side, not on top of each other
+            ax.errorbar(line["tokens per param"] * dodge, line["diff DeaMoE - baseline"], yerr=line["diff 2 se"],
                         marker="o", ms=4, capsize=3, lw=1.2, label=_line_label(size, op))
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
         ax.axvline(PAPER_TOKENS_PER_PARAM, color="0.55", lw=0.9, ls=":",
                    label=f"paper's 7.3B models ({PAPER_TOKENS_PER_PARAM:.0f} tokens/param)")
     else:
@@ -204,7 +221,8 @@ def loss_figure(art: Artifact):
     if rows is not None:
         rows = rows.assign(decoder=rows["h"].astype(str) + "x" + rows["num_hidden_layers"].astype(str))
         panels = list(rows.groupby("decoder")["params"].max().sort_values().index)
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 4.2), squeeze=False)
+    width = max(7.5, 4.6 * len(panels))
+    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(width, 4.6), squeeze=False)
     for ax, decoder in zip(axes[0], panels):
         r = rows[rows["decoder"] == decoder]
         if "trained_as" in r:  # a baseline shared by two sizes counts once
@@ -216,14 +234,14 @@ def loss_figure(art: Artifact):
                         capsize=3, lw=1.1, label=label)
         size = ", ".join(sorted(set(r["size"])))
         ax.set_xscale("log")
+        _plain_log_ticks(ax.xaxis)
         ax.set_title(f"{size} ({r['params'].max() / 1e6:.1f}M params)", fontsize=10)
         ax.set_xlabel("training tokens (log)")
         ax.set_ylabel("held-out loss (nats)")
         ax.legend(fontsize=7)
     if not panels:
         _not_run(axes[0][0], art)
-    fig.suptitle("Held-out loss against training tokens, both models (bars: 2 standard errors over seeds)",
-                 fontsize=11)
+    fig.suptitle("Held-out loss against training tokens (bars: 2 standard errors over seeds)", fontsize=11)
     _footer(fig, art)
     return fig
 
