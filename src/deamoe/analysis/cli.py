@@ -62,12 +62,23 @@ def cmd_loading(args) -> int:
     models = args.models or s.models
     tokens = args.tokens or s.loading_tokens
     trials = args.trials or s.loading_trials
+    _check_loading_fits(models, tokens, trials)
     df = loading_table(models, tokens, trials=trials, seed=s.seed)
     for key, value in provenance().items():
         df[key] = value
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} rows)")
     return 0
+
+
+def _check_loading_fits(models, tokens, trials) -> None:
+    """The largest point's router logits (float32, trials x tokens x experts) and their top-k."""
+    from deamoe.memory import check_fits
+    from deamoe.shapes import table1_row
+
+    experts = max(max(r.baseline.n_expert, r.deamoe.n_expert) for r in map(table1_row, models))
+    check_fits(2 * 4 * trials * max(tokens) * experts, "Figure 2's Monte Carlo",
+               "--trials / analysis.loading_trials x the largest of --tokens / analysis.loading_tokens")
 
 
 def register(sub) -> None:

@@ -19,6 +19,9 @@ import argparse
 from pathlib import Path
 
 TABLE = "reports/measured/h200/microbench.csv"
+# what `microbench` writes into its --out folder
+MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench.csv", "stages.csv",
+                      "decode_tpot.csv", "vllm_peer.csv", "vllm_kernel/vllm_fused_moe.py")
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
@@ -268,11 +271,21 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.merge_decode_into:
         _check_merge_target(Path(args.merge_decode_into), out, skip)
-    if not torch.cuda.is_available():
-        write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
-                                         **provenance("cpu")})
-        print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
-        return 0
+    from deamoe.io import check_outputs, folder_lock
+
+    check_outputs(files=[out / name for name in MICROBENCH_OUTPUTS])
+    with folder_lock(out, what="another `python -m deamoe microbench`"):
+        if not torch.cuda.is_available():
+            write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
+                                             **provenance("cpu")})
+            print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
+            return 0
+        return _microbench(s, out, skip, tiles_from, args.merge_decode_into)
+
+
+def _microbench(s, out: Path, skip: set[str], tiles_from, merge_into) -> int:
+    import torch
+
     if "decode" not in skip and s.decode:  # a decoder too large for the GPU: before any work
         from deamoe.bench.decode import DecoderShape, check_decode_fits
 
@@ -281,9 +294,9 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     from deamoe.bench.run import run_all
 
     rc = run_all(s, out, skip, tiles_from)
-    if args.merge_decode_into and (out / "decode_tpot.csv").exists():
+    if merge_into and (out / "decode_tpot.csv").exists():
         from deamoe.bench.decode import merge_tpot
 
-        n = merge_tpot(out / "decode_tpot.csv", args.merge_decode_into)
-        print(f"merged {out / 'decode_tpot.csv'} into {args.merge_decode_into} ({n} rows)")
+        n = merge_tpot(out / "decode_tpot.csv", merge_into)
+        print(f"merged {out / 'decode_tpot.csv'} into {merge_into} ({n} rows)")
     return rc

@@ -19,11 +19,14 @@ def register(sub) -> None:
 
 
 def _serve(args) -> int:
+    from deamoe.io import output_lock
     from deamoe.serve import bench, settings
 
     s = settings.load(args.config)
     log = Path(args.log or f"logs/serve/{args.model}.server.log")
-    rows = bench.run(args.checkpoint, args.model, s, args.out, log)
+    bench.check_serve_outputs(Path(args.out), log, args.model)
+    with output_lock(args.out, what="another `python -m deamoe serve`"):
+        rows = bench.run(args.checkpoint, args.model, s, args.out, log)
     for r in rows:
         print(f"{r['model']} c={r['concurrency']}: TPOT mean {r['tpot_mean_ms']:.2f} ms, "
               f"p99 {r['tpot_p99_ms']:.2f} ms, TTFT {r['ttft_ms']:.1f} ms, "
@@ -34,10 +37,13 @@ def _serve(args) -> int:
 def _tables(args) -> int:
     from deamoe.serve import settings, tables
 
-    s = settings.load(args.config)
+    from deamoe.io import check_outputs, folder_lock
     from deamoe.settings import read_config
 
+    s = settings.load(args.config)
     profile = read_config(args.config).get("profile")
-    tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
+    check_outputs(files=[Path(args.out) / "tpot.csv", Path(args.out) / "slo.csv"])
+    with folder_lock(args.out, what="another `python -m deamoe serve-tables`"):
+        tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
     print(f"wrote {tpot} and {slo}")
     return 0

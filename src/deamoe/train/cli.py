@@ -41,11 +41,17 @@ def register(sub) -> None:
 
 
 def cmd_data(args) -> int:
+    from pathlib import Path
+
+    from deamoe.io import check_outputs, folder_lock
     from deamoe.train.data import prepare
     from deamoe.train.settings import load_settings
 
     s = load_settings(args.config)
-    meta = prepare(s.data, args.out)
+    out = Path(args.out)
+    check_outputs(files=[out / n for n in ("train.bin", "val.bin", "meta.json")], dirs=[out / "tokenizer"])
+    with folder_lock(out, what="another `python -m deamoe data`"):
+        meta = prepare(s.data, out)
     print(f"data: {meta['train_tokens']} train / {meta['val_tokens']} held-out tokens, "
           f"vocab {meta['vocab_size']} -> {args.out}")
     return 0
@@ -102,19 +108,31 @@ def _train(s, spec, args) -> int:
     return 0
 
 
+def _summary_command(args, name: str, write, evals: bool = False) -> int:
+    """A summary command: its outputs checked before any work, its folder held while it writes."""
+    from pathlib import Path
+
+    from deamoe.io import check_outputs, folder_lock
+    from deamoe.train.summaries import summary_outputs
+
+    if not Path(args.runs).is_dir():
+        from deamoe.errors import DataError
+
+        raise DataError(f"--runs {args.runs}: no such folder (the training runs' folder, e.g. results/train)")
+    check_outputs(files=summary_outputs(args.out, evals))
+    with folder_lock(Path(args.out).parent, what=f"another `python -m deamoe {name}`"):
+        write()
+    return 0
+
+
 def cmd_ablation(args) -> int:
-    from deamoe.io import check_output_file
     from deamoe.train.summaries import ablation_summary
 
-    check_output_file(args.out)
-    ablation_summary(args.config, args.runs, args.out)
-    return 0
+    return _summary_command(args, "ablation", lambda: ablation_summary(args.config, args.runs, args.out))
 
 
 def cmd_pretrain(args) -> int:
-    from deamoe.io import check_output_file
     from deamoe.train.summaries import pretrain_summary
 
-    check_output_file(args.out)
-    pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir)
-    return 0
+    return _summary_command(args, "pretrain", lambda: pretrain_summary(
+        args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir), evals=bool(args.eval_dir))
