@@ -119,8 +119,16 @@ def _pretrain_conflicts(settings) -> list[str]:
     from deamoe.shapes import ffn_conflicts
     from deamoe.train.runs import size
 
+    from deamoe import schema
+
     out = []
     for name, values in settings.pretrain.sizes.items():
+        overrides = values.get("model") if isinstance(values, dict) else None
+        if isinstance(overrides, dict):  # the `model` fields of this size: the model section's ranges
+            found = schema.section_problems("model", overrides, f"pretrain.sizes.{name}.model")
+            if found:
+                out += found
+                continue
         try:
             size(settings, name)
         except ConfigError as exc:  # every conflict of a given FFN when its values are integers

@@ -98,6 +98,7 @@ def read_json(path: str | Path, what: str) -> dict:
 
 
 KINDS = {"str": (str,), "int": (int,), "number": (int, float), "object": (dict,), "list": (list,)}
+KIND_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "object": "an object", "list": "a list"}
 
 
 def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: float | None = None):
@@ -109,7 +110,7 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
         raise DataError(f"{path}: missing key {key!r}")
     value = doc[key]
     if isinstance(value, bool) or not isinstance(value, KINDS[kind]):
-        raise DataError(f"{path}: key {key!r} must be {'a' if kind != 'int' else 'an'} {kind}, got {value!r:.60}")
+        raise DataError(f"{path}: key {key!r} must be {KIND_NAMES[kind]}, got {value!r:.60}")
     if kind in ("int", "number"):
         if not math.isfinite(value):
             raise DataError(f"{path}: key {key!r} is {value}, not a finite number")
@@ -161,7 +162,7 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
             bad = ~np.isfinite(values.to_numpy(dtype=float))
             if bad.any():
                 i = int(bad.argmax())
-                shown = "empty" if pd.isna(raw.iloc[i]) else str(raw.iloc[i])
+                shown = "empty or NaN" if pd.isna(raw.iloc[i]) else str(raw.iloc[i])
                 raise DataError(f"{path}:{i + 2}: column {col} is {shown}, not a finite number")
         frame[col] = values
     for col in spec.provenance:

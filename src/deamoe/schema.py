@@ -59,13 +59,15 @@ def non_finite(value, where: str) -> list[str]:
     return []
 
 
-def section_problems(name: str, value) -> list[str]:
-    """Section `name` of the config against its schema: at most one line (its first problem)."""
-    found = non_finite(value, name)
+def section_problems(name: str, value, where: str = "") -> list[str]:
+    """Section `name` of the config against its schema: at most one line (its first problem),
+    naming keys under `where` (default: the section's name)."""
+    where = where or name
+    found = non_finite(value, where)
     schema = load(name)
     if found or schema is None:
         return found[:1]
-    problem = first_problem(schema, value, prefix=name)
+    problem = first_problem(schema, value, prefix=where)
     return [problem] if problem else []
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from deamoe.analysis.settings import AnalysisSettings
-from deamoe.argtypes import model_list, non_negative_int, positive_int, positive_int_list, trials
+from deamoe.argtypes import config_int, config_int_list, model_list, non_negative_int, positive_int
 
 
 def cmd_table1(args) -> int:
@@ -100,7 +100,9 @@ def register(sub) -> None:
     p.add_argument("--config", help="pipeline config (reads its `analysis` section)")
     p.add_argument("--models", type=model_list, help="comma-separated model names, '<model>+shared' for "
                    "the real shared experts (default: config, else all presets)")
-    p.add_argument("--tokens", type=positive_int_list, help="comma-separated tokens per step (default: config)")
-    p.add_argument("--trials", type=trials, help="Monte Carlo trials per point, >= 2 (default: config)")
+    p.add_argument("--tokens", type=config_int_list("analysis", "loading_tokens"),
+                   help="comma-separated tokens per step (default: config)")
+    p.add_argument("--trials", type=config_int("analysis", "loading_trials"),
+                   help="Monte Carlo trials per point, >= 2 (default: config)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_loading)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from deamoe.argtypes import positive_float, positive_int
+from deamoe.argtypes import config_int, positive_float
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--run", required=True, help="run name, e.g. ablation-no1-s0 or pretrain-tiny-deamoe-s0")
     p.add_argument("--data", required=True, help="directory written by `deamoe data`")
     p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1-s0")
-    p.add_argument("--steps", type=positive_int, help="override the run's step count (smoke tests)")
+    p.add_argument("--steps", type=config_int("train", "steps"), help="override the run's step count (smoke tests)")
     p.add_argument("--max-seconds", type=positive_float,
                    help="stop after this much training wall time (time-boxed GPU measurements)")
     p.set_defaults(func=cmd_train)

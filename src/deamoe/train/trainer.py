@@ -248,8 +248,8 @@ def _preflight(t, spec: RunSpec, data: TokenData, cfg, out: Path, d) -> None:
     check_outputs(files=[out / "log.csv", out / "summary.json", out / "state" / "resume.pt"],
                   dirs=[out / "checkpoint"])
     if (out / "summary.json").is_file():
-        other = read_run_summary(out / "summary.json")["run"]
-        if other != spec.name:
+        other = read_run_summary(out / "summary.json", whole=False).get("run")
+        if other not in (None, spec.name):
             raise DeaMoEError(f"{out} holds the results of run {other} ({out / 'summary.json'}); "
                               f"give run {spec.name} another --out")
     if t.warmup_steps >= spec.steps:
