@@ -10,7 +10,8 @@ from deamoe.argtypes import checkpoint_command, tables_command
 def register(sub) -> None:
     p = checkpoint_command(sub, "serve", "vLLM serving benchmark of one checkpoint (Figure 3)", "serve",
                            "output directory: c<N>.json per concurrency")
-    p.add_argument("--log", default=None, help="server log (default logs/serve/<model>.server.log)")
+    p.add_argument("--log", default=None, help="server log; the client's log goes beside it "
+                   "(default: OUT.server.log, beside the output folder)")
     p.set_defaults(func=_serve)
 
     t = tables_command(sub, "serve-tables", "tpot.csv and slo.csv (Figure 3 tables) from serve results",
@@ -23,7 +24,8 @@ def _serve(args) -> int:
     from deamoe.serve import bench, settings
 
     s = settings.load(args.config)
-    log = Path(args.log or f"logs/serve/{args.model}.server.log")
+    # beside the output, never in the working directory (the pipeline names logs/serve/<model>)
+    log = Path(args.log or f"{Path(args.out)}.server.log")
     bench.check_serve_outputs(Path(args.out), log, args.model)
     with output_lock(args.out, what="another `python -m deamoe serve`"):
         rows = bench.run(args.checkpoint, args.model, s, args.out, log)
