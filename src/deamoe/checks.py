@@ -116,21 +116,17 @@ def _ablation_conflicts(settings) -> list[str]:
 
 def _pretrain_conflicts(settings) -> list[str]:
     """Every size of the ladder: its decoder, its FFN pair, their budget match, its seeds."""
+    from deamoe import schema
     from deamoe.shapes import ffn_conflicts
     from deamoe.train.runs import size
 
-    from deamoe import schema
-
     out = []
     for name, values in settings.pretrain.sizes.items():
-        overrides = values.get("model") if isinstance(values, dict) else None
-        if isinstance(overrides, dict):  # the `model` fields of this size: the model section's ranges
-            found = schema.section_problems("model", overrides, f"pretrain.sizes.{name}.model")
-            if found:
-                out += found
-                continue
         try:
             size(settings, name)
+            overrides = values.get("model") if isinstance(values, dict) else None
+            if isinstance(overrides, dict):  # this size's `model` fields: the model section's ranges
+                out += schema.section_problems("model", overrides, f"pretrain.sizes.{name}.model")
         except ConfigError as exc:  # every conflict of a given FFN when its values are integers
             where = f"pretrain.sizes.{name}"
             lines = []

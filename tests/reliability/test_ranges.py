@@ -160,3 +160,8 @@ def test_a_held_out_evaluation_of_no_batch_is_an_error_not_zero(shards):
     model = SimpleNamespace(eval=lambda: None, train=lambda: None)
     with pytest.raises(DeaMoEError, match="yields no held-out batch"):
         evaluate(model, TokenData.open(shards / "data"), s, None, "cpu")
+
+
+def test_more_cpu_ranks_than_cores_are_named_before_launching(work, failing, shards):
+    train_config(work / "c.yaml", shards, nproc_per_node=64, batch_size=128, device="cpu")
+    failing(_train(shards), "train.nproc_per_node=64", "cores")

@@ -95,7 +95,9 @@ def _sources(settings: DataSettings) -> str:
     if settings.source == "files":
         paths = _expand(settings.files)
         more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
-        return f"data.files {list(settings.files)}: {', '.join(map(str, paths[:3])) + more or 'no regular file'}"
+        if not paths:
+            return f"data.files {list(settings.files)}, which match no regular file"
+        return f"data.files {list(settings.files)}: {', '.join(map(str, paths[:3])) + more}"
     return str(BUNDLED) if settings.source == "bundled" else settings.redpajama_name
 
 
@@ -113,8 +115,7 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
     out = Path(out)
     texts = lambda: (t for _, t in iter_documents(settings))  # noqa: E731
     if not any(t.strip() for t in texts()):
-        raise DataError(f"data.source={settings.source}: the corpus is empty ({_sources(settings)} "
-                        "hold no text)")
+        raise DataError(f"data.source={settings.source}: the corpus is empty; no text in {_sources(settings)}")
     tok = toklib.build(settings.tokenizer, texts(), settings.vocab_size)
     vocab = len(tok)
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
