@@ -12,13 +12,14 @@ import argparse
 from deamoe.shapes import ALL_MODEL_NAMES
 
 
-def _int(text: str, low: int) -> int:
+def _int(text: str, low: int, high: int | None = None) -> int:
+    what = f"an integer >= {low}" + (f" and <= {high}" if high is not None else "")
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-    if value < low:
-        raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+    if value < low or (high is not None and value > high):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
 
 
@@ -30,9 +31,38 @@ def non_negative_int(text: str) -> int:
     return _int(text, 0)
 
 
-def trials(text: str) -> int:
-    """Monte Carlo trials: at least 2 (a standard error needs two samples)."""
-    return _int(text, 2)
+def _bounds(section: str, key: str) -> tuple[int, int | None]:
+    """The range of integer config key section.key (of its items, for a list) in its schema."""
+    from deamoe import schema
+
+    prop = ((schema.load(section) or {}).get("properties") or {}).get(key, {})
+    prop = prop.get("items", prop)
+    return prop.get("minimum", 1), prop.get("maximum")
+
+
+def config_int(section: str, key: str):
+    """The type of a flag that overrides integer config key section.key: the schema's range."""
+    low, high = _bounds(section, key)
+    return lambda text: _int(text, low, high)
+
+
+def config_int_list(section: str, key: str):
+    """The type of a flag that overrides config key section.key, a list of integers given as
+    comma-separated values (at least one), each in the schema's range."""
+    low, high = _bounds(section, key)
+
+    def parse(text: str) -> list[int]:
+        items = [x.strip() for x in text.split(",")]
+        try:
+            if not text.strip() or any(not x for x in items):
+                raise argparse.ArgumentTypeError("")
+            return [_int(x, low, high) for x in items]
+        except argparse.ArgumentTypeError:
+            bound = f" and <= {high}" if high is not None else ""
+            raise argparse.ArgumentTypeError(f"must be comma-separated integers >= {low}{bound}, "
+                                             f"got {text!r}") from None
+
+    return parse
 
 
 def positive_float(text: str) -> float:
@@ -43,17 +73,6 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
     return value
-
-
-def positive_int_list(text: str) -> list[int]:
-    """Comma-separated integers >= 1, e.g. `1,8,64` (at least one)."""
-    items = [x.strip() for x in text.split(",")]
-    if not text.strip() or any(not x for x in items):
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}")
-    try:
-        return [_int(x, 1) for x in items]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers >= 1, got {text!r}") from None
 
 
 def model_list(text: str) -> list[str]:

@@ -32,17 +32,27 @@ def _parsers():
 
 def config_problems(doc: dict) -> list[str]:
     """Every problem of the pipeline config `doc`, one line each (empty: the config is good)."""
-    problems, parsed = [], {}
-    for name, parse in _parsers().items():
+    from deamoe import schema
+    from deamoe.settings import SECTIONS
+
+    problems, parsed, parsers = schema.top_level_problems(doc), {}, _parsers()
+    for name in SECTIONS:
         value = doc.get(name)
         if value is None:  # absent: its defaults, which cannot conflict with what is given
             continue
         try:
-            parsed[name] = parse(value)
+            if name in parsers:
+                parsed[name] = parsers[name](value)
         except ConfigError as exc:
             problems.append(str(exc))
+            continue
         except (TypeError, ValueError) as exc:  # a value of a type the dataclass cannot hold
             problems.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            continue
+        out_of_range = schema.section_problems(name, value)  # the schema's types and ranges
+        if out_of_range:
+            problems += out_of_range
+            parsed.pop(name, None)
     problems += _conflicts(parsed)
     return problems
 
@@ -106,6 +116,7 @@ def _ablation_conflicts(settings) -> list[str]:
 
 def _pretrain_conflicts(settings) -> list[str]:
     """Every size of the ladder: its decoder, its FFN pair, their budget match, its seeds."""
+    from deamoe import schema
     from deamoe.shapes import ffn_conflicts
     from deamoe.train.runs import size
 
@@ -113,6 +124,9 @@ def _pretrain_conflicts(settings) -> list[str]:
     for name, values in settings.pretrain.sizes.items():
         try:
             size(settings, name)
+            overrides = values.get("model") if isinstance(values, dict) else None
+            if isinstance(overrides, dict):  # this size's `model` fields: the model section's ranges
+                out += schema.section_problems("model", overrides, f"pretrain.sizes.{name}.model")
         except ConfigError as exc:  # every conflict of a given FFN when its values are integers
             where = f"pretrain.sizes.{name}"
             lines = []
@@ -125,6 +139,24 @@ def _pretrain_conflicts(settings) -> list[str]:
                     lines += ffn_conflicts(kind, ffn, f"{where}.{which}")
             out += lines or [str(exc)]
     return out
+
+
+def _warmup_conflicts(settings) -> list[str]:
+    """train.warmup_steps below the steps of every run: a warm-up as long as the run never
+    reaches the peak learning rate, and its cosine decay never runs."""
+    from deamoe.train.runs import ablation_run_names, pretrain_run_names, run_spec
+
+    warmup = settings.train.warmup_steps
+    for name in pretrain_run_names(settings) + ablation_run_names(settings):
+        try:
+            steps = run_spec(settings, name).steps
+        except ConfigError:
+            return []  # reported with its section
+        if warmup >= steps:
+            return [f"train.warmup_steps={warmup} must be less than the steps of every run "
+                    f"(run {name} has {steps}: train.steps, ablation.steps, pretrain.steps or "
+                    "pretrain.sizes.<size>.steps)"]
+    return []
 
 
 def _conflicts(s: dict) -> list[str]:
@@ -141,6 +173,7 @@ def _conflicts(s: dict) -> list[str]:
 
         settings = Settings("", *(s[k] for k in training))
         out += _pretrain_conflicts(settings) + _ablation_conflicts(settings)
+        out += [] if out else _warmup_conflicts(settings)
     if "serve" in s and "model" in s and "train" in s:
         out += _serve_conflicts(s["serve"], s["model"], s["train"])
     if "eval" in s and "model" in s and "train" in s:

@@ -3,12 +3,15 @@
 Each stage package has a `cli.py` with `register(subparsers)` adding its commands; a command's
 function receives the parsed namespace and returns an exit status.  A bad argument (checked by
 the types of deamoe.argtypes), a DeaMoEError, or an unreadable/unwritable path the user named
-becomes one line on stderr and exit status 2.
+becomes one line on stderr and exit status 2.  SIGTERM stops a command like Ctrl-C (its `finally`
+blocks remove its staging folders and locks; exit status 143).  Any other exception is a fault of
+the program, not of the input: one line naming it, exit status 1 (`--traceback` shows where).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
@@ -23,6 +26,14 @@ STAGE_MODULES = [
 ]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that the command unwinds as after Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `PROG: error: MESSAGE (see PROG --help)`, exit status 2."""
 
@@ -32,6 +43,8 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m deamoe", description=__doc__.splitlines()[0])
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an unexpected error, print the traceback (default: one line)")
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
     for name in STAGE_MODULES:
         try:
@@ -45,23 +58,50 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from deamoe.errors import DeaMoEError
+    import signal
 
     args = build_parser().parse_args(argv)
+    previous = None
+    with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker): leave it
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _run(args)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _run(args) -> int:
+    from deamoe.errors import DeaMoEError
+
     try:
         return int(args.func(args) or 0)
     except DeaMoEError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"terminated: python -m deamoe {args.command}", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:  # Ctrl-C: outputs are atomic, a training run keeps its last checkpoint
         print(f"interrupted: python -m deamoe {args.command}", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the user gave that cannot be read or written
         if exc.filename is None:
-            raise
+            return _unexpected(args, exc)
         hint = " (a file is where a folder is needed)" if isinstance(exc, (FileExistsError, NotADirectoryError)) else ""
         print(f"error: {exc.filename}: {exc.strerror or exc}{hint}", file=sys.stderr)
         return 2
+    except Exception as exc:  # noqa: BLE001 - a fault of the program: one line unless asked
+        return _unexpected(args, exc)
+
+
+def _unexpected(args, exc: BaseException) -> int:
+    if args.traceback:
+        raise exc
+    first = str(exc).splitlines()[0][:300] if str(exc).strip() else ""
+    print(f"error: python -m deamoe {args.command} failed unexpectedly ({type(exc).__name__}: {first}); "
+          "rerun with `python -m deamoe --traceback ...` to see where", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

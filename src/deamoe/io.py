@@ -1,17 +1,26 @@
-"""Atomic writes that never remove what the project did not write; text reads that name the fault.
+"""Atomic writes that never touch what the project did not write; text reads that name the fault.
 
 Every stage writes through these helpers (write to a temporary sibling, then rename), so a killed
 job leaves either the old output or the new one, never a half-written one, and a failed command
-leaves no staging folder (`.NAME.xxxx`) behind.
+leaves no staging folder (`.NAME.xxxx`) behind; one killed outright (kill -9) leaves its staging
+folder, which the next write of the same output removes (its writer holds a lock in it while it
+lives, so a folder still in use is never removed).
 
 What may be replaced:
-- a file output (`atomic_path`, `write_text`, ...) replaces an existing *file* atomically; an
-  existing directory at that path is an error naming it (it is never removed);
+- a file output (`atomic_path`, `write_text`, ...) replaces an existing file only when the project
+  wrote it: its folder's marker file `.deamoe-output` names it (every write adds the name).  An
+  existing file it does not name, a directory or a link at that path is an error naming it;
 - a directory output (`atomic_dir`) replaces an existing directory only when that directory is
-  recognisably the project's own output: it holds the marker file `.deamoe-output`, which
-  `atomic_dir` writes into every directory it creates (an empty directory is taken over too).  A
-  directory without the marker, the working directory or any folder above it, and a folder holding
-  `.git` are never replaced: the command stops with an error naming the path.
+  recognisably the project's own output: its `.deamoe-output` says it was written as a whole,
+  which `atomic_dir` writes into every directory it creates (an empty directory is taken over
+  too).  A directory without that marker, the working directory or any folder above it, and a
+  folder holding `.git` are never replaced: the command stops with an error naming the path;
+- nothing under `reports/measured/` (the committed GPU measurements) is written, unless the
+  command that owns a committed table replaces it (`replace_committed`, after validating it).
+
+Commands call `check_outputs` before any work, so a path they would refuse is named before an
+hour of training rather than after, and hold `folder_lock` on the folder they write, so two
+commands never write one folder at once.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,6 +38,10 @@ from typing import Any, Iterator
 from deamoe.errors import DataError, DeaMoEError
 
 OUTPUT_MARKER = ".deamoe-output"
+WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
+FILES_BELOW = "written by python -m deamoe: the files named below"
+STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
+COMMITTED = ("reports", "measured")  # a folder of committed measurements
 
 
 class OutputPathError(DeaMoEError):
@@ -56,51 +70,71 @@ def _remove_created(created: list[Path]) -> None:
             folder.rmdir()
 
 
-@contextlib.contextmanager
-def _staged(path: Path) -> Iterator[tuple[Path, list[Path]]]:
-    """A private staging folder `.NAME.xxxx` beside `path`, removed whatever happens."""
-    created = _make_parent(path.parent)
+# --- what the project wrote ----------------------------------------------------------------
+
+def _marker_lines(folder: Path) -> list[str]:
     try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as exc:
-        _remove_created(created)
-        raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
-    ok = False
-    try:
-        yield stage, created
-        ok = True
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)  # made by mkdtemp above: ours alone
-        if not ok:
-            _remove_created(created)
+        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
 
 
-@contextlib.contextmanager
-def staging_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends."""
-    with _staged(Path(path)) as (stage, _):
-        yield stage
+def _whole(folder: Path) -> bool:
+    lines = _marker_lines(folder)
+    return bool(lines) and lines[0] == WHOLE_FOLDER
 
 
-def check_output_file(path: str | os.PathLike) -> None:
-    """Fail before any work when a file output's path is a directory (it is never removed)."""
-    if Path(path).is_dir():
-        raise OutputPathError(f"{path} is a directory; give a file path for this output")
+def is_ours(path: str | os.PathLike) -> bool:
+    """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
+    written as a whole), or a folder written as a whole."""
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return _whole(path)
+    lines = _marker_lines(path.parent)
+    return bool(lines) and (lines[0] == WHOLE_FOLDER or (lines[0] == FILES_BELOW and path.name in lines[1:]))
 
 
-@contextlib.contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary file path next to `path`; on success rename it onto `path`.
+def _record(path: Path) -> None:
+    """Name `path` in its folder's marker (created on first use; appends are serialised)."""
+    if _in_staging(path) or _whole(path.parent):
+        return  # a private scratch folder, or a folder that is ours as a whole
+    with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        lines = fh.read().splitlines()
+        if not lines:
+            fh.write(FILES_BELOW + "\n")
+        if path.name not in lines[1:]:
+            fh.write(path.name + "\n")
 
-    An existing file is replaced atomically; an existing directory is an error (never removed).
+
+def _in_staging(path: Path) -> bool:
+    return any((folder / STAGING_MARK).is_file() for folder in path.parents)
+
+
+def _committed(path: Path) -> bool:
+    parts = Path(os.path.abspath(path)).parts
+    return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
+
+
+def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
+    """Fail before any work unless file output `path` is absent or the project wrote it.
+
+    A directory, a link or a file the project did not write is never replaced; nor is anything
+    under reports/measured/ unless `replace_committed` (the command owning that table).
     """
     path = Path(path)
-    check_output_file(path)
-    with _staged(path) as (stage, _):
-        tmp = stage / path.name
-        yield tmp
-        check_output_file(path)  # a directory may have appeared while we were writing
-        os.replace(tmp, path)
+    if path.is_dir() and not path.is_symlink():
+        raise OutputPathError(f"{path} is a directory; give a file path for this output")
+    if _committed(path) and not replace_committed:
+        raise OutputPathError(f"{path} is under reports/measured/ (committed measurements, written "
+                              "only by the command that owns each table); give another path")
+    if (path.exists() or path.is_symlink()) and not replace_committed and not is_ours(path):
+        raise OutputPathError(
+            f"{path} exists and was not written by deamoe (not named in "
+            f"{path.parent / OUTPUT_MARKER}); give another path or remove it yourself")
 
 
 def check_replaceable_dir(path: str | os.PathLike) -> None:
@@ -115,11 +149,111 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
         raise OutputPathError(f"{path} is the working directory or holds it; give a new folder for this output")
     if (path / ".git").exists():
         raise OutputPathError(f"{path} holds a .git repository; give a new folder for this output")
-    if any(path.iterdir()) and not (path / OUTPUT_MARKER).is_file():
+    if _committed(path):
+        raise OutputPathError(f"{path} is under reports/measured/ (committed measurements); give another folder")
+    if any(path.iterdir()) and not _whole(path):
         raise OutputPathError(
             f"{path} exists and was not written by deamoe (no {OUTPUT_MARKER} marker); "
             "give a new folder or remove it yourself"
         )
+
+
+def check_outputs(files=(), dirs=(), replace_committed: bool = False) -> None:
+    """Before any work: every file output absent or the project's (`check_output_file`), every
+    directory output absent, empty or the project's (`check_replaceable_dir`); the staging
+    folders a killed earlier write of each left behind are removed."""
+    for f in files:
+        check_output_file(f, replace_committed=replace_committed)
+    for d in dirs:
+        check_replaceable_dir(d)
+    for path in (*files, *dirs):
+        clear_stale_staging(path)
+
+
+# --- staging --------------------------------------------------------------------------------
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock of `path`, or None when another process holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def clear_stale_staging(path: str | os.PathLike) -> None:
+    """Remove the staging folders (`.NAME.xxxx`) of output `path` whose writer has ended.
+
+    Only folders holding our staging mark qualify, and only when its lock is free: a writer holds
+    it while it lives, and the kernel drops it when the writer ends, kill -9 included.
+    """
+    path = Path(path)
+    pattern = re.compile(re.escape(f".{path.name}.") + r"[^.]+")
+    with contextlib.suppress(OSError):
+        for entry in path.parent.iterdir():
+            mark = entry / STAGING_MARK
+            if not (pattern.fullmatch(entry.name) and entry.is_dir() and not entry.is_symlink()
+                    and mark.is_file()):
+                continue
+            fd = _try_lock(mark)
+            if fd is not None:
+                shutil.rmtree(entry, ignore_errors=True)
+                os.close(fd)
+
+
+@contextlib.contextmanager
+def _staged(path: Path) -> Iterator[Path]:
+    """A private staging folder `.NAME.xxxx` beside `path`, removed whatever happens."""
+    created = _make_parent(path.parent)
+    clear_stale_staging(path)
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    except OSError as exc:
+        _remove_created(created)
+        raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
+    # The mark appears already locked (created under another name, then renamed), so another
+    # process's clear_stale_staging never takes a live staging folder for a dead one.
+    fd = os.open(stage / ".mark", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.replace(stage / ".mark", stage / STAGING_MARK)
+    ok = False
+    try:
+        yield stage
+        ok = True
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)  # made by mkdtemp above: ours alone
+        os.close(fd)
+        if not ok:
+            _remove_created(created)
+
+
+@contextlib.contextmanager
+def staging_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends."""
+    with _staged(Path(path)) as stage:
+        yield stage
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, replace_committed: bool = False) -> Iterator[Path]:
+    """Yield a temporary file path next to `path`; on success rename it onto `path`.
+
+    Only a file the project wrote is replaced (`check_output_file`, before and after the work).
+    """
+    path = Path(path)
+    check_output_file(path, replace_committed)
+    with _staged(path) as stage:
+        tmp = stage / path.name
+        yield tmp
+        check_output_file(path, replace_committed)  # something may have appeared meanwhile
+        if not replace_committed:
+            _record(path)  # before the rename: a named file that is absent harms nobody
+        os.replace(tmp, path)
 
 
 @contextlib.contextmanager
@@ -133,29 +267,45 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     check_replaceable_dir(path)
-    with _staged(path) as (stage, _):
+    with _staged(path) as stage:
         tmp = stage / path.name
         tmp.mkdir()
         yield tmp
-        (tmp / OUTPUT_MARKER).write_text("written by python -m deamoe; rewritten as a whole\n")
+        (tmp / OUTPUT_MARKER).write_text(WHOLE_FOLDER + "\n")
         check_replaceable_dir(path)
         if path.exists():
             os.replace(path, stage / ".old")  # removed with the staging folder
         os.replace(tmp, path)
 
 
+# --- one writer per folder ------------------------------------------------------------------
+
+LOCK_TEXT = re.compile(r"\d*\n?")  # what a lock file holds: its holder's PID
+
+
 @contextlib.contextmanager
-def folder_lock(folder: str | os.PathLike, name: str = ".lock", what: str = "another process") -> Iterator[Path]:
+def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str = "another process",
+                subject: str | os.PathLike | None = None) -> Iterator[Path]:
     """Hold an exclusive lock on `folder` for the block: flock on FOLDER/NAME, which holds our PID.
 
-    A second holder fails at once with an error naming the first one's PID.  The kernel drops a
-    flock when its process ends, however it ends (kill -9 included), so no stale lock is left.
-    The lock file is removed when the block ends (and the folder too, if this call created it and
-    the block failed leaving it empty), so a finished or failed command leaves nothing behind.
+    A second holder fails at once with an error naming `subject` (default: the folder) and the
+    first one's PID.  The kernel drops a flock when its process ends, however it ends (kill -9
+    included), so no stale lock is left.  The lock file is removed when the block ends (and the
+    folder too, if this call created it and the block failed leaving it empty), so a finished or
+    failed command leaves nothing behind.  A file of that name that is no lock file (it holds
+    more than a PID) is never taken over.
     """
     folder = Path(folder)
-    created = _make_parent(folder)
+    subject = folder if subject is None else subject
     lock = folder / name
+    if lock.is_file() and not lock.is_symlink() and lock.stat().st_size <= 32:
+        foreign = not LOCK_TEXT.fullmatch(lock.read_bytes().decode(errors="replace"))
+    else:
+        foreign = lock.exists() or lock.is_symlink()
+    if foreign:
+        raise OutputPathError(f"{lock} exists and is not a deamoe lock file; remove it yourself or "
+                              "give another output folder")
+    created = _make_parent(folder)
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -163,8 +313,9 @@ def folder_lock(folder: str | os.PathLike, name: str = ".lock", what: str = "ano
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
+            _remove_created(created)
             raise DeaMoEError(
-                f"{folder} is in use by {what} (PID {holder}, lock {lock}); wait for it to end "
+                f"{subject} is in use by {what} (PID {holder}, lock {lock}); wait for it to end "
                 f"or stop it (kill {holder}) first"
             ) from None
         # the holder before us may have removed the file between our open and our flock
@@ -185,8 +336,16 @@ def folder_lock(folder: str | os.PathLike, name: str = ".lock", what: str = "ano
             _remove_created(created)
 
 
-def write_text(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def output_lock(path: str | os.PathLike, what: str = "another deamoe command"):
+    """The lock of an output that is replaced as a whole (`atomic_dir`): `.NAME.lock` beside it."""
+    path = Path(os.path.abspath(path))
+    return folder_lock(path.parent, f".{path.name}.lock", what=what, subject=path)
+
+
+# --- writing and reading ----------------------------------------------------------------------
+
+def write_text(path: str | os.PathLike, text: str, replace_committed: bool = False) -> None:
+    with atomic_path(path, replace_committed) as tmp:
         tmp.write_text(text)
 
 
@@ -194,12 +353,10 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
 
 
-def write_csv(path: str | os.PathLike, frame) -> None:
+def write_csv(path: str | os.PathLike, frame, replace_committed: bool = False) -> None:
     """Write a pandas DataFrame as CSV atomically (no index column)."""
-    with atomic_path(path) as tmp:
+    with atomic_path(path, replace_committed) as tmp:
         frame.to_csv(tmp, index=False)
-
-
 def gunzip(raw: bytes, path: str | os.PathLike) -> bytes:
     """The content of gzip file `path` (bytes `raw`, one or more members); DataError naming the
     file and the byte where it goes wrong: not gzip, corrupt, or truncated."""
@@ -246,3 +403,4 @@ def read_text(path: str | os.PathLike) -> str:
         where = "of the uncompressed text" if gz else "of the file"
         raise DataError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r} at "
                         f"offset {exc.start} {where})") from None
+

@@ -10,7 +10,6 @@ values that conflict across keys or sections stop every command before it does a
 from __future__ import annotations
 
 import dataclasses
-import json
 import typing
 from pathlib import Path
 from typing import Any, TypeVar
@@ -58,18 +57,18 @@ def read_config(path: str | Path) -> dict:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte offset {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"config file {path} cannot be read ({exc.strerror})") from None
-    try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    from deamoe.readers import load_json, load_yaml
 
-            data = yaml.safe_load(text)
+    try:  # both refuse a key given twice
+        data = (load_json if path.suffix == ".json" else load_yaml)(text, f"config file {path}")
+    except ConfigError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any parse error becomes one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ConfigError(f"config file {path} cannot be parsed: {first}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at top level")
+        raise ConfigError(f"config file {path} must hold a mapping at top level (section: settings), "
+                          f"not {type(data).__name__ if data is not None else 'nothing'}")
     from deamoe.checks import check_config
 
     try:

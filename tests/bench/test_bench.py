@@ -383,10 +383,11 @@ def test_merge_tpot_replaces_the_same_points(tmp_path):
 
     from deamoe.bench.decode import merge_tpot
 
-    cols = ["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"]
+    cols = ["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "date", "git_sha"]
     into, new = tmp_path / "into.csv", tmp_path / "new.csv"
-    pd.DataFrame([["m", 4, 1.0, 1.0], ["m", 8, 2.0, 2.0]], columns=cols).to_csv(into, index=False)
-    pd.DataFrame([["m", 160, 5.0, 6.0], ["m", 8, 3.0, 2.5]], columns=cols).to_csv(new, index=False)
+    when = ["2026-12-01", "abc"]
+    pd.DataFrame([["m", 4, 1.0, 1.0, *when], ["m", 8, 2.0, 2.0, *when]], columns=cols).to_csv(into, index=False)
+    pd.DataFrame([["m", 160, 5.0, 6.0, *when], ["m", 8, 3.0, 2.5, *when]], columns=cols).to_csv(new, index=False)
     assert merge_tpot(new, into) == 3
     got = pd.read_csv(into)
     assert got["batch"].tolist() == [4, 8, 160] and got["baseline_tpot_ms"].tolist() == [1, 3, 5]

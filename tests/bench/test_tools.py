@@ -23,14 +23,19 @@ def test_overread_counts_unchosen_departments_only_at_few_tokens(tmp_path):
     assert q.dense_overread_bytes == pytest.approx((8 - q.distinct_depts) * 2 * 4096 * 1536 * 2)
 
 
+# what each row of an imported table must hold beside its model and batch
+LAYER = {"baseline_us": 10.0, "deamoe_us": 8.0, "date": "2026-12-01"}
+STEP = {"baseline_tpot_ms": 5.0, "deamoe_tpot_ms": 4.0, "date": "2026-12-01"}
+
+
 def test_import_concatenates_the_calls_and_fills_in_the_sha(tmp_path):
     a, b, dest = tmp_path / "a", tmp_path / "b", tmp_path / "dest"
     a.mkdir(), b.mkdir()
-    pd.DataFrame({"model": ["DeepSeek-V3"], "batch": [4], "git_sha": ["unknown"]}).to_csv(
+    pd.DataFrame({"model": ["DeepSeek-V3"], "batch": [4], "git_sha": ["unknown"], **LAYER}).to_csv(
         a / "microbench.csv", index=False)
-    pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [4], "git_sha": ["abc"]}).to_csv(
+    pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [4], "git_sha": ["abc"], **LAYER}).to_csv(
         b / "microbench.csv", index=False)
-    pd.DataFrame({"model": ["Baseline-7B"], "batch": [8], "git_sha": ["unknown"]}).to_csv(
+    pd.DataFrame({"model": ["Baseline-7B"], "batch": [8], "git_sha": ["unknown"], **STEP}).to_csv(
         b / "decode_tpot.csv", index=False)
     assert main(["bench", "import", str(a), str(b), "--sha", "541eb69", "--dest", str(dest)]) == 0
     mb = pd.read_csv(dest / "microbench.csv")
@@ -45,7 +50,7 @@ def test_import_puts_the_shared_expert_layers_beside_the_main_table(tmp_path):
     pd.DataFrame({"model": ["Baseline-7B"], "batch": [4]}).to_csv(dest / "microbench.csv",
                                                                   index=False)
     pd.DataFrame({"model": ["DeepSeek-V3+shared", "Kimi-K2+shared"], "batch": [4, 8],
-                  "git_sha": ["unknown", "unknown"]}).to_csv(run / "microbench.csv", index=False)
+                  "git_sha": ["unknown", "unknown"], **LAYER}).to_csv(run / "microbench.csv", index=False)
     assert main(["bench", "import", str(run), "--sha", "541eb69", "--dest", str(dest)]) == 0
     assert list(pd.read_csv(dest / "microbench.csv").model) == ["Baseline-7B"]  # untouched
     shared = pd.read_csv(dest / "microbench_shared.csv")

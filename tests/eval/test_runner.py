@@ -125,7 +125,7 @@ def test_task_subset_writes_only_those_tasks(tmp_path):
 
     s = settings(tmp_path, tasks=("piqa", "ptb"))
     runner.prepare_data(s, tmp_path)
-    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == ["piqa.jsonl", "ptb.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "data").glob("*.jsonl")) == ["piqa.jsonl", "ptb.jsonl"]
     assert runner.write_tasks(s, tmp_path) == ["deamoe_downstream", "ptb"]
     group = yaml.safe_load((tmp_path / "tasks" / "deamoe_downstream.yaml").read_text())
     (entry,) = group["task"]

@@ -55,7 +55,7 @@ def test_no_results_is_a_clear_error(tmp_path):
         build_tables(tmp_path)
     (tmp_path / "x").mkdir()
     (tmp_path / "x" / "lm_eval.json").write_text("{}")
-    with pytest.raises(DataError, match="no 'results' key"):
+    with pytest.raises(DataError, match="missing key 'results'"):
         build_tables(tmp_path)
 
 

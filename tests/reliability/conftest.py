@@ -110,3 +110,50 @@ def checkpoint(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("ckpt") / "checkpoint"
     _save_hf(cfg, DeaMoEForCausalLM(cfg), None, tok, path)
     return path
+
+
+def train_config(path: Path, corpus: Path, **train) -> Path:
+    """config.yaml for a very small model trained on the text files in `corpus` (a few seconds a
+    run), with `train` merged over its train section."""
+    return write_config(
+        path,
+        data={"source": "files", "files": [str(corpus / "*.txt")], "vocab_size": 300},
+        model={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
+               "max_position_embeddings": 32},
+        train={"seq_len": 16, "batch_size": 4, "micro_batch_size": 2, "steps": 6, "warmup_steps": 2,
+               "checkpoint_every": 3, "eval_batches": 2, "threads": 1, **train},
+        ablation={"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2, "k_expert": 3, "last_n": 3},
+        pretrain={"sizes": {"t": {"baseline": {"h_ffn": 16, "n_expert": 8, "k_expert": 4},
+                                  "deamoe": {"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2,
+                                             "k_expert": 4}}},
+                  "seeds": [0], "max_budget_deviation": 0.05},
+        serve={"input_len": 8, "output_len": 4},
+    )
+
+
+@pytest.fixture(scope="session")
+def shards(tmp_path_factory) -> Path:
+    """A folder with 60 kB of the bundled corpus (a.txt), its config (c.yaml) and its token
+    shards (data/, the `data` command run once)."""
+    import gzip
+
+    from deamoe.cli import main
+    from deamoe.train.data import DOC_SEPARATOR
+
+    root = tmp_path_factory.mktemp("corpus")
+    books = gzip.decompress((REPO / "data" / "corpus" / "gutenberg-slice.txt.gz").read_bytes()).decode()
+    (root / "a.txt").write_text(books.split(DOC_SEPARATOR)[0][:60000])
+    config = train_config(root / "c.yaml", root)
+    assert main(["data", "--config", str(config), "--out", str(root / "data")]) == 0
+    return root
+
+
+def copy_shards(shards: Path, to: Path) -> Path:
+    """A private copy of the token shards (to damage), tokenizer linked."""
+    import shutil
+
+    to.mkdir(parents=True)
+    for name in ("train.bin", "val.bin", "meta.json"):
+        shutil.copy(shards / "data" / name, to / name)
+    (to / "tokenizer").symlink_to(shards / "data" / "tokenizer")
+    return to

@@ -38,12 +38,14 @@ def test_file_output_from_the_repository_root_cannot_touch_the_checkout(monkeypa
     assert (REPO / ".git").exists() and tree(REPO / "src") == before
 
 
-def test_file_output_replaces_a_file_atomically(work, capsys):
-    (work / "t.csv").write_text("old")
-    status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
-    assert status == 0, err
-    assert (work / "t.csv").read_text().startswith("model,")
-    assert sorted(p.name for p in work.iterdir()) == ["t.csv"]  # no staging folder left
+def test_file_output_replaces_its_own_file_atomically_and_never_a_foreign_one(work, failing, capsys):
+    for models in ("Baseline-7B", "DeepSeek-V3"):  # the second run replaces the first's table
+        status, err = run_cli(["table1", "--models", models, "--out", "t.csv"], capsys)
+        assert status == 0, err
+    assert (work / "t.csv").read_text().splitlines()[1].startswith("DeepSeek-V3,")
+    assert sorted(p.name for p in work.iterdir()) == [OUTPUT_MARKER, "t.csv"]  # no staging folder left
+    (work / "mine.csv").write_text("old")
+    failing(["table1", "--models", "Baseline-7B", "--out", "mine.csv"], "mine.csv", "not written by deamoe")
 
 
 @pytest.mark.parametrize("setup, reason", [

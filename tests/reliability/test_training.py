@@ -6,44 +6,7 @@ import signal
 import subprocess
 import sys
 
-import pytest
-import yaml
-
-from conftest import REPO, assert_one_line_error, run_cli, tree, write_config
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    """Token shards of 60 kB of the bundled corpus (the `data` command, run once)."""
-    import gzip
-
-    from deamoe.train.data import DOC_SEPARATOR
-
-    root = tmp_path_factory.mktemp("corpus")
-    books = gzip.decompress((REPO / "data" / "corpus" / "gutenberg-slice.txt.gz").read_bytes()).decode()
-    (root / "a.txt").write_text(books.split(DOC_SEPARATOR)[0][:60000])
-    config = _config(root / "c.yaml", root)
-    from deamoe.cli import main
-
-    assert main(["data", "--config", str(config), "--out", str(root / "data")]) == 0
-    return root
-
-
-def _config(path, corpus, **train):
-    return write_config(
-        path,
-        data={"source": "files", "files": [str(corpus / "*.txt")], "vocab_size": 300},
-        model={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1,
-               "max_position_embeddings": 32},
-        train={"seq_len": 16, "batch_size": 4, "micro_batch_size": 2, "steps": 6, "warmup_steps": 2,
-               "checkpoint_every": 3, "eval_batches": 2, "threads": 1, **train},
-        ablation={"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2, "k_expert": 3, "last_n": 3},
-        pretrain={"sizes": {"t": {"baseline": {"h_ffn": 16, "n_expert": 8, "k_expert": 4},
-                                  "deamoe": {"h_ffn": 16, "n_dept": 4, "n_expert": 8, "k_dept": 2,
-                                             "k_expert": 4}}},
-                  "seeds": [0], "max_budget_deviation": 0.05},
-        serve={"input_len": 8, "output_len": 4},
-    )
+from conftest import assert_one_line_error, run_cli, train_config as _config, tree
 
 
 def _stopped_run(work, shards):

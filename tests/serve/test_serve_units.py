@@ -101,7 +101,7 @@ def test_tables_bad_input(tmp_path):
         tables.write_tables(tmp_path, tmp_path / "out", ServeSettings())
     (tmp_path / "deamoe").mkdir()
     (tmp_path / "deamoe" / "c1.json").write_text(json.dumps({"model": "deamoe"}))
-    with pytest.raises(DataError, match="missing field"):
+    with pytest.raises(DataError, match="c1.json: missing key .concurrency."):
         tables.write_tables(tmp_path, tmp_path / "out", ServeSettings())
     assert not (tmp_path / "out" / "tpot.csv").exists()
 

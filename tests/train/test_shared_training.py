@@ -46,7 +46,7 @@ def test_lm_with_shared_experts_balances_routed_experts_only(ffn_type):
 
 
 def test_pretrain_pair_with_shared_experts_trains_and_reloads(tmp_path, make_config, shards):
-    s = load_settings(_with_shared(make_config(tmp_path, steps=2)))
+    s = load_settings(_with_shared(make_config(tmp_path, steps=2, warmup_steps=1)))
     z = size(s, "t")
     assert z.baseline.n_shared == z.deamoe.n_shared == 1
     for name in ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0"):

@@ -28,7 +28,7 @@ def test_dry_run_plans_every_stage_and_writes_nothing(snakemake, workdir):
     # the report outputs are what `all` asks for
     assert "reports/figures/figure4_5_microbench.png" in proc.stdout + proc.stderr
     # parsing writes nothing: a dry run, a listing, a dry run with other settings
-    for args in (["--list"], ["-n", "--cores", "1", "--config", "train={'steps': 7}"]):
+    for args in (["--list"], ["-n", "--cores", "1", "--config", "train={'steps': 70}"]):
         assert snakemake(workdir, *args).returncode == 0
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 

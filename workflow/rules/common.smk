@@ -28,6 +28,9 @@ SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
 # this checkout's package: its cross-field checks are the ones the commands run
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from deamoe.checks import config_problems
+from deamoe.errors import ConfigError
+from deamoe.readers import load_json, load_yaml
+from deamoe.schema import first_problem, load as load_schema
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
@@ -39,28 +42,30 @@ def _schema_error(exc, instance, schema_path, prefix=""):
     """One line naming the key at fault.
 
     Snakemake's validate() flattens the jsonschema error into text without its path, so the same
-    instance is checked again here with jsonschema to get the path of the best-matching error.
+    instance is checked again (deamoe.schema, the commands' check too) for the best-matching
+    error with its path.
     """
-    import jsonschema
-
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    schema.pop("$schema", None)
+    name = Path(schema_path).name.removesuffix(".schema.yaml")
     try:
-        best = jsonschema.exceptions.best_match(
-            jsonschema.Draft202012Validator(schema).iter_errors(instance)
-        )
+        problem = first_problem(load_schema(name), instance, prefix)
     except Exception:  # e.g. a $ref this plain re-check cannot resolve: keep Snakemake's text
-        best = None
-    if best is None:
+        problem = None
+    if problem is None:
         return WorkflowError(f"config{' section ' + prefix if prefix else ''}: {exc}")
-    path = ".".join(([prefix] if prefix else []) + [str(p) for p in best.absolute_path])
-    if best.validator == "additionalProperties" and isinstance(best.instance, dict):
-        # name the unknown key itself, not only the section that holds it
-        allowed = set(best.schema.get("properties", {}))
-        extra = sorted(set(best.instance) - allowed)
-        keys = ", ".join(f"{path}.{k}" if path else k for k in extra)
-        return WorkflowError(f"config: unknown key {keys} (allowed: {', '.join(sorted(allowed))})")
-    return WorkflowError(f"config: {path or '<top level>'}: {best.message}")
+    return WorkflowError(f"config: {problem}")
+
+
+def check_config_files(paths):
+    """Each config file read (config.yaml, --configfile): a key given twice is an error naming
+    the file and line -- YAML would keep the second value and drop the first silently."""
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            (load_json if str(path).endswith(".json") else load_yaml)(text, str(path))
+        except ConfigError as exc:
+            raise WorkflowError(f"config: {exc}") from None
+        except (OSError, UnicodeDecodeError):
+            pass  # Snakemake itself reported an unreadable file before this point
 
 
 def validate_config(cfg):
@@ -109,6 +114,7 @@ def _typed_cli_overrides(cfg, overrides):
 for _key, _value in dict(workflow.config_settings.config).items():
     if isinstance(_value, dict) and isinstance(config.get(_key), dict):
         _typed_cli_overrides(config[_key], _value)
+check_config_files(workflow.configfiles)
 validate_config(config)
 # plain dicts/lists only (no Snakemake wrappers) so the YAML is readable by any tool
 RESOLVED = json.loads(json.dumps(dict(config)))

@@ -26,7 +26,7 @@ rule serve:
         gpu=0,
     shell:
         "{DEAMOE} serve --config {RESOLVED_CONFIG} --checkpoint {input.checkpoint}"
-        " --model {wildcards.model} --out {output} > {log} 2>&1"
+        " --model {wildcards.model} --out {output} --log logs/serve/{wildcards.model}.server.log > {log} 2>&1"
 
 
 rule serve_tables:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from deamoe.analysis.settings import AnalysisSettings
-from deamoe.argtypes import model_list, non_negative_int, positive_int, positive_int_list, trials
+from deamoe.argtypes import config_int, config_int_list, model_list, non_negative_int, positive_int
 
 
 def cmd_table1(args) -> int:
@@ -62,12 +62,23 @@ def cmd_loading(args) -> int:
     models = args.models or s.models
     tokens = args.tokens or s.loading_tokens
     trials = args.trials or s.loading_trials
+    _check_loading_fits(models, tokens, trials)
     df = loading_table(models, tokens, trials=trials, seed=s.seed)
     for key, value in provenance().items():
         df[key] = value
     write_csv(args.out, df)
     print(f"wrote {args.out} ({len(df)} rows)")
     return 0
+
+
+def _check_loading_fits(models, tokens, trials) -> None:
+    """The largest point's router logits (float32, trials x tokens x experts) and their top-k."""
+    from deamoe.memory import check_fits
+    from deamoe.shapes import table1_row
+
+    experts = max(max(r.baseline.n_expert, r.deamoe.n_expert) for r in map(table1_row, models))
+    check_fits(2 * 4 * trials * max(tokens) * experts, "Figure 2's Monte Carlo",
+               "--trials / analysis.loading_trials x the largest of --tokens / analysis.loading_tokens")
 
 
 def register(sub) -> None:
@@ -89,7 +100,9 @@ def register(sub) -> None:
     p.add_argument("--config", help="pipeline config (reads its `analysis` section)")
     p.add_argument("--models", type=model_list, help="comma-separated model names, '<model>+shared' for "
                    "the real shared experts (default: config, else all presets)")
-    p.add_argument("--tokens", type=positive_int_list, help="comma-separated tokens per step (default: config)")
-    p.add_argument("--trials", type=trials, help="Monte Carlo trials per point, >= 2 (default: config)")
+    p.add_argument("--tokens", type=config_int_list("analysis", "loading_tokens"),
+                   help="comma-separated tokens per step (default: config)")
+    p.add_argument("--trials", type=config_int("analysis", "loading_trials"),
+                   help="Monte Carlo trials per point, >= 2 (default: config)")
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=cmd_loading)

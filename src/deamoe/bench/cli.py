@@ -19,10 +19,13 @@ import argparse
 from pathlib import Path
 
 TABLE = "reports/measured/h200/microbench.csv"
+# what `microbench` writes into its --out folder
+MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench.csv", "stages.csv",
+                      "decode_tpot.csv", "vllm_peer.csv", "vllm_kernel/vllm_fused_moe.py")
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
-from deamoe.argtypes import model_list, positive_int_list
+from deamoe.argtypes import config_int_list, model_list, positive_int
 
 
 def register(sub) -> None:
@@ -36,7 +39,7 @@ def register(sub) -> None:
     p.add_argument("--config", required=True, help="pipeline config YAML (section `microbench`)")
     p.add_argument("--out", required=True, help="output directory (e.g. results/microbench)")
     p.add_argument("--models", type=model_list, help="comma-separated subset of microbench.models")
-    p.add_argument("--batches", type=positive_int_list,
+    p.add_argument("--batches", type=config_int_list("microbench", "batches"),
                    help="comma-separated batch sizes (overrides microbench.batches)")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
@@ -78,18 +81,18 @@ def _register_bench(sub) -> None:
                    help="[moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] (VALUE '+sfx': the committed "
                    "tile with -sfx appended) or MODEL:BATCH")
     t.add_argument("--table", default=TABLE)
-    t.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
+    t.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
     t = tool("trace", _trace, "CUDA: kernel timeline (stream, start, duration, idle gap) of the "
              "picked layers in their CUDA graph -> OUT/trace.csv")
     t.add_argument("--table", default=TABLE)
-    t.add_argument("--models", default="Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B")
-    t.add_argument("--batches", default="4,16,64,128")
-    t.add_argument("--copies", type=int, help="layer copies per graph (default: 4 for "
+    t.add_argument("--models", type=model_list, default="Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B")
+    t.add_argument("--batches", type=config_int_list("microbench", "batches"), default="4,16,64,128")
+    t.add_argument("--copies", type=positive_int, help="layer copies per graph (default: 4 for "
                    "Baseline-7B, 1 for the larger models)")
     tool("read-sizes", _read_sizes, "CUDA: streaming read by read size -> OUT/read_sizes.csv")
     t = tool("overread", _overread, "CPU: distinct departments and the dense department GEMM's "
              "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
-    t.add_argument("--draws", type=int, default=2000)
+    t.add_argument("--draws", type=positive_int, default=2000)
     t = tool("import", _import, "copy a device run's tables (several parts of one run: "
              "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
              "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
@@ -106,8 +109,8 @@ def _register_bench(sub) -> None:
     t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
     t.add_argument("--paths", default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
-    t.add_argument("--tokens", type=int, default=32768, help="tokens per layer call")
-    t.add_argument("--steps", type=int, default=10, help="timed steps per run and path")
+    t.add_argument("--tokens", type=positive_int, default=32768, help="tokens per layer call")
+    t.add_argument("--steps", type=positive_int, default=10, help="timed steps per run and path")
     _register_peer(tools)
 
 
@@ -129,8 +132,8 @@ def _register_peer(tools) -> None:
     rn.add_argument("--table", default=TABLE, help="the microbench.csv whose baseline picks are "
                     "timed (baseline_tile; '<model>+shared' points: their shared experts' "
                     "schedule too, e.g. reports/measured/h200/microbench_shared.csv)")
-    rn.add_argument("--rounds", type=int, default=2, help="interleaved rounds (the best kept)")
-    rn.add_argument("--replays", type=int, default=50, help="graph replays per timing")
+    rn.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
+    rn.add_argument("--replays", type=positive_int, default=50, help="graph replays per timing")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
     p.set_defaults(func=_peer)
 
@@ -186,8 +189,7 @@ def _trace(args) -> int:
     _needs_cuda("trace")
     from deamoe.bench.tools import trace
 
-    return trace(args.out, args.table, args.models.split(","),
-                 [int(b) for b in args.batches.split(",")], args.copies)
+    return trace(args.out, args.table, args.models, args.batches, args.copies)
 
 
 def _read_sizes(args) -> int:
@@ -268,11 +270,21 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.merge_decode_into:
         _check_merge_target(Path(args.merge_decode_into), out, skip)
-    if not torch.cuda.is_available():
-        write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
-                                         **provenance("cpu")})
-        print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
-        return 0
+    from deamoe.io import check_outputs, folder_lock
+
+    check_outputs(files=[out / name for name in MICROBENCH_OUTPUTS])
+    with folder_lock(out, what="another `python -m deamoe microbench`"):
+        if not torch.cuda.is_available():
+            write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",
+                                             **provenance("cpu")})
+            print(f"no CUDA GPU: wrote {out / 'status.json'}; the report uses the committed tables")
+            return 0
+        return _microbench(s, out, skip, tiles_from, args.merge_decode_into)
+
+
+def _microbench(s, out: Path, skip: set[str], tiles_from, merge_into) -> int:
+    import torch
+
     if "decode" not in skip and s.decode:  # a decoder too large for the GPU: before any work
         from deamoe.bench.decode import DecoderShape, check_decode_fits
 
@@ -281,9 +293,9 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     from deamoe.bench.run import run_all
 
     rc = run_all(s, out, skip, tiles_from)
-    if args.merge_decode_into and (out / "decode_tpot.csv").exists():
+    if merge_into and (out / "decode_tpot.csv").exists():
         from deamoe.bench.decode import merge_tpot
 
-        n = merge_tpot(out / "decode_tpot.csv", args.merge_decode_into)
-        print(f"merged {out / 'decode_tpot.csv'} into {args.merge_decode_into} ({n} rows)")
+        n = merge_tpot(out / "decode_tpot.csv", merge_into)
+        print(f"merged {out / 'decode_tpot.csv'} into {merge_into} ({n} rows)")
     return rc

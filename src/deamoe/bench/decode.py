@@ -171,20 +171,11 @@ def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
 
 
 def read_tpot(path):
-    """A decode_tpot.csv as a DataFrame; a DataError naming the file if it lacks the key or
-    TPOT columns."""
-    import pandas as pd
+    """A decode_tpot.csv as a DataFrame, validated like the committed one (deamoe.readers):
+    a DataError naming the file, and the line of a bad value."""
+    from deamoe.readers import TABLES, read_table
 
-    from deamoe.errors import DataError
-
-    try:
-        df = pd.read_csv(path)
-    except (OSError, ValueError) as exc:  # pandas' parser and decoding errors are ValueErrors
-        raise DataError(f"{path}: not a decode_tpot CSV ({str(exc).splitlines()[0]})") from None
-    missing = {"model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"} - set(df.columns)
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))} of a decode_tpot table")
-    return df
+    return read_table(path, TABLES["decode_tpot.csv"], "decode_tpot table")
 
 
 def merge_tpot(new, into) -> int:
@@ -200,5 +191,5 @@ def merge_tpot(new, into) -> int:
     keys = set(zip(add["model"], add["batch"]))
     kept = old[[k not in keys for k in zip(old["model"], old["batch"])]]
     out = pd.concat([kept, add], ignore_index=True).sort_values(["model", "batch"])
-    write_csv(into, out.reset_index(drop=True))
+    write_csv(into, out.reset_index(drop=True), replace_committed=True)  # both sides validated
     return len(out)

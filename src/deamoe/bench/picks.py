@@ -134,7 +134,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m deamoe.bench.picks MICROBENCH_CSV", file=sys.stderr)
         return 2
     picks = TilePicks.from_table(argv[0])
-    write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n")
+    write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n", replace_committed=True)
     print(f"wrote {PACKAGED}: {sum(map(len, picks.picks.values()))} picks, "
           f"{len(picks.picks)} shapes, from {argv[0]}")
     return 0

@@ -247,13 +247,15 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
 
     from deamoe.errors import DataError
     from deamoe.io import write_csv
+    from deamoe.readers import table_spec, read_table
     from deamoe.report.shared_rows import SHARED_FILE, is_shared
 
     sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
-    written = []
+    tables = {}
     for name in ("microbench.csv", "decode_tpot.csv"):
-        parts = [pd.read_csv(d / name) for d in dirs if (d / name).exists()]
+        # each part as the committed table must be (columns, numbers, provenance), before any write
+        parts = [read_table(d / name, table_spec(name), name) for d in dirs if (d / name).exists()]
         if not parts:
             continue
         df = pd.concat(parts, ignore_index=True)
@@ -261,8 +263,10 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
             df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
         if name == "microbench.csv" and is_shared(df["model"]).any():
             name = SHARED_FILE
-        write_csv(Path(dest) / name, df)
-        written.append(name)
+        tables[name] = df
+    for name, df in tables.items():
+        write_csv(Path(dest) / name, df, replace_committed=True)
+    written = list(tables)
     if not written:
         raise DataError(f"bench import: no microbench.csv or decode_tpot.csv in "
                         f"{', '.join(map(str, dirs))}")

@@ -18,7 +18,6 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
-import os
 from pathlib import Path
 
 import torch
@@ -92,10 +91,9 @@ def extract(to: Path) -> None:
     what = (f"vLLM's Triton fused MoE kernel and default config, copied verbatim from {version}: "
             f"vllm/model_executor/layers/fused_moe/fused_moe.py, by `python -m deamoe bench peer extract`.")
     body = PRELUDE.format(what=what, version=version) + "\n\n".join(found[n] for n in TAKEN)
-    to.parent.mkdir(parents=True, exist_ok=True)
-    tmp = to.with_suffix(".tmp")
-    tmp.write_text(body + "\n")
-    os.replace(tmp, to)
+    from deamoe.io import write_text
+
+    write_text(to, body + "\n")  # never over a file the project did not write
     print(f"wrote {to} ({version}; {', '.join(TAKEN)})")
 
 

@@ -4,6 +4,7 @@ eval-data (validate the shipped evaluation data).  Heavy imports stay inside the
 from __future__ import annotations
 
 from deamoe.argtypes import checkpoint_command, tables_command
+from deamoe.errors import DeaMoEError
 
 
 def register(sub) -> None:
@@ -33,8 +34,11 @@ def _profile(config: str | None) -> str:
 
 
 def cmd_eval(args) -> int:
+    from pathlib import Path
+
     from deamoe.eval.runner import run_eval
     from deamoe.eval.settings import load_eval_settings
+    from deamoe.io import check_outputs, folder_lock
 
     s = load_eval_settings(args.config)
     if args.perplexity_only:
@@ -43,18 +47,33 @@ def cmd_eval(args) -> int:
         from deamoe.eval.settings import PERPLEXITY_TASKS
 
         s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
-    results = run_eval(s, args.checkpoint, args.model, args.out, profile=_profile(args.config))
+    result = Path(args.out) / "lm_eval.json"
+    check_outputs(files=[result])
+    if result.is_file():  # this project's: replaced only by the same model's evaluation
+        from deamoe.readers import read_lm_eval
+
+        other = (read_lm_eval(result).get("deamoe") or {}).get("model")
+        if other not in (None, args.model):
+            raise DeaMoEError(f"{result} holds the evaluation of model {other}; give --model {args.model} "
+                              "another --out")
+    with folder_lock(args.out, what="another `python -m deamoe eval`"):
+        results = run_eval(s, args.checkpoint, args.model, args.out, profile=_profile(args.config))
     print(f"eval: {args.model}: {len(results['results'])} tasks/groups "
           f"in {results['deamoe']['wall_seconds']} s -> {args.out}/lm_eval.json")
     return 0
 
 
 def cmd_tables(args) -> int:
+    from pathlib import Path
+
     from deamoe.eval.settings import load_eval_settings
     from deamoe.eval.tables import write_tables
+    from deamoe.io import check_outputs, folder_lock
 
     load_eval_settings(args.config)  # a bad eval section fails here too, not only in `eval`
-    down, ppl = write_tables(args.in_dir, args.out)
+    check_outputs(files=[Path(args.out) / "downstream.csv", Path(args.out) / "perplexity.csv"])
+    with folder_lock(args.out, what="another `python -m deamoe eval-tables`"):
+        down, ppl = write_tables(args.in_dir, args.out)
     print(f"eval-tables: {down}, {ppl}")
     return 0
 

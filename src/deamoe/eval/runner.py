@@ -172,10 +172,17 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
         raise DataError(f"{path}: not a checkpoint directory (no config.json)")
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype))
+        model, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                                           output_loading_info=True)
     except Exception as exc:  # noqa: BLE001 -- a damaged file of any kind (JSON, safetensors, shapes)
         first = str(exc).splitlines()[0][:200] if str(exc).strip() else ""
         raise DataError(f"{path}: cannot load model/tokenizer ({type(exc).__name__}: {first})") from None
+    # weights the checkpoint lacks would start from random values: evaluated as if trained
+    absent = sorted(info.get("missing_keys") or []) + [str(k[0]) if isinstance(k, tuple) else str(k)
+                                                       for k in info.get("mismatched_keys") or []]
+    if absent:
+        raise DataError(f"{path}: the checkpoint lacks {len(absent)} of the model's weights or holds them in "
+                        f"another shape (first: {absent[0]}); not a whole trained model")
     if tok.eos_token_id is None:
         raise DataError(f"{path}: the tokenizer has no eos token (the harness needs one as prefix)")
     if tok.pad_token_id is None:

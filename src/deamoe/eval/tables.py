@@ -13,7 +13,6 @@ n is the number of documents the harness evaluated (after eval.limit).
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -37,15 +36,13 @@ def _number(x) -> float:
 
 def load_results(in_dir: str | Path) -> dict[str, dict]:
     """run (folder name) -> lm_eval.json contents, for every <in_dir>/<run>/lm_eval.json."""
+    from deamoe.readers import read_lm_eval
+
+    if not Path(in_dir).is_dir():
+        raise DataError(f"{in_dir}: no such folder (the evaluations' folder, e.g. results/eval)")
     found = {}
     for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: not valid JSON ({exc.msg})") from None
-        if "results" not in doc:
-            raise DataError(f"{path}: no 'results' key (not an lm-eval output)")
-        found[path.parent.name] = doc
+        found[path.parent.name] = read_lm_eval(path)  # a malformed one named, with its key
     if not found:
         raise DataError(f"{in_dir}: no */lm_eval.json found (run `python -m deamoe eval` first)")
     return found

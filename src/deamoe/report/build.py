@@ -126,6 +126,13 @@ def _table_csv(art: tables.Artifact) -> pd.DataFrame:
     return out
 
 
+def report_outputs(out: Path) -> list[Path]:
+    """Every file `write_report` writes under `out`."""
+    tables = [out / "tables" / f"{key}.{ext}" for key in TABLES for ext in ("md", "csv", "html")]
+    figs = [out / "figures" / f"{name}.{ext}" for name in figures.FIGURES for ext in ("png", "svg")]
+    return tables + figs + [out / "index.md", out / "provenance.csv", out / "provenance.html"]
+
+
 def write_report(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
                  profile: str | None = None) -> list[Path]:
     """Build every table and figure; returns the paths written."""

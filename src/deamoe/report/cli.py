@@ -20,9 +20,18 @@ def run(args) -> int:
     from deamoe.report.build import ReportSettings, write_report
     from deamoe.settings import read_config
 
+    from deamoe.errors import DataError
+    from deamoe.io import check_outputs, folder_lock
+    from deamoe.report.build import report_outputs
+
     cfg = read_config(args.config)
     settings = ReportSettings.from_config(cfg)
-    written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
-                           profile=cfg.get("profile"))
+    for flag, folder in (("--results", args.results), ("--measured", args.measured)):
+        if not Path(folder).is_dir():  # a mistyped folder would give a report of "not run" rows
+            raise DataError(f"{flag} {folder}: no such folder")
+    check_outputs(files=report_outputs(Path(args.out)))
+    with folder_lock(args.out, what="another `python -m deamoe report`"):
+        written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
+                               profile=cfg.get("profile"))
     print(f"report: wrote {len(written)} files under {args.out}")
     return 0

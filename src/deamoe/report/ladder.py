@@ -108,8 +108,10 @@ def ladder_rows(results: Path, measured: Path, profile: str | None):
     rows, sources = _load(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
     curves = None
     if sources:
-        frames = [pd.read_csv(s.path.with_name("curves.csv")) for s in sources
-                  if s.path.with_name("curves.csv").exists()]
+        from deamoe.readers import read_table, table_spec
+
+        curve_files = [s.path.with_name("curves.csv") for s in sources]
+        frames = [read_table(p, table_spec(p), "loss curves") for p in curve_files if p.exists()]
         curves = pd.concat(frames, ignore_index=True) if frames else None
     return rows, curves, sources
 

@@ -9,7 +9,6 @@ shows "not run" with the reason instead of failing.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -136,16 +135,16 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     Model size and tokens come from `scale_records` when given (the training runs behind the
     numbers), else from the rows; `scale` states them outright (e.g. analytic results).
     """
+    from deamoe.readers import TableSpec, read_table, table_spec
+
     path = Path(path)
     if not path.exists():
         return not_run(path, f"{path} does not exist (its stage did not run)")
-    try:
-        frame = pd.read_csv(path)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as exc:
-        raise DataError(f"{path}: not a readable CSV ({exc})") from None
-    missing = [c for c in required if c not in frame.columns]
-    if missing:
-        raise DataError(f"{path}: missing column(s) {', '.join(missing)}")
+    # the columns and numbers of a table of that name; a row without provenance is shown as
+    # "not recorded" (only the commands that replace a committed table require it)
+    spec = table_spec(path)
+    frame = read_table(path, TableSpec(tuple(dict.fromkeys(required + spec.required)), spec.numbers,
+                                       spec.finite), path.name)
     records = frame.to_dict("records")
     prov = provenance_of(records, profile, scale_records)
     for key, value in (scale or {}).items():
@@ -154,46 +153,49 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
 
 
 def read_json(path: Path) -> dict | None:
+    """A stage's JSON object (None: the file is absent), validated by deamoe.readers."""
+    from deamoe.readers import read_json as read_object
+
     path = Path(path)
-    if not path.exists():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    return read_object(path, "result file") if path.exists() else None
 
 
 def run_summaries(results: Path, runs: list[str]) -> list[dict]:
     """Flattened summary.json of each training run that exists (model size, tokens, hardware)."""
+    from deamoe.readers import read_run_summary
+
     out = []
     for run in runs:
-        obj = read_json(Path(results) / "train" / run / "summary.json")
-        if obj is not None:
-            out.append({"run": run, **flatten_json(obj)})
+        path = Path(results) / "train" / run / "summary.json"
+        if path.exists():
+            out.append({"run": run, **flatten_json(read_run_summary(path, whole=False))})
     return out
 
 
 def training_logs(results: Path, runs: list[str]) -> pd.DataFrame | None:
     """log.csv of each run that exists, stacked with a `run` column (loss curves)."""
+    from deamoe.readers import read_training_log
+
     frames = []
     for run in runs:
         path = Path(results) / "train" / run / "log.csv"
         if path.exists():
-            frame = pd.read_csv(path)
-            for col in ("step", "loss"):
-                if col not in frame.columns:
-                    raise DataError(f"{path}: missing column {col}")
-            frames.append(frame.assign(run=run))
+            frames.append(read_training_log(path).assign(run=run))
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def resolved_profile(results: Path) -> str | None:
     """The profile named in the newest resolved config the pipeline wrote
     (results/config/resolved-<content hash>.yaml), if any."""
-    import yaml
+    from deamoe.errors import ConfigError
+    from deamoe.io import read_text
+    from deamoe.readers import load_yaml
 
     paths = sorted(Path(results).glob("config/resolved-*.yaml"), key=lambda p: p.stat().st_mtime)
     if not paths:
         return None
-    cfg = yaml.safe_load(paths[-1].read_text()) or {}
-    return cfg.get("profile")
+    try:
+        cfg = load_yaml(read_text(paths[-1]), str(paths[-1]))
+    except ConfigError as exc:
+        raise DataError(str(exc)) from None
+    return cfg.get("profile") if isinstance(cfg, dict) else None

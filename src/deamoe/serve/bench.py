@@ -82,14 +82,34 @@ def pick_client(s: ServeSettings, checkpoint: Path) -> str:
     return "vllm" if has_tok else "builtin"
 
 
+def _client_log(log_path: Path) -> Path:
+    stem = log_path.name.removesuffix(".log").removesuffix(".server")
+    return log_path.with_name(stem + ".client.log")
+
+
+def check_serve_outputs(out: Path, log_path: Path, model: str) -> None:
+    """Before any work: the results folder and both logs are absent or this project's, and a
+    results folder of this project's holds this model's levels (never another model's)."""
+    from deamoe.io import check_outputs
+    from deamoe.readers import read_serve_result
+
+    check_outputs(files=[log_path, _client_log(log_path)], dirs=[out])
+    for level in sorted(out.glob("c*.json"))[:1]:
+        other = read_serve_result(level)["model"]
+        if other != model:
+            raise DataError(f"{out} holds the serving results of model {other} ({level}); give "
+                            f"--model {model} another --out")
+
+
 def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
+    from deamoe.io import write_text
+
     checkpoint, out, log_path = Path(checkpoint), Path(out), Path(log_path)
     cfg = _checkpoint_config(checkpoint)
     client = pick_client(s, checkpoint)
-    stem = log_path.name.removesuffix(".log").removesuffix(".server")
-    client_log = log_path.with_name(stem + ".client.log")
-    client_log.parent.mkdir(parents=True, exist_ok=True)
-    client_log.write_text("")
+    client_log = _client_log(log_path)
+    for log in (log_path, client_log):
+        write_text(log, "")  # named as this project's: the server and the levels append to them
     rows = []
     with atomic_dir(out) as tmp:
         with VllmServer(checkpoint, s, log_path, name=model) as server:

@@ -10,7 +10,8 @@ from deamoe.argtypes import checkpoint_command, tables_command
 def register(sub) -> None:
     p = checkpoint_command(sub, "serve", "vLLM serving benchmark of one checkpoint (Figure 3)", "serve",
                            "output directory: c<N>.json per concurrency")
-    p.add_argument("--log", default=None, help="server log (default logs/serve/<model>.server.log)")
+    p.add_argument("--log", default=None, help="server log; the client's log goes beside it "
+                   "(default: OUT.server.log, beside the output folder)")
     p.set_defaults(func=_serve)
 
     t = tables_command(sub, "serve-tables", "tpot.csv and slo.csv (Figure 3 tables) from serve results",
@@ -19,11 +20,15 @@ def register(sub) -> None:
 
 
 def _serve(args) -> int:
+    from deamoe.io import output_lock
     from deamoe.serve import bench, settings
 
     s = settings.load(args.config)
-    log = Path(args.log or f"logs/serve/{args.model}.server.log")
-    rows = bench.run(args.checkpoint, args.model, s, args.out, log)
+    # beside the output, never in the working directory (the pipeline names logs/serve/<model>)
+    log = Path(args.log or f"{Path(args.out)}.server.log")
+    bench.check_serve_outputs(Path(args.out), log, args.model)
+    with output_lock(args.out, what="another `python -m deamoe serve`"):
+        rows = bench.run(args.checkpoint, args.model, s, args.out, log)
     for r in rows:
         print(f"{r['model']} c={r['concurrency']}: TPOT mean {r['tpot_mean_ms']:.2f} ms, "
               f"p99 {r['tpot_p99_ms']:.2f} ms, TTFT {r['ttft_ms']:.1f} ms, "
@@ -34,10 +39,13 @@ def _serve(args) -> int:
 def _tables(args) -> int:
     from deamoe.serve import settings, tables
 
-    s = settings.load(args.config)
+    from deamoe.io import check_outputs, folder_lock
     from deamoe.settings import read_config
 
+    s = settings.load(args.config)
     profile = read_config(args.config).get("profile")
-    tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
+    check_outputs(files=[Path(args.out) / "tpot.csv", Path(args.out) / "slo.csv"])
+    with folder_lock(args.out, what="another `python -m deamoe serve-tables`"):
+        tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
     print(f"wrote {tpot} and {slo}")
     return 0

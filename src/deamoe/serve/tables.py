@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -34,17 +33,18 @@ def paper_values():
     return FIG3_A40_SPEEDUP, sorted(FIG3_SLO)  # SLO rows strictest budget first
 
 
-def read_results(root) -> pd.DataFrame:
+def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+    """Every level's c<N>.json under root/<model>/, each validated (deamoe.readers), and each
+    holding a finite `metric` (serve.slo_metric)."""
+    from deamoe.readers import need, read_serve_result
+
+    if not Path(root).is_dir():
+        raise DataError(f"{root}: no such folder (the serving results' folder, e.g. results/serve)")
     rows = []
     for path in sorted(Path(root).glob("*/c*.json")):
-        try:
-            obj = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}: invalid JSON ({exc.msg})") from None
-        missing = [c for c in TPOT_COLUMNS if c not in obj]
-        if missing:
-            raise DataError(f"{path}: missing field(s) {', '.join(missing)}")
-        prov = obj.get("provenance", {})
+        obj = read_serve_result(path)
+        need(obj, path, metric, "number", low=0)
+        prov = obj.get("provenance") or {}
         rows.append({**{k: v for k, v in obj.items() if k not in ("raw", "provenance")},
                      **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
     if not rows:
@@ -124,9 +124,7 @@ def _vllm_version() -> str:
 
 
 def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tuple[Path, Path]:
-    df = read_results(inp)
-    if s.slo_metric not in df:
-        raise DataError(f"serving results under {inp} lack {s.slo_metric} (serve.slo_metric)")
+    df = read_results(inp, s.slo_metric)
     tpot = tpot_table(df, s.slo_metric)
     tpot["profile"] = profile or ""
     tpot["vllm"] = _vllm_version()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from deamoe.argtypes import positive_float, positive_int
+from deamoe.argtypes import config_int, positive_float
 
 
 def register(sub) -> None:
@@ -19,7 +19,7 @@ def register(sub) -> None:
     p.add_argument("--run", required=True, help="run name, e.g. ablation-no1-s0 or pretrain-tiny-deamoe-s0")
     p.add_argument("--data", required=True, help="directory written by `deamoe data`")
     p.add_argument("--out", required=True, help="run directory, e.g. results/train/ablation-no1-s0")
-    p.add_argument("--steps", type=positive_int, help="override the run's step count (smoke tests)")
+    p.add_argument("--steps", type=config_int("train", "steps"), help="override the run's step count (smoke tests)")
     p.add_argument("--max-seconds", type=positive_float,
                    help="stop after this much training wall time (time-boxed GPU measurements)")
     p.set_defaults(func=cmd_train)
@@ -43,11 +43,17 @@ def register(sub) -> None:
 
 
 def cmd_data(args) -> int:
+    from pathlib import Path
+
+    from deamoe.io import check_outputs, folder_lock
     from deamoe.train.data import prepare
     from deamoe.train.settings import load_settings
 
     s = load_settings(args.config)
-    meta = prepare(s.data, args.out)
+    out = Path(args.out)
+    check_outputs(files=[out / n for n in ("train.bin", "val.bin", "meta.json")], dirs=[out / "tokenizer"])
+    with folder_lock(out, what="another `python -m deamoe data`"):
+        meta = prepare(s.data, out)
     print(f"data: {meta['train_tokens']} train / {meta['val_tokens']} held-out tokens, "
           f"vocab {meta['vocab_size']} -> {args.out}")
     return 0
@@ -104,19 +110,32 @@ def _train(s, spec, args) -> int:
     return 0
 
 
+def _summary_command(args, name: str, write, evals: bool = False) -> int:
+    """A summary command: its outputs checked before any work, its folder held while it writes."""
+    from pathlib import Path
+
+    from deamoe.io import check_outputs, folder_lock
+    from deamoe.train.summaries import summary_outputs
+
+    if not Path(args.runs).is_dir():
+        from deamoe.errors import DataError
+
+        raise DataError(f"--runs {args.runs}: no such folder (the training runs' folder, e.g. results/train)")
+    check_outputs(files=summary_outputs(args.out, evals))
+    with folder_lock(Path(args.out).parent, what=f"another `python -m deamoe {name}`"):
+        write()
+    return 0
+
+
 def cmd_ablation(args) -> int:
-    from deamoe.io import check_output_file
     from deamoe.train.summaries import ablation_summary
 
-    check_output_file(args.out)
-    ablation_summary(args.config, args.runs, args.out)
-    return 0
+    return _summary_command(args, "ablation", lambda: ablation_summary(args.config, args.runs, args.out))
 
 
 def cmd_pretrain(args) -> int:
-    from deamoe.io import check_output_file
     from deamoe.train.summaries import pretrain_summary
 
-    check_output_file(args.out)
-    pretrain_summary(args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps)
-    return 0
+    return _summary_command(args, "pretrain", lambda: pretrain_summary(
+        args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps),
+        evals=bool(args.eval_dir))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -101,6 +100,17 @@ def held_out_whole(text: str, fraction: float) -> bool:
     return int.from_bytes(digest[:8], "big") < fraction * 2**64
 
 
+def _sources(settings: DataSettings) -> str:
+    """The files (or dataset) a source reads, for a message."""
+    if settings.source == "files":
+        paths = _expand(settings.files)
+        more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
+        if not paths:
+            return f"data.files {list(settings.files)}, which match no regular file"
+        return f"data.files {list(settings.files)}: {', '.join(map(str, paths[:3])) + more}"
+    return str(BUNDLED) if settings.source == "bundled" else settings.redpajama_name
+
+
 def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> dict:
     """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.
 
@@ -117,7 +127,7 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
     held = (lambda t: held_out_whole(t, settings.val_fraction)) if whole else (lambda t: False)  # noqa: E731
     texts = lambda: (t for _, t in iter_documents(settings))  # noqa: E731
     if not any(t.strip() for t in texts()):
-        raise DataError(f"data.source={settings.source}: the corpus is empty")
+        raise DataError(f"data.source={settings.source}: the corpus is empty; no text in {_sources(settings)}")
     # the tokenizer never sees a held-out document
     tok = toklib.build(settings.tokenizer, (t for t in texts() if not held(t)), settings.vocab_size)
     vocab = len(tok)
@@ -197,26 +207,10 @@ class TokenData:
 
     @classmethod
     def open(cls, directory: str | Path) -> "TokenData":
-        directory = Path(directory)
-        meta_path = directory / "meta.json"
-        if not meta_path.is_file():
-            raise DataError(f"no token shards in {directory} (missing meta.json; run `python -m deamoe data`)")
-        try:
-            meta = json.loads(read_text(meta_path))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{meta_path}:{exc.lineno}: not valid JSON ({exc.msg}); rerun `python -m deamoe data`") from None
-        missing = [k for k in ("dtype", "vocab_size", "train_tokens", "val_tokens") if k not in meta]
-        if missing:
-            raise DataError(f"{meta_path}: missing key {missing[0]!r}; rerun `python -m deamoe data`")
-        arrays = {}
-        for split in ("train", "val"):
-            path = directory / f"{split}.bin"
-            if not path.is_file() or path.stat().st_size == 0:
-                raise DataError(f"token shard {path} is missing or empty")
-            arrays[split] = np.memmap(path, dtype=meta["dtype"], mode="r")
-            if len(arrays[split]) != meta[f"{split}_tokens"]:
-                raise DataError(f"token shard {path} holds {len(arrays[split])} tokens, meta.json says {meta[f'{split}_tokens']}")
-        return cls(directory, meta, arrays["train"], arrays["val"])
+        from deamoe.readers import read_token_shards
+
+        meta, train, val = read_token_shards(directory)  # every malformed file named
+        return cls(Path(directory), meta, train, val)
 
     def train_batch(self, step: int, seed: int, batch_size: int, seq_len: int, rows: slice):
         """Rows `rows` of the global batch of `step`: (inputs, targets) int64 [len(rows), seq_len]."""

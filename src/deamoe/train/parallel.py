@@ -51,6 +51,9 @@ def check_gpus(device: str, nproc: int) -> None:
         raise ConfigError(
             f"train.nproc_per_node={nproc} asks for {nproc} GPUs but {torch.cuda.device_count()} exist"
         )
+    if device == "cpu" and nproc > (os.cpu_count() or 1):  # each gloo rank is a whole torch process
+        raise ConfigError(f"train.nproc_per_node={nproc} asks for {nproc} CPU processes but this machine "
+                          f"has {os.cpu_count()} cores")
 
 
 def slurm_launchers(env=os.environ) -> int:

@@ -23,6 +23,16 @@ LOG_COLUMNS = [
 VALUES = ("loss", "aux_loss", "grad_norm", "mean_distinct_departments", "max_load_over_mean")
 
 
+def _cause(step: int, lr: float) -> str:
+    """What to look at for a non-finite loss: before any update only the initialisation and the
+    model's shape are involved; later the learning rate (the one this step ran at) comes first."""
+    init = "model.init_std, model.expert_init_scale, model.rms_norm_eps"
+    if step == 0:
+        return f"before any update: the initialisation ({init}) or the data made it so"
+    return (f"after {step} updates at learning rate {lr:.3g} at this step: lower train.lr (or the size's lr), "
+            f"raise train.warmup_steps or set train.grad_clip; else check {init}, model.aux_loss_coef")
+
+
 class StepLog:
     def __init__(self, run: str, device, tokens_per_step: int, rows: list[dict]):
         self.run, self.device, self.tokens_per_step = run, device, tokens_per_step
@@ -60,7 +70,7 @@ class StepLog:
             dt = start.elapsed_time(end) / 1e3 if self.device.type == "cuda" else end - start
             num = dict(zip(VALUES, v))
             if not math.isfinite(num["loss"]):
-                raise DeaMoEError(f"run {self.run}: loss became {num['loss']} at step {step + 1}; lower train.lr")
+                raise DeaMoEError(f"run {self.run}: loss became {num['loss']} at step {step + 1}, {_cause(step, lr)}")
             dd = num["mean_distinct_departments"]
             new.append({
                 "step": step + 1, "tokens": (step + 1) * self.tokens_per_step, "loss": round(num["loss"], 6),

@@ -6,7 +6,6 @@ Each writes a summary CSV (one row per run, with its provenance) and, next to it
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from deamoe.errors import DataError
@@ -16,18 +15,28 @@ from deamoe.train.runs import TABLE4
 from deamoe.train.settings import load_settings
 
 
-def _load_run(runs_dir: Path, name: str) -> tuple[dict, "object"]:
-    import pandas as pd
+def _load_run(runs_dir: Path, name: str, columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
+    """summary.json and log.csv of run `name`, validated (deamoe.readers), the log holding
+    `columns` too."""
+    from deamoe.readers import read_run_summary, read_training_log
 
     run = runs_dir / name
     summary, log = run / "summary.json", run / "log.csv"
     for path in (summary, log):
         if not path.is_file():
             raise DataError(f"run {name}: {path} is missing (train it first: python -m deamoe train --run {name})")
-    curve = pd.read_csv(log)
-    if curve.empty:
-        raise DataError(f"run {name}: {log} has no rows")
-    return json.loads(summary.read_text()), curve
+    curve = read_training_log(log)
+    missing = [c for c in columns if c not in curve.columns]
+    if missing:
+        raise DataError(f"{log}: missing column(s) {', '.join(missing)} of a training log")
+    return read_run_summary(summary), curve
+
+
+def summary_outputs(out_csv: str | Path, evals: bool = False) -> list[Path]:
+    """The files a summary command writes: its table, curves.csv beside it (and evals.csv)."""
+    out_csv = Path(out_csv)
+    names = ["curves.csv"] + (["evals.csv"] if evals else [])
+    return [out_csv, *(out_csv.with_name(n) for n in names)]
 
 
 def _curves(frames: list, out_csv: Path) -> None:
@@ -49,7 +58,7 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
     n = s.ablation.last_n
     for name in ablation_run_names(s):
         twin = trained_as(s, name)  # the pre-training run it is, when it is one
-        summ, curve = _load_run(runs_dir, twin)
+        summ, curve = _load_run(runs_dir, twin, ("mean_distinct_departments",))
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
@@ -94,10 +103,12 @@ def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dic
     and the long downstream/perplexity rows.  A run without lm_eval.json gets none."""
     from deamoe.eval.tables import downstream_rows, perplexity_rows
 
+    from deamoe.readers import read_lm_eval
+
     path = eval_dir / name / "lm_eval.json"
     if not path.is_file():
         raise DataError(f"run {name}: {path} is missing (evaluate it first: python -m deamoe eval)")
-    doc = json.loads(path.read_text())
+    doc = read_lm_eval(path)
     cols, long = {}, []
     for r in perplexity_rows(model, doc):
         cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]

@@ -160,7 +160,10 @@ def evaluate(model, data: TokenData, settings: Settings, cfg, device) -> float:
             total += ce.double() * x.shape[0]
             n += x.shape[0]
     model.train()
-    return float(total) / max(n, 1)
+    if not n:  # never a held-out loss of 0.0
+        raise DeaMoEError(f"{data.directory}/val.bin yields no held-out batch (train.eval_batches="
+                          f"{t.eval_batches}, train.seq_len={t.seq_len})")
+    return float(total) / n
 
 
 def build(settings: Settings, cfg, d):
@@ -231,6 +234,39 @@ def _check_batch(t, d) -> None:
         )
 
 
+def _preflight(t, spec: RunSpec, data: TokenData, cfg, out: Path, d) -> None:
+    """Every check that can fail, before the first step rather than after the last: the run
+    folder's outputs (absent, or this run's own), the schedule, one batch of each split, and the
+    model with its optimiser state against the device's memory."""
+    import torch
+
+    from deamoe.io import check_outputs
+    from deamoe.memory import check_fits
+    from deamoe.model import DeaMoEForCausalLM
+    from deamoe.readers import read_run_summary
+
+    check_outputs(files=[out / "log.csv", out / "summary.json", out / "state" / "resume.pt"],
+                  dirs=[out / "checkpoint"])
+    if (out / "summary.json").is_file():
+        other = read_run_summary(out / "summary.json", whole=False).get("run")
+        if other not in (None, spec.name):
+            raise DeaMoEError(f"{out} holds the results of run {other} ({out / 'summary.json'}); "
+                              f"give run {spec.name} another --out")
+    if t.warmup_steps >= spec.steps:
+        raise DeaMoEError(f"train.warmup_steps={t.warmup_steps} must be less than the {spec.steps} steps "
+                          f"of run {spec.name}")
+    data.train_batch(0, t.seed, t.batch_size, t.seq_len, slice(0, 1))  # each raises, naming its shard,
+    next(data.val_batches(t.eval_batches, t.micro_batch_size, t.seq_len))  # when too short for one
+    with torch.device("meta"):  # counts the parameters without allocating them
+        n_params = sum(p.numel() for p in DeaMoEForCausalLM(cfg).parameters())
+    # float32 weights, gradients and AdamW's two moments (sharded over the ranks), and one
+    # micro-batch's float32 logits
+    need = 16 * n_params / d.world + 4 * t.micro_batch_size * t.seq_len * cfg.vocab_size
+    check_fits(need, f"run {spec.name} ({n_params:,} parameters)",
+               "model.hidden_size, model.num_hidden_layers, the FFN shape, data.vocab_size, "
+               "train.micro_batch_size x train.seq_len", str(d.device))
+
+
 def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: int | None = None,
               progress: bool = True, max_seconds: float = 0.0) -> dict | None:
     """Train one run; returns its summary (None when stopped early by `stop_after`).
@@ -258,6 +294,7 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     tok = toklib.load(Path(data_dir) / "tokenizer")
     _check_batch(t, d)
     cfg = model_config(settings, spec, data.meta["vocab_size"])
+    _preflight(t, spec, data, cfg, out, d)
     model, opt = build(settings, cfg, d)
     n_params = sum(p.numel() for p in model.parameters())
     fingerprint = _fingerprint(cfg.to_dict(), settings, spec, data)

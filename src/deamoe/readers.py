@@ -1,0 +1,330 @@
+"""One reader per kind of file the stages read, each validating what it returns.
+
+Config YAML, token shards with their meta.json, a training run's summary.json and log.csv,
+lm-eval's lm_eval.json, a serving level's c<N>.json, and CSV tables (the stages' own and the
+committed measurements under reports/measured/).  Each checks encoding, shape, types and ranges
+and raises a DataError (ConfigError for config files) naming the file and, where it helps, the
+line, key or byte offset -- so a truncated, foreign or hand-edited file is one line, never a
+JSONDecodeError, KeyError, UnicodeDecodeError or IndexError from deep inside a stage, and never
+a NaN quietly carried into a table.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from deamoe.errors import ConfigError, DataError
+from deamoe.io import read_text
+
+# --- YAML -----------------------------------------------------------------------------------
+
+
+def load_yaml(text: str, where: str):
+    """YAML `text` (from `where`), a key given twice in one mapping being an error naming it:
+    plain YAML keeps the last value silently, so a setting written twice would be half-applied."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise ConfigError(f"{where}:{line}: key {key!r} is given twice (also on line {seen[key]}); "
+                                  "keep one")
+            seen[key] = line
+        return loader.construct_mapping(node, deep=deep)
+
+    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    try:
+        return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        mark = getattr(exc, "problem_mark", None)
+        at = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ConfigError(f"{where} cannot be parsed: {first}{at}") from None
+
+
+# --- JSON -----------------------------------------------------------------------------------
+
+
+def load_json(text: str, where: str):
+    """JSON `text` (from `where`), a key given twice in one object being an error naming it."""
+    def pairs(items):
+        keys = [k for k, _ in items]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:
+            raise ConfigError(f"{where}: key {twice!r} is given twice in one object; keep one")
+        return dict(items)
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{where} cannot be parsed: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
+def _text(path: Path, what: str) -> str:
+    """The UTF-8 text of a file that exists and holds something (io.read_text names the byte
+    that is not UTF-8)."""
+    if not path.is_file():
+        raise DataError(f"{path}: no such file ({what})")
+    text = read_text(path)
+    if not text.strip():
+        raise DataError(f"{path}: empty file, not a {what}")
+    return text
+
+
+def read_json(path: str | Path, what: str) -> dict:
+    """The JSON object in `path` (a `what`, e.g. "run summary"); DataError naming the file and
+    the line and column where it stops being JSON, or saying it holds no object."""
+    path = Path(path)
+    text = _text(path, what)
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); not a {what}") from None
+    except RecursionError:
+        raise DataError(f"{path}: JSON nested too deeply; not a {what}") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{path}: holds a JSON {type(doc).__name__}, not the object of a {what}")
+    return doc
+
+
+KINDS = {"str": (str,), "int": (int,), "number": (int, float), "object": (dict,), "list": (list,)}
+KIND_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "object": "an object", "list": "a list"}
+
+
+def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: float | None = None):
+    """doc[key], checked to be of `kind` (a KINDS name; numbers finite and >= `low`); a missing
+    key is an error unless `optional` (then None).  Errors name the file and the key."""
+    if key not in doc or (optional and doc[key] is None):
+        if optional:
+            return None
+        raise DataError(f"{path}: missing key {key!r}")
+    value = doc[key]
+    if isinstance(value, bool) or not isinstance(value, KINDS[kind]):
+        raise DataError(f"{path}: key {key!r} must be {KIND_NAMES[kind]}, got {value!r:.60}")
+    if kind in ("int", "number"):
+        if not math.isfinite(value):
+            raise DataError(f"{path}: key {key!r} is {value}, not a finite number")
+        if low is not None and value < low:
+            raise DataError(f"{path}: key {key!r} is {value}, must be >= {low}")
+    return value
+
+
+# --- CSV tables -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """What a CSV table must hold: its columns, the numeric ones among them (non-numeric text is
+    an error), the ones every row must give as a finite number, and its provenance columns (each
+    row must name the commit and date its numbers came from)."""
+
+    required: tuple[str, ...] = ()
+    numbers: tuple[str, ...] = ()
+    finite: tuple[str, ...] = ()
+    provenance: tuple[str, ...] = ()
+
+
+def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "table"):
+    """A CSV table as a DataFrame, checked against `spec`: DataError naming the file and, for a
+    bad value, its line and column."""
+    import numpy as np
+    import pandas as pd
+
+    path = Path(path)
+    text = _text(path, what)
+    try:
+        frame = pd.read_csv(io.StringIO(text))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable CSV {what} ({str(exc).splitlines()[0]})") from None
+    missing = [c for c in spec.required + spec.provenance if c not in frame.columns]
+    if missing:
+        raise DataError(f"{path}: missing column(s) {', '.join(missing)} of a {what}")
+    for col in dict.fromkeys(spec.numbers + spec.finite):
+        if col not in frame.columns:
+            continue
+        raw = frame[col]
+        values = pd.to_numeric(raw, errors="coerce")
+        text = values.isna() & raw.notna() & ~raw.astype(str).str.strip().str.lower().isin(["nan", ""])
+        if text.any():
+            i = int(text.to_numpy().argmax())
+            raise DataError(f"{path}:{i + 2}: column {col} is {str(raw.iloc[i])!r:.40}, not a number")
+        if col in spec.finite:
+            bad = ~np.isfinite(values.to_numpy(dtype=float))
+            if bad.any():
+                i = int(bad.argmax())
+                shown = "empty or NaN" if pd.isna(raw.iloc[i]) else str(raw.iloc[i])
+                raise DataError(f"{path}:{i + 2}: column {col} is {shown}, not a finite number")
+        frame[col] = values
+    for col in spec.provenance:
+        blank = frame[col].isna() | (frame[col].astype(str).str.strip() == "")
+        if blank.any():
+            raise DataError(f"{path}:{int(blank.to_numpy().argmax()) + 2}: column {col} is empty "
+                            "(every row must say where its numbers came from)")
+    return frame
+
+
+_KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
+                    provenance=("date", "git_sha"))
+# The tables the stages write and the report reads, and the committed measurements under
+# reports/measured/<gpu>/, by file name ("folder/name" where two differ): what `bench import` and
+# `microbench --merge-decode-into` check before replacing a committed one, and what the report
+# checks before showing one.
+TABLES = {
+    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio")),
+    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio")),
+    "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",)),
+    "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n")),
+    "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms")),
+    "slo.csv": TableSpec(("tpot_budget_ms",), finite=("tpot_budget_ms",)),
+    "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",)),
+    "microbench.csv": _KERNEL,
+    "microbench_shared.csv": _KERNEL,
+    "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
+                                 finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
+                                 provenance=("date", "git_sha")),
+    "vllm_peer.csv": TableSpec(("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
+                               finite=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha")),
+    "train_throughput.csv": TableSpec(("section", "shape", "ffn", "path", "ms"), finite=("ms",),
+                                      provenance=("date", "git_sha")),
+    "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), provenance=("date", "git_sha")),
+    "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
+                          provenance=("date", "git_sha")),
+    "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n")),
+    "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
+    "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
+}
+
+
+def table_spec(path: str | Path) -> TableSpec:
+    """The spec of a table named like one of TABLES (or none: any CSV)."""
+    path = Path(path)
+    return TABLES.get(f"{path.parent.name}/{path.name}") or TABLES.get(path.name, TableSpec())
+
+
+# --- what the stages write and read back ----------------------------------------------------
+
+
+LOG_SPEC = TableSpec(("step", "tokens", "loss"), numbers=("lr", "grad_norm", "mean_distinct_departments"),
+                     finite=("step", "tokens", "loss"))
+
+
+def read_training_log(path: str | Path):
+    """A training run's log.csv: at least one row, finite step/tokens/loss, steps increasing."""
+    frame = read_table(path, LOG_SPEC, "training log")
+    if frame.empty:
+        raise DataError(f"{path}: no rows (the run logged no step)")
+    steps = frame["step"].to_numpy()
+    bad = next((i for i in range(1, len(steps)) if steps[i] <= steps[i - 1]), None)
+    if bad is not None:
+        raise DataError(f"{path}:{bad + 2}: step {steps[bad]:g} does not follow step {steps[bad - 1]:g}")
+    return frame
+
+
+def read_run_summary(path: str | Path, whole: bool = True) -> dict:
+    """A training run's summary.json, with the keys the summary tables use (`whole`; else those
+    present must have their types: the report reads only a run's scale and provenance)."""
+    doc = read_json(path, "run summary")
+    optional = not whole
+    need(doc, path, "run", "str", optional)
+    need(doc, path, "ffn_type", "str", optional)
+    for key in ("params", "hidden_size", "num_hidden_layers"):
+        need(doc, path, key, "int", optional, low=1)
+    need(doc, path, "val_loss", "number", optional)
+    need(doc, path, "tokens_per_s", "number", optional, low=0)
+    for key in ("steps", "tokens", "planned_steps"):
+        need(doc, path, key, "int", optional=True, low=0)
+    return doc
+
+
+# the metrics of a task's result that the tables read (the harness's "<metric>,none" keys)
+LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
+
+
+def read_lm_eval(path: str | Path) -> dict:
+    """lm_eval.json: `results` maps each task to its metrics (finite numbers), `n-samples` and
+    the project's `deamoe` block, where present, are objects."""
+    doc = read_json(path, "lm-eval result")
+    results = need(doc, path, "results", "object")
+    for task, res in results.items():
+        if not isinstance(res, dict):
+            raise DataError(f"{path}: results.{task} must be an object, got {res!r:.60}")
+        for metric in LM_EVAL_METRICS:
+            need(res, f"{path}: results.{task}", f"{metric},none", "number", optional=True)
+    for key in ("n-samples", "deamoe"):
+        block = need(doc, path, key, "object", optional=True)
+        for name, value in (block or {}).items():
+            if key == "n-samples" and not isinstance(value, dict):
+                raise DataError(f"{path}: {key}.{name} must be an object, got {value!r:.60}")
+    meta = doc.get("deamoe") or {}
+    need(meta, f"{path}: deamoe", "model", "str", optional=True)
+    for task, counts in (need(meta, f"{path}: deamoe", "corpora", "object", optional=True) or {}).items():
+        if not isinstance(counts, dict):
+            raise DataError(f"{path}: deamoe.corpora.{task} must be an object")
+        for key in ("words", "tokens"):
+            need(counts, f"{path}: deamoe.corpora.{task}", key, "int", optional=True, low=0)
+    return doc
+
+
+SERVE_NUMBERS = ("tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms", "ttft_ms", "output_tok_s")
+
+
+def read_serve_result(path: str | Path) -> dict:
+    """One serving level's c<N>.json: its model, concurrency and finite, non-negative times."""
+    doc = read_json(path, "serving result")
+    need(doc, path, "model", "str")
+    need(doc, path, "concurrency", "int", low=1)
+    for key in SERVE_NUMBERS:
+        need(doc, path, key, "number", low=0)
+    need(doc, path, "tpot_server_mean_ms", "number", optional=True, low=0)
+    for key in ("backend", "device"):
+        need(doc, path, key, "str")
+    need(doc, path, "provenance", "object", optional=True)
+    return doc
+
+
+SHARD_DTYPES = ("uint16", "uint32")
+
+
+def read_token_shards(directory: str | Path):
+    """(meta, train, val) of a data folder: meta.json's keys and types, and each shard memory-
+    mapped, a whole number of tokens of meta's dtype, as many as meta says, every id < vocab."""
+    import numpy as np
+
+    directory = Path(directory)
+    meta_path = directory / "meta.json"
+    if not meta_path.is_file():
+        raise DataError(f"no token shards in {directory} (missing meta.json; run `python -m deamoe data`)")
+    meta = read_json(meta_path, "token shards' meta.json (rerun `python -m deamoe data`)")
+    dtype = need(meta, meta_path, "dtype", "str")
+    if dtype not in SHARD_DTYPES:
+        raise DataError(f"{meta_path}: key 'dtype' is {dtype!r}, not one of {', '.join(SHARD_DTYPES)}")
+    vocab = need(meta, meta_path, "vocab_size", "int", low=2)
+    arrays = []
+    for split in ("train", "val"):
+        count = need(meta, meta_path, f"{split}_tokens", "int", low=1)
+        path = directory / f"{split}.bin"
+        if not path.is_file() or path.stat().st_size == 0:
+            raise DataError(f"token shard {path} is missing or empty")
+        size, item = path.stat().st_size, np.dtype(dtype).itemsize
+        if size % item:
+            raise DataError(f"token shard {path}: {size} bytes is not a whole number of {dtype} tokens "
+                            f"(truncated or not a shard); rerun `python -m deamoe data`")
+        tokens = np.memmap(path, dtype=dtype, mode="r")
+        if len(tokens) != count:
+            raise DataError(f"token shard {path} holds {len(tokens)} tokens, {meta_path.name} says {count}")
+        top = int(tokens.max())
+        if top >= vocab:
+            raise DataError(f"token shard {path}: token id {top} at offset {int(tokens.argmax()) * item} "
+                            f"is not below vocab_size {vocab} ({meta_path.name})")
+        arrays.append(tokens)
+    return meta, arrays[0], arrays[1]

@@ -1,0 +1,209 @@
+"""A truncated, foreign or hand-edited file that a stage reads is one line naming the file and
+where (line, key or byte), never a traceback; nothing is written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from deamoe.io import write_json
+
+from conftest import copy_shards, run_cli, train_config, tree, write_config
+
+TRAIN = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", "d", "--out", "run"]
+
+
+def _meta(path, **change):
+    meta = json.loads(path.read_text())
+    meta.update(change)
+    for key in [k for k, v in change.items() if v is None]:
+        del meta[key]
+    path.write_text(json.dumps(meta))
+
+
+SHARD_DAMAGE = {
+    "train.bin of odd length": (lambda d: d.joinpath("train.bin").write_bytes(d.joinpath("train.bin").read_bytes()[:-1]),
+                                ["d/train.bin", "not a whole number of uint16 tokens"]),
+    "val.bin shorter than meta.json says": (lambda d: d.joinpath("val.bin").write_bytes(d.joinpath("val.bin").read_bytes()[:-20]),
+                                            ["d/val.bin", "meta.json says"]),
+    "a token id beyond the vocabulary": (lambda d: d.joinpath("train.bin").write_bytes(
+        np.full(len(np.fromfile(d / "train.bin", np.uint16)), 5000, np.uint16).tobytes()),
+        ["d/train.bin", "token id 5000", "vocab_size 300"]),
+    "meta.json truncated": (lambda d: d.joinpath("meta.json").write_text(d.joinpath("meta.json").read_text()[:40]),
+                            ["d/meta.json", "not valid JSON"]),
+    "meta.json a list": (lambda d: d.joinpath("meta.json").write_text("[1, 2]"), ["d/meta.json", "JSON list"]),
+    "meta.json empty": (lambda d: d.joinpath("meta.json").write_text(""), ["d/meta.json", "empty file"]),
+    "meta.json not UTF-8": (lambda d: d.joinpath("meta.json").write_bytes(b'{"dtype": "\xff"}'),
+                            ["d/meta.json", "not UTF-8", "offset 11"]),
+    "meta.json dtype unknown": (lambda d: _meta(d / "meta.json", dtype="float64"), ["d/meta.json", "'dtype'"]),
+    "meta.json vocab_size a string": (lambda d: _meta(d / "meta.json", vocab_size="300"),
+                                      ["d/meta.json", "'vocab_size'", "integer"]),
+    "meta.json without train_tokens": (lambda d: _meta(d / "meta.json", train_tokens=None),
+                                       ["d/meta.json", "missing key 'train_tokens'"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(SHARD_DAMAGE))
+def test_damaged_token_shards(work, failing, shards, kind):
+    train_config(work / "c.yaml", shards)
+    damage, names = SHARD_DAMAGE[kind]
+    damage(copy_shards(shards, work / "d"))
+    failing(TRAIN, *names)
+
+
+# --- what the summaries read: each run's summary.json and log.csv, lm_eval.json ------------------
+
+RUNS = ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0")
+GOOD_LOG = "step,tokens,loss,lr\n1,64,6.0,0.001\n2,128,5.5,0.001\n3,192,5.0,0.001\n"
+
+
+def _finished_runs(work):
+    for run in RUNS:
+        write_json(work / "runs" / run / "summary.json", {
+            "run": run, "ffn_type": run.split("-")[2].replace("baseline", "moe"), "params": 1000,
+            "hidden_size": 32, "num_hidden_layers": 1, "val_loss": 5.0, "tokens_per_s": 10.0})
+        (work / "runs" / run / "log.csv").write_text(GOOD_LOG)
+        write_json(work / "ev" / run / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 900.0}},
+                                                         "n-samples": {"ptb": {"effective": 2}}})
+
+
+RUN = "runs/pretrain-t-deamoe-s0"
+RUN_DAMAGE = {
+    "summary truncated": ("summary.json", lambda t: t[:30], ["summary.json", "not valid JSON"]),
+    "summary a list": ("summary.json", lambda t: "[]", ["summary.json", "JSON list"]),
+    "summary without val_loss": ("summary.json", lambda t: t.replace('"val_loss"', '"loss"'),
+                                 ["summary.json", "missing key 'val_loss'"]),
+    "summary val_loss text": ("summary.json", lambda t: t.replace("5.0,", '"NaN",', 1),
+                              ["summary.json", "'val_loss' must be a number"]),
+    "summary params negative": ("summary.json", lambda t: t.replace("1000", "-5"), ["summary.json", "'params'"]),
+    "log empty": ("log.csv", lambda t: "", ["log.csv", "empty file"]),
+    "log without loss": ("log.csv", lambda t: t.replace(",loss,", ",lss,"), ["log.csv", "missing column(s) loss"]),
+    "log not UTF-8": ("log.csv", lambda t: t.replace("5.5", "5\udcff5"), ["log.csv:3", "not UTF-8"]),
+    "log loss NaN": ("log.csv", lambda t: t.replace("5.5", "nan"), ["log.csv:3", "loss is empty or NaN"]),
+    "log loss text": ("log.csv", lambda t: t.replace("5.5", "low"), ["log.csv:3", "loss is 'low'"]),
+    "log steps out of order": ("log.csv", lambda t: t.replace("3,192", "1,192"), ["log.csv:4", "step 1"]),
+    "log header only": ("log.csv", lambda t: t.splitlines()[0] + "\n", ["log.csv", "no rows"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(RUN_DAMAGE))
+def test_damaged_run_results(work, failing, shards, kind):
+    train_config(work / "c.yaml", shards)
+    _finished_runs(work)
+    name, damage, names = RUN_DAMAGE[kind]
+    path = work / RUN / name
+    path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
+    failing(["pretrain", "--config", "c.yaml", "--runs", "runs", "--out", "q/runs.csv"], RUN, *names)
+
+
+LM_EVAL_DAMAGE = {
+    "not JSON": ("{results:", ["not valid JSON"]),
+    "results a list": ('{"results": []}', ["'results' must be an object"]),
+    "accuracy as text": ('{"results": {"boolq": {"acc,none": "high"}}}', ["results.boolq", "'acc,none'"]),
+    "task result not an object": ('{"results": {"boolq": 3}}', ["results.boolq must be an object"]),
+    "n-samples entry not an object": ('{"results": {}, "n-samples": {"boolq": 5}}', ["n-samples.boolq"]),
+    "word count negative": ('{"results": {}, "deamoe": {"corpora": {"ptb": {"words": -3}}}}',
+                            ["deamoe.corpora.ptb", "'words'"]),
+    "perplexity infinite": ('{"results": {"ptb": {"word_perplexity,none": Infinity}}}',
+                            ["'word_perplexity,none'", "not a finite number"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(LM_EVAL_DAMAGE))
+@pytest.mark.parametrize("command", ["eval-tables", "pretrain"])
+def test_damaged_lm_eval_result(work, failing, shards, kind, command):
+    train_config(work / "c.yaml", shards)
+    _finished_runs(work)
+    text, names = LM_EVAL_DAMAGE[kind]
+    (work / "ev" / RUNS[1] / "lm_eval.json").write_text(text)
+    argv = (["eval-tables", "--config", "c.yaml", "--in", "ev", "--out", "et"] if command == "eval-tables" else
+            ["pretrain", "--config", "c.yaml", "--runs", "runs", "--eval", "ev", "--out", "q/runs.csv"])
+    failing(argv, f"ev/{RUNS[1]}/lm_eval.json", *names)
+
+
+LEVEL = {"model": "deamoe", "concurrency": 1, "tpot_mean_ms": 2.0, "tpot_median_ms": 2.0, "tpot_p99_ms": 3.0,
+         "ttft_ms": 9.0, "output_tok_s": 100.0, "backend": "vllm", "device": "cpu",
+         "tpot_server_mean_ms": 2.0}
+SERVE_DAMAGE = {
+    "truncated": (lambda: json.dumps(LEVEL)[:50], ["not valid JSON"]),
+    "TPOT as text": (lambda: json.dumps({**LEVEL, "tpot_mean_ms": "fast"}), ["'tpot_mean_ms' must be a number"]),
+    "concurrency 0": (lambda: json.dumps({**LEVEL, "concurrency": 0}), ["'concurrency'", ">= 1"]),
+    "no model": (lambda: json.dumps({k: v for k, v in LEVEL.items() if k != "model"}), ["missing key 'model'"]),
+    "no server TPOT for serve.slo_metric": (lambda: json.dumps({**LEVEL, "tpot_server_mean_ms": None}),
+                                            ["'tpot_server_mean_ms'"]),
+    "negative TTFT": (lambda: json.dumps({**LEVEL, "ttft_ms": -1}), ["'ttft_ms'"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(SERVE_DAMAGE))
+def test_damaged_serving_result(work, failing, kind):
+    write_config(work / "c.yaml", serve={"slo_metric": "tpot_server_mean_ms"})
+    for model in ("baseline", "deamoe"):
+        (work / "sv" / model).mkdir(parents=True)
+        (work / "sv" / model / "c1.json").write_text(json.dumps({**LEVEL, "model": model}))
+    text, names = SERVE_DAMAGE[kind]
+    (work / "sv" / "deamoe" / "c1.json").write_text(text())
+    failing(["serve-tables", "--config", "c.yaml", "--in", "sv", "--out", "st"], "sv/deamoe/c1.json", *names)
+
+
+# --- what the report reads -------------------------------------------------------------------
+
+REPORT_DAMAGE = {
+    "an empty table": ("res/analysis/table1.csv", "", ["table1.csv", "empty file"]),
+    "an infinite ratio": ("res/analysis/loading.csv", "model,tokens,ratio\nDeepSeek-V3,1,inf\n",
+                          ["loading.csv:2", "ratio is inf"]),
+    "a committed time missing": ("meas/h200/microbench.csv",
+                                 "model,batch,baseline_us,deamoe_us\nDeepSeek-V3,4,,3.0\n",
+                                 ["microbench.csv:2", "baseline_us is empty or NaN"]),
+    "a column missing": ("res/microbench/decode_tpot.csv", "model,batch\nBaseline-7B,4\n",
+                         ["decode_tpot.csv", "missing column(s) baseline_tpot_ms"]),
+    "a run summary that is a list": ("res/train/pretrain-tiny-deamoe-s0/summary.json", "[]",
+                                     ["summary.json", "JSON list"]),
+    "a resolved config not YAML": ("res/config/resolved-0123456789abcdef.yaml", "a: [", ["resolved-0123456789abcdef.yaml"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(REPORT_DAMAGE))
+def test_damaged_report_input(work, failing, kind):
+    (work / "c.yaml").write_text("report: {dpi: 60}\n")  # no profile: the report reads the resolved config's
+    (work / "meas" / "h200").mkdir(parents=True)
+    (work / "res").mkdir()
+    where, text, names = REPORT_DAMAGE[kind]
+    (work / where).parent.mkdir(parents=True, exist_ok=True)
+    (work / where).write_text(text)
+    failing(["report", "--config", "c.yaml", "--results", "res", "--measured", "meas", "--out", "rep"], *names)
+
+
+def test_a_checkpoint_lacking_weights_is_not_evaluated(work, capsys, checkpoint):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    ck = work / "ck"
+    shutil.copytree(checkpoint, ck)
+    weights = load_file(ck / "model.safetensors")
+    save_file({k: v for k, v in weights.items() if ".1." not in k}, ck / "model.safetensors", metadata={"format": "pt"})
+    write_config(work / "c.yaml", eval={"tasks": ["ptb"], "limit": 1})
+    before = tree(work)
+    status, err = run_cli(["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e"],
+                          capsys)
+    # transformers' own progress bar may precede the one line of the error
+    assert status == 2 and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ck: the checkpoint lacks") and "layers.1." in last, last
+    assert tree(work) == before
+
+
+def test_an_unexpected_error_is_one_line_and_traceback_shows_it(work, capsys, monkeypatch):
+    import deamoe.analysis.table1 as table1
+
+    def broken(models):
+        raise KeyError("x")
+
+    monkeypatch.setattr(table1, "table1", broken)
+    status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
+    assert status == 1 and len(err.strip().splitlines()) == 1 and "KeyError" in err and "--traceback" in err
+    with pytest.raises(KeyError):
+        run_cli(["--traceback", "table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)

@@ -1,0 +1,129 @@
+"""Faults: two commands never write one folder at once, a stopped command leaves no staging
+folder (or the next run removes the ones it owns, and only those), SIGTERM unwinds a training
+run, which then resumes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import run_cli, train_config, write_config
+
+HOLD = """
+import sys, time
+from deamoe import io
+with getattr(io, sys.argv[1])(sys.argv[2]):
+    print("held", flush=True)
+    time.sleep(120)
+"""
+
+
+def _holder(cwd, lock: str, path: str) -> subprocess.Popen:
+    """A process holding io.<lock>(path) (folder_lock or output_lock) until killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, lock, path], cwd=cwd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+@pytest.mark.parametrize("argv, lock, folder", [
+    (["data", "--config", "c.yaml", "--out", "d"], "folder_lock", "d"),
+    (["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e"], "folder_lock", "e"),
+    (["eval-tables", "--config", "c.yaml", "--in", "ck", "--out", "et"], "folder_lock", "et"),
+    (["serve", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "sv"], "output_lock", "sv"),
+    (["serve-tables", "--config", "c.yaml", "--in", "ck", "--out", "st"], "folder_lock", "st"),
+    (["microbench", "--config", "c.yaml", "--out", "mb"], "folder_lock", "mb"),
+    (["report", "--config", "c.yaml", "--results", "ck", "--measured", "ck", "--out", "rep"], "folder_lock", "rep"),
+    (["pretrain", "--config", "c.yaml", "--runs", "ck", "--out", "q/runs.csv"], "folder_lock", "q"),
+])
+def test_a_second_writer_of_a_folder_stops_naming_the_first(work, failing, argv, lock, folder):
+    write_config(work / "c.yaml")
+    (work / "ck").mkdir()
+    holder = _holder(work, lock, folder)
+    try:
+        failing(argv, folder, "is in use by", f"PID {holder.pid}")
+    finally:
+        _kill(holder)
+
+
+STAGE = """
+import sys, time
+from deamoe.io import atomic_path
+with atomic_path(sys.argv[1]) as tmp:
+    tmp.write_text("half")
+    print("writing", flush=True)
+    time.sleep(120)
+"""
+
+
+def _writer(cwd, path: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", STAGE, path], cwd=cwd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "writing"
+    return proc
+
+
+def _staging(folder, name):
+    return sorted(p.name for p in folder.glob(f".{name}.*") if p.is_dir())
+
+
+def test_the_staging_folder_of_a_killed_write_is_removed_by_the_next(work, capsys):
+    _kill(_writer(work, "t.csv"))  # kill -9: no finally block ran
+    assert len(_staging(work, "t.csv")) == 1
+    status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
+    assert status == 0, err
+    assert _staging(work, "t.csv") == []
+
+
+def test_a_live_writers_staging_folder_is_left_alone(work, capsys):
+    writer = _writer(work, "t.csv")
+    try:
+        status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
+        assert status == 0, err
+        assert len(_staging(work, "t.csv")) == 1  # still in use
+    finally:
+        _kill(writer)
+
+
+def test_a_folder_named_like_staging_without_the_mark_is_never_removed(work, capsys):
+    (work / ".t.csv.mine").mkdir()
+    (work / ".t.csv.mine" / "notes.txt").write_text("the user's")
+    status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
+    assert status == 0, err
+    assert (work / ".t.csv.mine" / "notes.txt").read_text() == "the user's"
+
+
+def test_a_training_run_clears_its_killed_checkpoint_staging_at_start(work, shards, capsys):
+    train_config(work / "c.yaml", shards)
+    run_cli(["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", str(shards / "data"),
+             "--out", "run", "--steps", "3"], capsys)
+    _kill(_writer(work, "run/state/resume.pt"))
+    assert len(_staging(work / "run" / "state", "resume.pt")) == 1
+    status, err = run_cli(["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data",
+                           str(shards / "data"), "--out", "run", "--steps", "3"], capsys)
+    assert status == 0, err
+    assert _staging(work / "run" / "state", "resume.pt") == []
+
+
+def test_sigterm_stops_a_training_run_cleanly_and_the_rerun_resumes(work, shards, capsys):
+    train_config(work / "c.yaml", shards, steps=60, checkpoint_every=2)
+    argv = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", str(shards / "data"), "--out", "run"]
+    proc = subprocess.Popen([sys.executable, "-m", "deamoe", *argv], cwd=work, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while not (work / "run" / "state" / "resume.pt").exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 143 and "terminated: python -m deamoe train" in err, err[-2000:]
+    left = [p for p in (work / "run").rglob(".*") if p.name not in (".deamoe-output",)]
+    assert left == [], left  # no staging folder, no lock
+    assert (work / "run" / "state" / "resume.pt").is_file()
+    status, err = run_cli(argv, capsys)
+    assert status == 0 and "resumed from step" in err, err
