@@ -126,8 +126,10 @@ def test_lengths_name_their_runs_and_refuse_lengths_off_the_axis():
     for bad in ("pretrain-a-deamoe-s0-300steps", "pretrain-a-deamoe-s0-50steps"):
         with pytest.raises(ConfigError, match=r"size a has no further length of \d+ steps"):
             runs.run_spec(s, bad)
-    with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths must be distinct step counts >= 1"):
+    with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths.0: 0 is less than the minimum of 1"):
         runs.size(load_settings(doc=_tiny(sizes={"b": {"lengths": [0]}})), "b")
+    with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths must be distinct values"):
+        runs.size(load_settings(doc=_tiny(sizes={"b": {"lengths": [100, 100]}})), "b")
 
 
 def test_a_run_equal_to_an_earlier_sizes_run_is_trained_as_that_run():

@@ -37,7 +37,7 @@ def register(sub) -> None:
     p.add_argument("--size", default="", help="only this size of pretrain.sizes (default: all)")
     p.add_argument("--eval", dest="eval_dir", default="",
                    help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
-    p.add_argument("--steps", type=positive_int, default=0,
+    p.add_argument("--steps", type=config_int("train", "steps"), default=0,
                    help="the runs of this length of each size's tokens axis (default: each size's own steps)")
     p.set_defaults(func=cmd_pretrain)
 
