@@ -144,18 +144,19 @@ def _pretrain_conflicts(settings) -> list[str]:
 def _warmup_conflicts(settings) -> list[str]:
     """train.warmup_steps below the steps of every run: a warm-up as long as the run never
     reaches the peak learning rate, and its cosine decay never runs."""
-    from deamoe.train.runs import ablation_run_names, pretrain_run_names, run_spec
+    from deamoe.train.runs import ablation_run_names, run_spec, size
 
     warmup = settings.train.warmup_steps
-    for name in pretrain_run_names(settings) + ablation_run_names(settings):
-        try:
-            steps = run_spec(settings, name).steps
-        except ConfigError:
-            return []  # reported with its section
+    try:
+        shortest = [(f"size {name}", size(settings, name).lengths[0]) for name in settings.pretrain.sizes]
+        shortest += [(f"run {n}", run_spec(settings, n).steps) for n in ablation_run_names(settings)[:1]]
+    except ConfigError:
+        return []  # reported with its section
+    for what, steps in shortest:
         if warmup >= steps:
-            return [f"train.warmup_steps={warmup} must be less than the steps of every run "
-                    f"(run {name} has {steps}: train.steps, ablation.steps, pretrain.steps or "
-                    "pretrain.sizes.<size>.steps)"]
+            return [f"train.warmup_steps={warmup} must be less than the steps of every run ({what} has "
+                    f"a run of {steps}: train.steps, ablation.steps, pretrain.steps, "
+                    "pretrain.sizes.<size>.steps or .lengths)"]
     return []
 
 

@@ -126,6 +126,10 @@ def test_lengths_name_their_runs_and_refuse_lengths_off_the_axis():
     for bad in ("pretrain-a-deamoe-s0-300steps", "pretrain-a-deamoe-s0-50steps"):
         with pytest.raises(ConfigError, match=r"size a has no further length of \d+ steps"):
             runs.run_spec(s, bad)
+    # every length runs past the warm-up (tiny default: 30 steps)
+    with pytest.raises(ConfigError, match=r"train.warmup_steps=30 must be less than the steps of every run "
+                                          r"\(size c has a run of 20"):
+        load_settings(doc=_tiny(sizes={"c": {"lengths": [20]}}))
     with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths.0: 0 is less than the minimum of 1"):
         runs.size(load_settings(doc=_tiny(sizes={"b": {"lengths": [0]}})), "b")
     with pytest.raises(ConfigError, match=r"pretrain.sizes.b.lengths must be distinct values"):
