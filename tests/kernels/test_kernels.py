@@ -106,7 +106,7 @@ def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
 
 
 def test_make_tiles_reads_switches_written_as_integers():
-    from deamoe.bench.knobs import make_tiles, parse_knobs
+    from deamoe.decode.knobs import make_tiles, parse_knobs
 
     shape = SHAPES[DEAMOE_SHAPES[0]]
     t = make_tiles(shape, parse_knobs("dense_dept_up=1;split_launches=2"))
@@ -284,7 +284,7 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
 def test_dense_dept_up_gemm_computes_every_token_department_row():
     # the dense department GEMM (dense_dept_up) on `dense_alignment`: act(Wg x) | act(Wu x)
     # for every (token, department) row, whatever the routing
-    from deamoe.bench.layer_step import random_weights
+    from deamoe.decode.weights import random_weights
     from deamoe.kernels.align import dense_alignment
     from deamoe.kernels.deamoe_decode import dept_up_gemm
     from deamoe.kernels.grouped_gemm import TileConfig
@@ -345,7 +345,7 @@ def test_bf16_sum_fields_reach_the_launches(monkeypatch, s_bf16, out_bf16):
     # the atomic GEMMs sum into: expert_down into S, dept_down (DeaMoE) and w2 (baseline) into
     # out.  bf16 atomics exist only on a GPU, so the device rule is made true here and the
     # launches are recorded instead of run
-    from deamoe.bench.layer_step import random_weights
+    from deamoe.decode.weights import random_weights
     from deamoe.kernels import deamoe_decode, fused_moe, grouped_gemm
     from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_stages
     from deamoe.kernels.fused_moe import MoETiles, fused_moe_stages

@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from deamoe.bench.layer_step import ffn_step, free_cuda_cache, random_weights, time_fn
+from deamoe.bench.layer_step import free_cuda_cache, time_fn
+from deamoe.decode.step import ffn_step
+from deamoe.decode.weights import random_weights
 
 
 @dataclass
@@ -112,7 +114,7 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
     """Rows {model, ffn, batch, tpot_ms, tiles_batch} for the baseline and DeaMoE decoders of each
     model.
 
-    tiles: optional deamoe.bench.picks.TilePicks (the microbenchmark's per-layer picks; a batch
+    tiles: optional deamoe.decode.picks.TilePicks (the microbenchmark's per-layer picks; a batch
     it did not measure runs the pick of the nearest measured batch, named in `tiles_batch`), or
     None for the default tiles; shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the
     Table 1 presets (tests).  A layer with shared experts ("<model>+shared") runs them on the

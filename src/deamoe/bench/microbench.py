@@ -19,13 +19,14 @@ import math
 import torch
 
 from deamoe import paper
-from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, layer_steps,
-                                     random_weights, router_logits, routing_label, step_bytes,
-                                     time_fn)
+                                     router_logits, step_bytes, time_fn)
 from deamoe.bench.search import search_point
 from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.shared import prior_for, shared_columns, shared_schedule
+from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
+from deamoe.decode.step import routing_label, step_routing
+from deamoe.decode.weights import random_weights
 from deamoe.shapes import table1_row
 from deamoe.routing import route
 
@@ -202,7 +203,6 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
-    from deamoe.bench.layer_step import step_routing
     from deamoe.kernels.deamoe_decode import deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.grouped_gemm import output_dtype

@@ -48,7 +48,7 @@ def decode_tiles(rows: list[dict], extra: list[dict] = ()):
     """The decode benchmark's TilePicks: this run's per-layer picks, and for (shape, batch) points
     this run did not measure, those of `extra` (rows of another microbench.csv, e.g. a committed
     table); a batch neither measured runs the nearest measured batch's pick."""
-    from deamoe.bench.picks import TilePicks
+    from deamoe.decode.picks import TilePicks
 
     return TilePicks.from_rows(rows, "this run").merged(TilePicks.from_rows(extra, "tiles-from"))
 

@@ -75,9 +75,9 @@ def shared_schedules(rows) -> dict[tuple[str, str], dict[int, bool]]:
 
 def decode_shared_tiles(schedules: dict, model: str, kind: str, batch: int, block_m: int):
     """SharedTiles for a decode step of `batch` tokens: the schedule the nearest measured
-    batch picked (deamoe.bench.picks.nearest_batch), or None (ffn_step's default: in line)
+    batch picked (deamoe.decode.picks.nearest_batch), or None (ffn_step's default: in line)
     where none was measured."""
-    from deamoe.bench.picks import nearest_batch
+    from deamoe.decode.picks import nearest_batch
     from deamoe.kernels.shared_expert import SharedTiles
 
     by_batch = schedules.get((model, kind))

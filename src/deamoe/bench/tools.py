@@ -117,8 +117,9 @@ def trace(out: Path, table: str, models: list[str], batches: list[int],
           copies: int | None = None) -> int:
     import pandas as pd
 
-    from deamoe.bench.knobs import make_tiles, parse_knobs
-    from deamoe.bench.layer_step import ffn_step, random_weights
+    from deamoe.decode.knobs import make_tiles, parse_knobs
+    from deamoe.decode.step import ffn_step
+    from deamoe.decode.weights import random_weights
     from deamoe.shapes import table1_row
     from deamoe.io import write_csv
 

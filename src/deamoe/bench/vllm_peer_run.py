@@ -147,7 +147,8 @@ def _time_point(shape, weights, inputs, logits, moes, tiles, repeats, rounds, re
     """({variant: [us per round]}, the peer's relative error against ours, distinct experts,
     naive) for one point: the three variants interleaved, round after round; shared: our
     shared experts' SharedTiles (a layer with shared experts)."""
-    from deamoe.bench.layer_step import ffn_step, layer_steps, time_fn
+    from deamoe.bench.layer_step import layer_steps, time_fn
+    from deamoe.decode.step import ffn_step
 
     n, steps = len(weights), len(inputs.live)
     routed, peer_in, experts, naive = _point_routings(shape, inputs, logits, moes)
@@ -254,7 +255,7 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     import pandas as pd
     import triton
 
-    from deamoe.bench.knobs import knobs_name, make_tiles
+    from deamoe.decode.knobs import knobs_name, make_tiles
     from deamoe.bench.microbench import committed_points
     from deamoe.io import write_csv
     from deamoe.provenance import provenance
