@@ -10,13 +10,15 @@ reported graph, and the faster is reported (`<kind>_shared_stream` in microbench
 from __future__ import annotations
 
 from deamoe.shapes import SHARED_SUFFIX
-from deamoe.errors import ConfigError
+
+# where the committed "+shared" rows live beside the main table (reports/measured/<gpu>/): `bench
+# import` files a run with "+shared" layers there, and the report reads them from there
+SHARED_FILE = "microbench_shared.csv"
 
 
-def check_shared_stream(values) -> None:
-    if not isinstance(values, list) or not values or any(not isinstance(v, bool) for v in values):
-        raise ConfigError(f"microbench.shared_stream: {values!r}: must list true and/or false")
-
+def is_shared(models):
+    """Which of a pandas Series of model names are "<model>+shared" layers."""
+    return models.astype(str).str.endswith(SHARED_SUFFIX)
 
 def shared_schedule(shape, runner, s, per_call: int, inputs, knobs):
     """(run, stream): runner(SharedTiles) -> the point's timed fn on its pick `knobs`; for a

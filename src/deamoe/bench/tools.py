@@ -248,7 +248,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
 
     from deamoe.errors import DataError
     from deamoe.io import write_csv
-    from deamoe.report.shared_rows import SHARED_FILE, is_shared
+    from deamoe.bench.shared import SHARED_FILE, is_shared
 
     sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()

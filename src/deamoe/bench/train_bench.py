@@ -176,6 +176,32 @@ def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed)
             torch.cuda.empty_cache()
 
 
+def kernel_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed, reps: int = 5) -> None:
+    """One row per kernel of each shape and path, largest first."""
+    import torch
+
+    from deamoe.bench.train_kernels import category, profile_kernels
+
+    for label, shape in shapes:
+        for path in paths:
+            try:
+                run = layer_fwd_bwd(shape, path, tokens)
+                for _ in range(3):  # warm-up: compilation, autotuning, the allocator
+                    run()
+                kernels = profile_kernels(run, reps)
+            except Exception as exc:
+                failed(f"kernels {label} {shape.kind} {path}", exc)
+                continue
+            total = sum(ms for _, _, ms in kernels) or 1.0
+            for name, calls, ms in sorted(kernels, key=lambda k: -k[2]):
+                emit({"shape": label, "ffn": shape.kind, "path": path, "category": category(name),
+                      "kernel": name[:120], "calls": round(calls / reps, 2), "ms": round(ms / reps, 4),
+                      "share": round(ms / total, 4)})
+            run = None  # the layer and its activations go before the next path's
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
 def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: int, d, emit, failed) -> None:
     """Whole training steps of each run and path (random tokens); stage times from a few more."""
     import torch
@@ -245,12 +271,12 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     """`parts` and `paths` as checked by `choices` (the CLI does, before it needs a GPU)."""
     import pandas as pd
 
-    from deamoe.bench.train_kernels import KERNEL_COLUMNS, kernel_rows
+    from deamoe.bench.train_kernels import KERNEL_COLUMNS
     from deamoe.provenance import provenance, version
     from deamoe.shapes import TABLE1
     from deamoe.train import parallel
     from deamoe.train.runs import pretrain_run_names, size
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     settings = load_settings(config)
     big = max(settings.pretrain.sizes, key=lambda n: size(settings, n).decoder["hidden_size"])

@@ -34,7 +34,7 @@ def _profile(config: str | None) -> str:
 
 def cmd_eval(args) -> int:
     from deamoe.eval.runner import run_eval
-    from deamoe.eval.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
     if args.perplexity_only:
@@ -50,7 +50,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_tables(args) -> int:
-    from deamoe.eval.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings
     from deamoe.eval.tables import write_tables
 
     load_eval_settings(args.config)  # a bad eval section fails here too, not only in `eval`
@@ -61,7 +61,7 @@ def cmd_tables(args) -> int:
 
 def cmd_data(args) -> int:
     from deamoe.eval import corpus, data
-    from deamoe.eval.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
     for task in data.DOWNSTREAM:

@@ -16,8 +16,9 @@ from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, ladder, tables
+from deamoe.report.artifact import Artifact
 from deamoe.report.train_throughput import train_throughput
-from deamoe.settings import from_dict
+from deamoe.parse import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
@@ -29,7 +30,7 @@ ROW_PROVENANCE = ("profile", "device", "gpu", "git_sha", "date", "python", "torc
                   "transformers", "vllm", "lm_eval")
 
 
-def _shown(art: tables.Artifact) -> pd.DataFrame:
+def _shown(art: Artifact) -> pd.DataFrame:
     return art.table.drop(columns=[c for c in ROW_PROVENANCE if c in art.table.columns])
 
 
@@ -69,7 +70,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def _provenance_frame(art: tables.Artifact) -> pd.DataFrame:
+def _provenance_frame(art: Artifact) -> pd.DataFrame:
     rows = []
     for src in art.sources:
         rows.append({"source": str(src.path), "status": src.status,
@@ -77,7 +78,7 @@ def _provenance_frame(art: tables.Artifact) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _table_markdown(art: tables.Artifact) -> str:
+def _table_markdown(art: Artifact) -> str:
     status = "reproduced" if art.status == "ok" else f"**not run**: {art.reason}"
     if art.status == "ok" and art.sources[0].reason:  # e.g. committed GPU numbers shown
         status = art.sources[0].reason
@@ -97,7 +98,7 @@ th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
 </style>"""
 
 
-def _table_html(art: tables.Artifact) -> str:
+def _table_html(art: Artifact) -> str:
     """The same page as the markdown, as HTML: the HTML report shows it inline."""
     import html
 
@@ -115,7 +116,7 @@ def _table_html(art: tables.Artifact) -> str:
             f"{_provenance_frame(art).to_html(index=False, escape=True)}</body></html>\n")
 
 
-def _table_csv(art: tables.Artifact) -> pd.DataFrame:
+def _table_csv(art: Artifact) -> pd.DataFrame:
     """The shown table with the scale and hardware of its numbers on every row."""
     out = _shown(art).copy()
     src = art.sources[0]

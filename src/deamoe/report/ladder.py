@@ -16,7 +16,7 @@ import pandas as pd
 from deamoe import paper
 from deamoe.errors import DataError
 from deamoe.report.sources import Loaded, not_run, read_csv
-from deamoe.report.tables import NOT_RUN, Artifact, _norm
+from deamoe.report.artifact import NOT_RUN, Artifact
 
 MODELS = ("baseline", "deamoe")
 TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
@@ -217,8 +217,8 @@ def _metric_table(rows: pd.DataFrame | None, sizes: list[str], prefix: str, pape
                 "seeds": int(spread["n"].min()),
                 "diff DeaMoE - baseline": diff["mean"].iloc[0] if len(diff) else None,
                 "diff std": diff["std"].iloc[0] if len(diff) else None,
-                "DeaMoE paper": paper_table["deamoe"].get(_norm(name)),
-                "baseline paper": paper_table["baseline"].get(_norm(name)),
+                "DeaMoE paper": paper_table["deamoe"].get(paper.paper_key(name)),
+                "baseline paper": paper_table["baseline"].get(paper.paper_key(name)),
             })
     return pd.DataFrame(out)
 

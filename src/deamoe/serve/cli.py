@@ -19,9 +19,10 @@ def register(sub) -> None:
 
 
 def _serve(args) -> int:
-    from deamoe.serve import bench, settings
+    from deamoe.serve import bench
+    from deamoe.settings import load_serve_settings
 
-    s = settings.load(args.config)
+    s = load_serve_settings(args.config)
     log = Path(args.log or f"logs/serve/{args.model}.server.log")
     rows = bench.run(args.checkpoint, args.model, s, args.out, log)
     for r in rows:
@@ -32,10 +33,10 @@ def _serve(args) -> int:
 
 
 def _tables(args) -> int:
-    from deamoe.serve import settings, tables
+    from deamoe.serve import tables
+    from deamoe.settings import load_serve_settings, read_config
 
-    s = settings.load(args.config)
-    from deamoe.settings import read_config
+    s = load_serve_settings(args.config)
 
     profile = read_config(args.config).get("profile")
     tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)

@@ -42,7 +42,7 @@ def register(sub) -> None:
 
 def cmd_data(args) -> int:
     from deamoe.train.data import prepare
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     s = load_settings(args.config)
     meta = prepare(s.data, args.out)
@@ -56,7 +56,7 @@ def cmd_train(args) -> int:
 
     from deamoe.train import parallel
     from deamoe.train.runs import run_spec
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     s = load_settings(args.config)
     spec = run_spec(s, args.run)

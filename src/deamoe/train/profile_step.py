@@ -19,7 +19,7 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     from deamoe.model import DeaMoEForCausalLM
     from deamoe.train.data import TokenData
     from deamoe.train.runs import model_config, run_spec
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
     from deamoe.train.trainer import _optimizer, micro_loss
 
     s = load_settings(config)
