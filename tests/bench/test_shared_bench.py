@@ -111,7 +111,7 @@ def test_h200_shared_config_names_the_three_models_at_the_ten_batches(monkeypatc
 
 
 def test_shared_schedules_follow_the_nearest_measured_batch():
-    from deamoe.bench.shared import decode_shared_tiles, shared_schedules
+    from deamoe.bench.shared import SharedSchedules, shared_schedules
 
     rows = [{"model": "m+shared", "batch": 4, "baseline_shared_stream": True,
              "deamoe_shared_stream": False},
@@ -121,14 +121,15 @@ def test_shared_schedules_follow_the_nearest_measured_batch():
     sched = shared_schedules(rows)
     assert sched == {("m+shared", "baseline"): {4: True, 16: False},
                      ("m+shared", "deamoe"): {4: False}}
-    got = {b: decode_shared_tiles(sched, "m+shared", "baseline", b, 32) for b in (5, 10, 12, 160)}
+    got = {b: SharedSchedules(sched, 32).tiles("m+shared", "baseline", b) for b in (5, 10, 12, 160)}
     assert {b: t.stream for b, t in got.items()} == {5: True, 10: True, 12: False, 160: False}
     assert got[5].block_m == 32
-    assert decode_shared_tiles(sched, "m", "baseline", 4, 16) is None
+    assert SharedSchedules(sched).tiles("m", "baseline", 4) is None
 
 
 def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
     from deamoe.bench import decode
+    from deamoe.bench.shared import SharedSchedules
 
     seen = []
     real = decode.ffn_step
@@ -141,7 +142,7 @@ def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
     dec = decode.DecoderShape(n_layers=1, heads=4, context=8, vocab=50)
     rows = decode.run_decode(["m+shared"], [3], dec, replays=1, device="cpu",
                              shapes={"m+shared": (MOE, DEA)},
-                             shared={("m+shared", "baseline"): {2: True}}, block_m=32)
+                             shared=SharedSchedules({("m+shared", "baseline"): {2: True}}, 32))
     assert {k: s for k, s in seen} == {"moe": SharedTiles(block_m=32, stream=True),
                                        "deamoe": None}  # none picked: ffn_step's in-line default
     prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}

@@ -98,3 +98,10 @@ def test_layer_weights_are_the_layers_own_tensors_under_the_steps_names(shape):
         assert w["shared_down"] is layer.shared_experts.down_proj.weight
     else:
         assert w["expert_down"] is layer.expert_down
+
+
+def test_the_steps_weight_names_are_the_kernels():
+    from deamoe.decode.weights import DEAMOE_WEIGHTS
+    from deamoe.kernels.deamoe_decode import DeaMoEWeights
+
+    assert DeaMoEWeights._fields == DEAMOE_WEIGHTS

@@ -203,7 +203,7 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
-    from deamoe.kernels.deamoe_decode import deamoe_stages
+    from deamoe.kernels.deamoe_decode import DeaMoEWeights, deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.grouped_gemm import output_dtype
     from deamoe.kernels.stage_benchmark import stage_times
@@ -225,9 +225,8 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     with torch.no_grad():
         ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
         if shape.kind == "deamoe":
-            _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
-                                      w["expert_gate"], w["expert_up"], w["expert_down"], ids,
-                                      weights, shape.operator, tiles)
+            _, stages = deamoe_stages(x, DeaMoEWeights.of(w), ids, weights, shape.operator,
+                                      tiles)
             per = shape.experts_per_dept
             groups = {"dept_up": per, "dept_down": per, "expert_up": 1, "expert_down": 1}
         else:

@@ -107,14 +107,15 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
         status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
-        from deamoe.bench.shared import shared_schedules
+        from deamoe.bench.shared import SharedSchedules, shared_schedules
         extra = pd.read_csv(tiles_from).to_dict("records") if tiles_from is not None else []
         best = decode_tiles(rows, extra)
         dec = DecoderShape.of(s)
         with tqdm(total=2 * len(s.decode_models) * len(s.decode_batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.decode_batches, dec, s.decode_replays, tiles=best,
-                             seed=s.seed, progress=bar, block_m=s.block_m,
-                             shared={**shared_schedules(extra), **shared_schedules(rows)})
+                             seed=s.seed, progress=bar,
+                             shared=SharedSchedules({**shared_schedules(extra),
+                                                     **shared_schedules(rows)}, s.block_m))
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]

@@ -207,7 +207,7 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
     import torch
 
     from deamoe.train.runs import model_config, run_spec, train_flops_per_token
-    from deamoe.train.trainer import H200_DENSE_BF16_TFLOPS, build
+    from deamoe.train.trainer import build
 
     vocab = settings.data.vocab_size
     for path in paths:  # path-major: a run cut short by its time limit has each path of both runs
@@ -222,8 +222,9 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
             cfg = model_config(s, spec, vocab)
             try:
                 model, opt = build(s, cfg, d)
-                emit(_step_row(model, opt, RandomTokens(vocab), s, cfg, d, steps, run, spec, path, section,
-                               train_flops_per_token(cfg, s.train.seq_len), H200_DENSE_BF16_TFLOPS))
+                ms, stages = _time_steps(model, opt, RandomTokens(vocab), s, cfg, d, steps)
+                emit(_step_row(ms, stages, s, d, run, spec, path, section,
+                               train_flops_per_token(cfg, s.train.seq_len)))
             except Exception as exc:  # the other paths still run; the command exits 1
                 failed(f"{section} {run} {path}", exc)
             model = opt = None
@@ -231,9 +232,9 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
                 torch.cuda.empty_cache()
 
 
-def _step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section, flops_tok, peak) -> dict:
-    import torch
-
+def _time_steps(model, opt, data, s, cfg, d, steps: int) -> tuple[float, dict[str, list[float]]]:
+    """(ms per training step over `steps` timed steps after a warm-up, {stage: [ms, ...]} of
+    three more steps split at the trainer's marks)."""
     from deamoe.train.trainer import train_step
 
     lr = s.train.lr
@@ -249,6 +250,12 @@ def _step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section, flop
         train_step(model, opt, data, s, cfg, d, 3 + steps + i, lr, mark=lambda stage: marks.append((stage, _Mark())))
         for (_, m0), (stage, m1) in zip(marks, marks[1:]):
             stages.setdefault(stage, []).append(m0.ms_until(m1))
+    return ms, stages
+
+
+def _step_row(ms: float, stages: dict, s, d, run, spec, path, section, flops_tok) -> dict:
+    from deamoe.train.trainer import H200_DENSE_BF16_TFLOPS as peak
+
     tokens = s.train.batch_size * s.train.seq_len
     tok_s = tokens / (ms / 1e3)
     return {"section": section, "shape": run, "ffn": spec.ffn_type, "path": path, "world_size": d.world,

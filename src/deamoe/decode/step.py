@@ -71,14 +71,13 @@ def ffn_step(shape, w: dict, x: torch.Tensor, tiles=None, routed=None, logits=No
 def _routed_step(shape, w, x, tiles, routing) -> torch.Tensor:
     """ffn_step without the shared experts; routing: (ids, weights), or a callable giving them."""
     if isinstance(shape, DeaMoEShape):
-        from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+        from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_forward
 
         # the kernel runs the routing itself: beside its department up-projection when
         # tiles.dense_dept_up, else first, as here for the baseline
         ids, weights = (None, None) if callable(routing) else routing
-        return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                              w["expert_up"], w["expert_down"], ids, weights,
-                              operator=shape.operator, tiles=tiles or DeaMoETiles(),
+        return deamoe_forward(x, DeaMoEWeights.of(w), ids, weights, operator=shape.operator,
+                              tiles=tiles or DeaMoETiles(),
                               route=routing if callable(routing) else None)
     from deamoe.kernels.fused_moe import MoETiles, fused_moe
 

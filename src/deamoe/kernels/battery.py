@@ -140,17 +140,14 @@ def _kernel_weights(layer, dtype) -> dict:
 
 
 def run_kernel(shape, w: dict, x, ids, weights, tiles=None, shared_tiles=None):
-    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_forward
     from deamoe.kernels.fused_moe import MoETiles, fused_moe
     from deamoe.kernels.shared_expert import SharedTiles, with_shared
 
     def routed():
         if isinstance(shape, DeaMoEShape):
-            return deamoe_forward(
-                x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                w["expert_up"], w["expert_down"], ids, weights, operator=shape.operator,
-                tiles=tiles or DeaMoETiles(),
-            )
+            return deamoe_forward(x, DeaMoEWeights.of(w), ids, weights,
+                                  operator=shape.operator, tiles=tiles or DeaMoETiles())
         return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
                          tiles or MoETiles())
 

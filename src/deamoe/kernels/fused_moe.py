@@ -22,6 +22,7 @@ from deamoe.kernels.grouped_gemm import (
     EPI_SWIGLU,
     ROW_PAIR,
     ROW_TOKEN,
+    GemmSpec,
     TileConfig,
     grouped_gemm,
     layer_output,
@@ -30,6 +31,11 @@ from deamoe.kernels.grouped_gemm import (
 )
 from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
+
+# the two GEMMs of a SwiGLU FFN over (token, slot) pairs: gate and up of each pair's token, then
+# down summed into the token's row (weighted by the routing where weights are given)
+W13 = GemmSpec(a_mode=ROW_TOKEN, c_mode=ROW_PAIR, epi=EPI_SWIGLU)
+W2 = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True)
 
 
 @dataclass(frozen=True)
@@ -66,12 +72,11 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
 
     # each GEMM once; `groups` restricts it to some experts
     def w13(groups=None):
-        grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN, c_mode=ROW_PAIR,
-                     epi=EPI_SWIGLU, tile=tiles.w13, groups=groups)
+        grouped_gemm(x, gate, hidden, al[0], ids, W13.on(tiles.w13), bu=up, groups=groups)
 
     def w2(groups=None):
-        grouped_gemm(hidden, down, out, al[0], ids, weights=weights, a_mode=ROW_PAIR,
-                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.w2, groups=groups)
+        grouped_gemm(hidden, down, out, al[0], ids, W2.on(tiles.w2), weights=weights,
+                     groups=groups)
 
     if tiles.split_launches > 1:
         def split():  # the two GEMMs of each part of the experts on its own stream
