@@ -51,6 +51,12 @@ class MoETiles:
     # layers 1.3-16.5 us faster per layer on the H200, max rel err 4.5e-3); off: fp32 and a cast
     out_bf16: bool = True
 
+    def shared_memory(self, itemsize: int = 2) -> int:
+        """The most shared memory one of the layer's GEMMs needs on these tiles
+        (GemmSpec.shared_memory)."""
+        return max(W13.on(self.w13).shared_memory(self.block_m, itemsize),
+                   W2.on(self.w2).shared_memory(self.block_m, itemsize))
+
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
     """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order.

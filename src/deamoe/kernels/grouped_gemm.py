@@ -305,10 +305,45 @@ class GemmSpec:
         if self.act not in ACTS:
             raise ValueError(f"grouped_gemm: act={self.act!r} is not one of {', '.join(ACTS)}")
 
+    def shared_memory(self, block_m: int, itemsize: int = 2) -> int:
+        """A lower bound of the shared memory (bytes) Triton gives this GEMM's kernel at BLOCK_M
+        rows, from the tile alone, before compiling.  The MMA reads its operands through shared
+        memory, and the software pipeline keeps num_stages - 1 copies (one more for Hopper's
+        asynchronous wgmma, taken where the MMA's M side -- BLOCK_M, or BLOCK_N with swap -- is
+        >= 64; one copy without pipelining) of A's BLOCK_M x BLOCK_K tile and, with TMA, of
+        each weight tile BLOCK_N x BLOCK_K (two when gated); a weight tile loaded without TMA
+        takes one.  All of `itemsize` bytes.  What else the compiler may add (a second A tile
+        for EPI_SWIGLU's up input, the epilogue's scratch, barriers) is left out: a tile set
+        over the device's limit by this count cannot compile, so the search skips it without
+        losing one that would (`bench smem-check` compares it with Triton's own count)."""
+        t = self.tile
+        wgmma = (t.block_n if t.swap else block_m) >= 64 and t.num_warps % 4 == 0
+        copies = 1 if t.num_stages == 1 else t.num_stages - 1 + wgmma
+        gated = 1 if self.epi == EPI_ACT else 2
+        weights = copies * gated * t.block_n if t.tma else t.block_n
+        return t.block_k * (copies * block_m + weights) * itemsize
+
     def on(self, tile: TileConfig, **sizes) -> "GemmSpec":
         """This GEMM on `tile`, with the fields a layer knows only from its weights' shapes
         (`sizes`: n_dept, per_group, a_up_off, c_up_off; or its operator: act)."""
         return dataclasses.replace(self, tile=tile, **sizes)
+
+
+def shared_memory_limit(device) -> int | None:
+    """The most shared memory one program may use on `device` (bytes), the limit Triton checks a
+    compiled kernel against (its driver's max_shared_mem; else torch's opt-in maximum per
+    block); None off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        from triton.runtime import driver
+
+        return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+    except (ImportError, AttributeError, KeyError, RuntimeError):
+        props = torch.cuda.get_device_properties(index)
+        return getattr(props, "shared_memory_per_block_optin", None)
 
 
 def grouped_gemm(
@@ -322,10 +357,13 @@ def grouped_gemm(
     bu: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
     groups: tuple[int, int] | None = None,
-) -> torch.Tensor:
+    warmup: bool = False,
+):
     """Launch the primitive as `spec` says. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off);
-    c: output; weights: the routing weight of each pair (WEIGHTED).  groups=(lo, hi): only the
-    blocks of groups lo..hi-1 are computed (the rest exit at once)."""
+    c: output (returned); weights: the routing weight of each pair (WEIGHTED).  groups=(lo, hi):
+    only the blocks of groups lo..hi-1 are computed (the rest exit at once).  warmup: compile
+    for these arguments without launching and return Triton's compiled kernel (its
+    metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
     G, N, K = bg.shape
     tile = spec.tile
     if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
@@ -341,7 +379,9 @@ def grouped_gemm(
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
         b_up = b_gate if bu is None else _weight_desc(bu, tile)
-    grouped_gemm_kernel[grid](
+    launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
+        else grouped_gemm_kernel[grid]
+    kernel = launch(
         a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
         N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
@@ -354,4 +394,4 @@ def grouped_gemm(
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps,
         num_stages=tile.num_stages,
     )
-    return c
+    return kernel if warmup else c
