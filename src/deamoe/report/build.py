@@ -15,7 +15,7 @@ import pandas as pd
 from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
-from deamoe.report import figures, ladder, tables
+from deamoe.report import figures, headline, ladder, tables
 from deamoe.report.artifact import Artifact
 from deamoe.report.train_throughput import train_throughput
 from deamoe.parse import from_dict
@@ -128,8 +128,9 @@ def _table_csv(art: Artifact) -> pd.DataFrame:
 
 
 def write_report(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
-                 profile: str | None = None) -> list[Path]:
-    """Build every table and figure; returns the paths written."""
+                 profile: str | None = None, description: str = "") -> list[Path]:
+    """Build every table and figure, the index and the HTML report's front page (the headline,
+    then `description`: reStructuredText); returns the paths written."""
     from deamoe.report.sources import resolved_profile
 
     results, out = Path(results), Path(out)
@@ -148,20 +149,23 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
         write_csv(csv, _table_csv(art))
         written += [md, csv, page]
     written += figures.draw_all(arts, out / "figures", dpi=settings.dpi)
-    index = out / "index.md"
-    write_text(index, _index(arts, profile))
+    claims = headline.headline(arts)
+    index, front = out / "index.md", out / "workflow.rst"
+    write_text(index, _index(arts, profile, claims))
+    write_text(front, headline.front_page(claims, description))
     prov = pd.concat([_provenance_frame(a).assign(artifact=a.title) for a in arts.values()],
                      ignore_index=True)
     write_csv(out / "provenance.csv", prov)
     write_text(out / "provenance.html",
                f"<!doctype html><html><head><meta charset='utf-8'>{_HTML_STYLE}</head><body>"
                f"<h2>Where every number came from</h2>{prov.to_html(index=False)}</body></html>\n")
-    return written + [index, out / "provenance.csv", out / "provenance.html"]
+    return written + [index, front, out / "provenance.csv", out / "provenance.html"]
 
 
-def _index(arts: dict, profile: str | None) -> str:
+def _index(arts: dict, profile: str | None, claims: list) -> str:
     me = provenance()
-    lines = ["# DeaMoE reproduction report", "",
+    lines = ["# DeaMoE reproduction report", "", headline.markdown(claims),
+             "## Every artifact", "",
              f"Profile: {profile or 'not recorded'}. Report built {me['date']} at git "
              f"{me['git_sha']}. Each table's page lists the scale (profile, model size, tokens) "
              "and hardware (device, versions, git sha, date) of its numbers.", "",

@@ -11,6 +11,9 @@ def register(sub) -> None:
     p.add_argument("--measured", default="reports/measured",
                    help="committed measurements (one folder per GPU, e.g. h200/)")
     p.add_argument("--out", default="reports", help="output folder")
+    p.add_argument("--description", help="reStructuredText put under the headline in "
+                   "OUT/workflow.rst, the HTML report's front page (e.g. "
+                   "workflow/report/workflow.rst)")
     p.set_defaults(func=run)
 
 
@@ -22,7 +25,12 @@ def run(args) -> int:
 
     cfg = read_config(args.config)
     settings = ReportSettings.from_config(cfg)
+    description = ""
+    if args.description:
+        from deamoe.io import read_text
+
+        description = read_text(args.description)
     written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
-                           profile=cfg.get("profile"))
+                           profile=cfg.get("profile"), description=description)
     print(f"report: wrote {len(written)} files under {args.out}")
     return 0
