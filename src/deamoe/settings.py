@@ -22,8 +22,8 @@ T = TypeVar("T")
 
 # Every section of the pipeline config -> the dataclass that holds it, in its stage's settings
 # module.  Each class's defaults are the ones in workflow/schemas/<section>.schema.yaml (a test
-# walks every section, nested mappings included).  Named, not imported: importing every stage's
-# settings would cost each command the imports of all the others.
+# walks every section, nested mappings included).  Named, not imported: the report's class sits
+# in its build module, which draws with matplotlib, an import no other command should pay.
 SECTIONS = {
     "analysis": "deamoe.analysis.settings:AnalysisSettings",
     "data": "deamoe.train.settings:DataSettings",
