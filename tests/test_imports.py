@@ -121,6 +121,18 @@ def test_no_import_cycles():
     assert not found, "import cycles:\n" + "\n".join(" -> ".join(c) for c in found)
 
 
+def test_no_private_name_is_imported_from_another_module():
+    # a helper two modules use is public in the module that owns it
+    bad = []
+    for name, (path, _) in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(
+                    "deamoe")):
+                bad += [f"{name} imports {a.name} from {node.module}" for a in node.names
+                        if a.name.startswith("_")]
+    assert not bad, "\n".join(bad)
+
+
 def test_layers_import_only_downwards():
     bad = sorted(f"{m} imports {t}" for m, targets in import_graph().items()
                  for t in targets if package_of(t) in FORBIDDEN.get(package_of(m), ()))

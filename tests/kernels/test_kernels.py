@@ -146,13 +146,13 @@ def test_dense_alignment_covers_every_token_department_pair_once():
 
 
 def test_route_callable_equals_given_routing_and_both_is_an_error():
-    from deamoe.kernels.battery import _kernel_weights, build_layer
+    from deamoe.kernels.battery import kernel_weights, build_layer
     from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_forward
     from deamoe.routing import route
 
     shape = SHAPES["deamoe-small"]
     layer = build_layer(shape, "cpu", 2)
-    w = _kernel_weights(layer, torch.float32)
+    w = kernel_weights(layer, torch.float32)
     x = torch.randn(7, shape.h, generator=torch.Generator().manual_seed(0))
     ids, weights = route(shape, torch.randn(7, shape.n_expert, generator=torch.Generator().manual_seed(1)))
     args = [x, DeaMoEWeights.of(w)]

@@ -111,7 +111,9 @@ class _Upcast:
         return self.t[idx].float()
 
 
-def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+def float32_reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+    """reference_forward of `layer` in float32 on its own (possibly rounded) weights, in chunks of
+    tokens whose intermediates stay under `budget_bytes`."""
     import copy
 
     from deamoe.model.layers import reference_forward
@@ -135,7 +137,8 @@ def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tenso
     return torch.cat(outs)
 
 
-def _kernel_weights(layer, dtype) -> dict:
+def kernel_weights(layer, dtype) -> dict:
+    """The layer's parameters by name, in `dtype` and contiguous: what the kernels take."""
     return {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
 
 
@@ -169,8 +172,8 @@ def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=
     ids, weights = route(shape, _logits(case, n, device))
     g = torch.Generator(device="cpu").manual_seed(case.seed + 1)
     x = torch.randn(case.tokens, shape.h, generator=g).to(device=device, dtype=dtype)
-    ref = _reference(layer, x.float(), ids, weights)
-    w = _kernel_weights(layer, dtype)
+    ref = float32_reference(layer, x.float(), ids, weights)
+    w = kernel_weights(layer, dtype)
     if device != "cpu" and torch.cuda.is_available():  # poison the caching allocator's blocks
         junk = torch.full((64 << 20,), float("nan"), device=device)
         del junk

@@ -49,7 +49,8 @@ def _fingerprint(config_dict: dict, settings: Settings, spec: RunSpec, data: Tok
     }
 
 
-def _optimizer(model, t):
+def build_optimizer(model, t):
+    """AdamW over the model's parameters with the train section `t`'s settings."""
     import torch
 
     decay, no_decay = [], []
@@ -177,7 +178,7 @@ def build(settings: Settings, cfg, d):
     if d.world > 1:
         parallel.shard(model, bf16=t.bf16 and d.device.type == "cuda")
     model.train()
-    return model, _optimizer(model, t)
+    return model, build_optimizer(model, t)
 
 
 def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: int, lr: float, mark=None):
