@@ -169,7 +169,10 @@ class _Step:
         self.sig = operator if self.fused else "none"
         self.x = x.contiguous()
         self.dev = x.device
-        self.common = dict(n_dept=self.n_dept, per_group=self.per)
+        common = dict(n_dept=self.n_dept, per_group=self.per)
+        self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
+                      "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
+                      "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
         self.a1 = torch.empty(T * self.n_dept, 2 * f, dtype=x.dtype, device=self.dev)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = T * self.n_dept * f // 2 if s_bf16 else T * self.n_dept * f
@@ -210,14 +213,12 @@ class _Step:
                      self.tiles.dept_up, self.sig, groups)
 
     def expert_up(self, groups=None):
-        spec = EXPERT_UP.on(self.tiles.expert_up, a_up_off=self.f, **self.common)
         grouped_gemm(self.a1, self.expert_gate, self.st["y"], self.st["al"][1], self.st["ids"],
-                     spec, bu=self.expert_up_w, groups=groups)
+                     self.specs["expert_up"], bu=self.expert_up_w, groups=groups)
 
     def expert_down(self, groups=None):
-        spec = EXPERT_DOWN.on(self.tiles.expert_down, act=self.sig, **self.common)
         grouped_gemm(self.st["y"], self.expert_down_w, self.s, self.st["al"][1], self.st["ids"],
-                     spec, weights=self.st["weights"], groups=groups)
+                     self.specs["expert_down"], weights=self.st["weights"], groups=groups)
 
     def dept_down(self, groups=None):
         dept_down_gemm(self.s, self.dept_down_w, self.out, self.st["al"][0], self.st["ids"],
@@ -241,7 +242,7 @@ class _Step:
         P = ids.numel()
         z = torch.empty(P, self.f, dtype=torch.float32, device=self.dev)
         grouped_gemm(y, self.expert_down_w, z, self.st["al"][1], ids,
-                     EXPERT_DOWN_RAW.on(self.tiles.expert_down, **self.common))
+                     self.specs["expert_down_raw"])
         z = _torch_operator(self.operator)(z) * self.st["weights"].reshape(P, 1).float()
         token = torch.arange(P, device=self.dev) // ids.shape[1]
         rows = token * self.n_dept + ids.reshape(P) // self.per

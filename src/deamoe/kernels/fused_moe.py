@@ -77,12 +77,13 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
         al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=acc)
 
     # each GEMM once; `groups` restricts it to some experts
+    w13_spec, w2_spec = W13.on(tiles.w13), W2.on(tiles.w2)
+
     def w13(groups=None):
-        grouped_gemm(x, gate, hidden, al[0], ids, W13.on(tiles.w13), bu=up, groups=groups)
+        grouped_gemm(x, gate, hidden, al[0], ids, w13_spec, bu=up, groups=groups)
 
     def w2(groups=None):
-        grouped_gemm(hidden, down, out, al[0], ids, W2.on(tiles.w2), weights=weights,
-                     groups=groups)
+        grouped_gemm(hidden, down, out, al[0], ids, w2_spec, weights=weights, groups=groups)
 
     if tiles.split_launches > 1:
         def split():  # the two GEMMs of each part of the experts on its own stream
