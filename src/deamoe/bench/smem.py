@@ -74,10 +74,10 @@ def smem_check(out: Path, tiles: list[str], gemms: list[str]) -> int:
                              "estimate": estimate, "triton": triton_bytes, "limit": limit,
                              "over_limit": triton_bytes > limit, "skipped": estimate > limit,
                              "ok": estimate <= triton_bytes})
+        write_csv(Path(out) / "smem_check.csv", pd.DataFrame(rows))  # a call cut short keeps it
         print(f"{name}: {len(tiles) * len(block_ms)} kernels compiled ({time.time() - t0:.0f} s)",
               flush=True)
     df = pd.DataFrame(rows)
-    write_csv(Path(out) / "smem_check.csv", df)
     over = df[df.over_limit]
     print(f"smem-check: estimate <= Triton's count at {int(df.ok.sum())}/{len(df)} kernels; "
           f"{len(over)} over the device's {limit} B, {int(over.skipped.sum())} of them skipped "
