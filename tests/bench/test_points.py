@@ -10,7 +10,6 @@ import math
 
 import pandas as pd
 import pytest
-import torch
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.bench import microbench
@@ -135,4 +134,3 @@ def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, mon
     assert make_tiles(shape, {k: large if "block_m" not in k else v
                               for k, v in knobs.items()}) not in ran
     assert all(t is not None and t.shared_memory() <= 5000 for t in ran)
-    assert torch.isfinite(torch.tensor(row["us"]))

@@ -14,8 +14,8 @@ import pandas as pd
 from deamoe import paper
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.shared_rows import shared_peer_note, shared_rows
-from deamoe.report.sources import (ANALYTIC, KERNEL, microbench_source, not_run, read_csv,
-                                   read_json, run_summaries, training_logs)
+from deamoe.report.sources import (ANALYTIC, KERNEL, microbench_source, read_csv, read_json,
+                                   run_summaries, training_logs)
 
 def table1(results: Path, profile: str | None) -> Artifact:
     from deamoe.shapes import TABLE1
