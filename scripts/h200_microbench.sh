@@ -7,6 +7,8 @@
 #                   SKIP=battery,decode, then MODELS=Baseline-7B,Qwen3-235B-A22B) and merge
 #                   them with `python -m deamoe bench import DIR1 DIR2 --sha SHA`.
 #   TILES_FROM=csv  the decode benchmark's picks for models this call does not measure
+# A call stopped at its time limit keeps every point it finished ($OUT/microbench_points.csv);
+# the same call again on the same OUT measures only the rest.
 #   CHECK=1         first the committed picks and the stream options against the reference
 #   TRACE=1         afterwards the kernel timeline of the picked layers
 # Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [CHECK=1] [TRACE=1] bash scripts/h200_microbench.sh

@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from deamoe.errors import ConfigError
-from deamoe.settings import from_dict, load_section, read_config
+from deamoe.parse import from_dict
+from deamoe.settings import load_section, read_config
 
 
 @dataclass

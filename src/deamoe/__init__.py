@@ -1,7 +1,8 @@
 """DeaMoE: department-structured Mixture-of-Experts, and the pipeline that reproduces its paper.
 
-Layers (lower never imports higher): config -> routing -> model -> analysis / kernels ->
-train / serve -> eval / bench -> report -> cli.  See README.md.
+Layers (lower never imports higher): facts (paper, shapes, routing, ...) -> model -> kernels ->
+decode -> stages (analysis, train, eval, serve) -> bench -> report -> commands; no import
+cycles (tests/test_imports.py).  See docs/architecture.md.
 """
 
 import os as _os

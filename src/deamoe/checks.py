@@ -20,7 +20,7 @@ def _parsers():
     from deamoe.analysis.settings import AnalysisSettings
     from deamoe.eval.settings import parse_eval
     from deamoe.serve.settings import ServeSettings
-    from deamoe.settings import from_dict
+    from deamoe.parse import from_dict
     from deamoe.train.settings import SECTIONS, parse_section
 
     parsers = {name: (lambda v, n=name: parse_section(n, v)) for name in SECTIONS}

@@ -122,6 +122,16 @@ TABLE3_HARNESS = {
 }
 
 
+def paper_key(name: str) -> str:
+    """A task or dataset name as the paper's key (the harness spells some differently)."""
+    key = str(name).lower().replace("-", "").replace(" ", "_")
+    aliases = {"social_iqa": "siqa", "race": "race_high", "racehigh": "race_high",
+               "wikitext": "wikitext2", "wikitext_2": "wikitext2", "wt2": "wikitext2",
+               "wikitext_103": "wikitext103", "wt103": "wikitext103", "obqa": "openbookqa",
+               "hswag": "hellaswag", "winog": "winogrande"}
+    return aliases.get(key, key)
+
+
 def table2_value(task: str, model: str, metric: str) -> float | None:
     """The paper's accuracy for (task, model) if `metric` is the one Table 2 is read as, else None."""
     entry = TABLE2_HARNESS.get(task)

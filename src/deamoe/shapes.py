@@ -174,7 +174,9 @@ class Table1Row:
     notes: str = field(default="")
 
 
-def _row(model, k, h, f, n, d, e, kd, ke, flops, params):
+def _row(paper_row: tuple) -> Table1Row:
+    """A row of deamoe.paper.TABLE1 (its column order) as layer shapes."""
+    model, k, h, f, n, d, e, kd, ke, flops, params = paper_row
     return Table1Row(
         model=model,
         baseline=MoEShape(h=h, h_ffn=f, n_expert=n, k_expert=k),
@@ -185,7 +187,7 @@ def _row(model, k, h, f, n, d, e, kd, ke, flops, params):
 
 
 # The paper's Table 1 (its numbers: deamoe.paper.TABLE1) as layer shapes, by model name.
-TABLE1: dict[str, Table1Row] = {row[0]: _row(*row) for row in PAPER_TABLE1}
+TABLE1: dict[str, Table1Row] = {row[0]: _row(row) for row in PAPER_TABLE1}
 MODEL_NAMES = tuple(TABLE1)
 
 # Always-active shared experts of the real models, each as wide as a routed expert (DeepSeek-V3

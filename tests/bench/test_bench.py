@@ -13,10 +13,13 @@ import torch
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
-from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
-from deamoe.bench.knobs import BLOCK_M_KNOBS, GEMM_STAGES, parse_knobs
+from deamoe.bench.layer_step import layer_bytes, step_bytes
 from deamoe.bench.microbench import bench_impl
+from deamoe.bench.search import BLOCK_M_KNOBS
 from deamoe.bench.settings import MicrobenchSettings
+from deamoe.decode.knobs import GEMM_STAGES, parse_knobs
+from deamoe.decode.step import ffn_step
+from deamoe.decode.weights import random_weights
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError, DataError
 
@@ -35,26 +38,6 @@ def test_step_bytes_counts_distinct_experts_and_departments():
     assert step_bytes(DEA, ids) == router + 3 * (2 * 3 * f * h) + 9 * (2 * 3 * f * f)
     assert step_bytes(MOE, ids[:, :4]) == 2 * MOE.n_expert * h + 7 * (2 * 3 * f * h)
     assert layer_bytes(MOE) == 2 * 16 * 64 + 16 * 2 * 3 * 32 * 64
-
-
-@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
-def test_ffn_step_runs_the_kernel(shape):
-    # router GEMM -> deamoe.routing.route -> kernel: the reference layer with the same weights
-    # and routing gives the same output
-    from deamoe.model.layers import build_ffn, reference_forward
-    from deamoe.routing import route
-
-    w = random_weights(shape, "cpu", torch.float32, seed=1)
-    x = torch.randn(3, shape.h)
-    layer = build_ffn(shape)
-    with torch.no_grad():
-        layer.router.weight.copy_(w["router"])
-        for name, value in w.items():
-            if name != "router":
-                getattr(layer, name).copy_(value)
-    ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
-    torch.testing.assert_close(ffn_step(shape, w, x), reference_forward(layer, x, ids, weights),
-                               rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
@@ -241,35 +224,14 @@ def test_variants_arguments_split_into_knob_sets_and_points():
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
-def test_step_with_precomputed_routing_is_the_same_step(shape):
-    # the peer comparison times the step without its router GEMM and routing: same output
-    from deamoe.bench.layer_step import layer_steps, step_routing
+def test_layer_steps_take_the_routing_or_the_logits_computed_beforehand(shape):
+    from deamoe.bench.layer_step import layer_steps, router_logits
+    from deamoe.decode.step import step_routing
 
     w = random_weights(shape, "cpu", dtype=torch.float32, seed=4)
     x = torch.randn(5, shape.h, generator=torch.Generator().manual_seed(4))
-    routed = step_routing(shape, w, x)
-    ref = ffn_step(shape, w, x)
-    torch.testing.assert_close(ffn_step(shape, w, x, routed=routed), ref)
-    assert not torch.equal(ffn_step(shape, w, x, routed=(routed[0].flip(1), routed[1])), ref) \
-        or shape.k_expert == 1
-    layer_steps(shape, [w], [x], repeat=1, routed=[routed])()  # runs with the given routing
-
-
-@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
-def test_step_from_logits_routes_the_given_logits(shape):
-    # the peer comparison times the step from the router logits (vLLM's fused_moe input):
-    # same output as the full step for the router's own logits, another for other logits
-    from deamoe.bench.layer_step import layer_steps, router_logits
-
-    w = random_weights(shape, "cpu", dtype=torch.float32, seed=5)
-    x = torch.randn(5, shape.h, generator=torch.Generator().manual_seed(5))
-    (logits,) = router_logits([w], [x])
-    ref = ffn_step(shape, w, x)
-    torch.testing.assert_close(ffn_step(shape, w, x, logits=logits), ref)
-    assert not torch.allclose(ffn_step(shape, w, x, logits=logits.flip(1)), ref)
-    layer_steps(shape, [w], [x], repeat=1, logits=[logits])()
-    with pytest.raises(ValueError, match="routed or logits"):
-        ffn_step(shape, w, x, routed=(None, None), logits=logits)
+    layer_steps(shape, [w], [x], repeat=1, routed=[step_routing(shape, w, x)])()
+    layer_steps(shape, [w], [x], repeat=1, logits=router_logits([w], [x]))()
 
 
 def test_graph_replay_rows_check_each_replay_against_the_reference():
@@ -369,7 +331,7 @@ def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():
 
 
 def test_decode_runs_the_nearest_pick_and_names_it():
-    from deamoe.bench.picks import TilePicks, shape_key
+    from deamoe.decode.picks import TilePicks, shape_key
 
     dec = DecoderShape(n_layers=1, heads=4, context=8, vocab=50)
     picks = TilePicks({shape_key(MOE): {2: "split_launches=2"}})
@@ -394,16 +356,3 @@ def test_merge_tpot_replaces_the_same_points(tmp_path):
     pd.DataFrame({"model": ["m"]}).to_csv(new, index=False)
     with pytest.raises(DataError, match="new.csv: missing column"):
         merge_tpot(new, into)
-
-
-def test_routing_of_a_step_is_the_kernel_on_cuda_and_the_reference_elsewhere():
-    # both layers route the same way: deamoe.routing.route itself on the CPU (what the
-    # microbench.csv `routing` column says), its tested Triton twin on CUDA
-    from deamoe.bench.layer_step import routing_fn, routing_label
-    from deamoe.kernels.routing_topk import route_kernel
-    from deamoe.routing import route
-
-    assert routing_fn(torch.zeros(1, 4)) is route and routing_label("cpu") == "eager route"
-    assert routing_label("cuda") == "triton route kernel"
-    if torch.cuda.is_available():
-        assert routing_fn(torch.zeros(1, 4, device="cuda")) is route_kernel

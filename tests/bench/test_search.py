@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
+from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.search import search_tiles
 from deamoe.shapes import DeaMoEShape, MoEShape
@@ -268,7 +268,7 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
 
 
 def test_block_m_search_is_capped_by_batch():
-    from deamoe.bench.knobs import block_m_values
+    from deamoe.bench.search import block_m_values
 
     assert block_m_values((16, 32, 64, 128), 4) == (16,)
     assert block_m_values((16, 32, 64, 128), 40) == (16, 32, 64)

@@ -8,10 +8,11 @@ import torch
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.analysis.budget import shared_params
-from deamoe.bench.layer_step import ffn_step, layer_bytes, random_weights, step_bytes
+from deamoe.bench.layer_step import layer_bytes, library_step, step_bytes
 from deamoe.bench.microbench import bench_impl
 from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.shared import prior_for, shared_columns
+from deamoe.decode.weights import layer_weights, random_weights
 from deamoe.shapes import PRESETS, DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.kernels.shared_expert import SharedTiles
@@ -34,32 +35,28 @@ def test_weights_and_bytes_include_the_shared_experts(shape):
     assert step_bytes(shape, ids) - step_bytes(plain, ids) == 2 * shared_params(shape)
 
 
-@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
-@pytest.mark.parametrize("impl", ["triton", "torch"])
-def test_ffn_step_with_shared_experts_equals_the_layer_reference(shape, impl):
+def test_library_step_with_shared_experts_equals_the_layer_reference():
+    # the microbenchmark's library reference (torch._grouped_mm) of the baseline layer; the
+    # Triton step with shared experts: tests/decode/test_step.py
     from deamoe.model.layers import build_ffn, reference_forward
     from deamoe.routing import route
 
-    if impl == "torch" and shape.kind == "deamoe":
-        pytest.skip("the torch reference implementation is the baseline's")
-    if impl == "torch" and not hasattr(torch, "_grouped_mm"):
+    if not hasattr(torch, "_grouped_mm"):
         pytest.skip("no torch._grouped_mm")
-    w = random_weights(shape, "cpu", torch.float32, seed=2)
-    layer = build_ffn(shape.replace(expert_init="random") if shape.kind == "deamoe" else shape)
-    names = {"router": "router.weight", "shared_gate": "shared_experts.gate_proj.weight",
-             "shared_up": "shared_experts.up_proj.weight",
-             "shared_down": "shared_experts.down_proj.weight"}
+    torch.manual_seed(2)
+    layer = build_ffn(MOE, init_std=0.1)
+    w = layer_weights(layer)
     with torch.no_grad():
-        layer.load_state_dict({names.get(k, k): v for k, v in w.items()}, strict=False)
-        x = torch.randn(7, shape.h, generator=torch.Generator().manual_seed(3))
-        ids, weights = route(shape, x @ w["router"].T)
+        x = torch.randn(7, MOE.h, generator=torch.Generator().manual_seed(3))
+        ids, weights = route(MOE, x @ w["router"].T)
         ref = reference_forward(layer, x, ids, weights)
-        for tiles in (None, SharedTiles(stream=True)):
-            try:
-                out = ffn_step(shape, w, x, impl=impl, shared=tiles)
-            except RuntimeError as exc:  # torch._grouped_mm needs a GPU on some builds
-                pytest.skip(str(exc)[:80])
-            torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+        try:
+            out = library_step(MOE, w, x)
+        except RuntimeError as exc:  # torch._grouped_mm needs a GPU on some builds
+            pytest.skip(str(exc)[:80])
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="baseline"):
+        library_step(DEA, random_weights(DEA, "cpu", torch.float32), x)
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
@@ -114,7 +111,7 @@ def test_h200_shared_config_names_the_three_models_at_the_ten_batches(monkeypatc
 
 
 def test_shared_schedules_follow_the_nearest_measured_batch():
-    from deamoe.bench.shared import decode_shared_tiles, shared_schedules
+    from deamoe.bench.shared import SharedSchedules, shared_schedules
 
     rows = [{"model": "m+shared", "batch": 4, "baseline_shared_stream": True,
              "deamoe_shared_stream": False},
@@ -124,14 +121,15 @@ def test_shared_schedules_follow_the_nearest_measured_batch():
     sched = shared_schedules(rows)
     assert sched == {("m+shared", "baseline"): {4: True, 16: False},
                      ("m+shared", "deamoe"): {4: False}}
-    got = {b: decode_shared_tiles(sched, "m+shared", "baseline", b, 32) for b in (5, 10, 12, 160)}
+    got = {b: SharedSchedules(sched, 32).tiles("m+shared", "baseline", b) for b in (5, 10, 12, 160)}
     assert {b: t.stream for b, t in got.items()} == {5: True, 10: True, 12: False, 160: False}
     assert got[5].block_m == 32
-    assert decode_shared_tiles(sched, "m", "baseline", 4, 16) is None
+    assert SharedSchedules(sched).tiles("m", "baseline", 4) is None
 
 
 def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
     from deamoe.bench import decode
+    from deamoe.bench.shared import SharedSchedules
 
     seen = []
     real = decode.ffn_step
@@ -144,7 +142,7 @@ def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
     dec = decode.DecoderShape(n_layers=1, heads=4, context=8, vocab=50)
     rows = decode.run_decode(["m+shared"], [3], dec, replays=1, device="cpu",
                              shapes={"m+shared": (MOE, DEA)},
-                             shared={("m+shared", "baseline"): {2: True}}, block_m=32)
+                             shared=SharedSchedules({("m+shared", "baseline"): {2: True}}, 32))
     assert {k: s for k, s in seen} == {"moe": SharedTiles(block_m=32, stream=True),
                                        "deamoe": None}  # none picked: ffn_step's in-line default
     prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}

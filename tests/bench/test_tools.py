@@ -71,3 +71,12 @@ def test_gpu_tools_say_they_need_cuda(tmp_path, capsys):
         pytest.skip("this machine has a CUDA GPU: the tools would run")
     assert main(["bench", "picks-check", str(tmp_path)]) == 2
     assert "bench picks-check: needs a CUDA GPU" in capsys.readouterr().err
+    assert main(["bench", "smem-check", str(tmp_path)]) == 2
+    assert "bench smem-check: needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_smem_check_names_a_bad_gemm_or_tile_before_the_gpu_check(tmp_path, capsys):
+    assert main(["bench", "smem-check", str(tmp_path), "--gemms", "w13,w99"]) == 2
+    assert "--gemms: w99 not among w13, w2, dept_up" in capsys.readouterr().err
+    assert main(["bench", "smem-check", str(tmp_path), "--tiles", "n64-k64"]) == 2
+    assert "microbench.tiles" in capsys.readouterr().err

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from deamoe.bench.train_bench import PARTS, choices, layer_rows, step_rows
-from deamoe.bench.train_kernels import category, kernel_rows
+from deamoe.bench.train_bench import PARTS, choices, kernel_rows, layer_rows, step_rows
+from deamoe.bench.train_kernels import category
 from deamoe.errors import ConfigError
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.train import parallel
-from deamoe.train.settings import load_settings
+from deamoe.settings import load_settings
 
 
 def _raise(what, exc):

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from deamoe.errors import ConfigError
-from deamoe.eval.settings import load_eval_settings, parse_eval
+from deamoe.eval.settings import parse_eval
+from deamoe.settings import load_eval_settings
 
 # (not imported from conftest: several test folders have one, and which is found depends on order)
 REPO = Path(__file__).resolve().parents[2]

@@ -106,7 +106,7 @@ def test_dense_dept_up_matches_reference(name, parts, dense_block_m):
 
 
 def test_make_tiles_reads_switches_written_as_integers():
-    from deamoe.bench.knobs import make_tiles, parse_knobs
+    from deamoe.decode.knobs import make_tiles, parse_knobs
 
     shape = SHAPES[DEAMOE_SHAPES[0]]
     t = make_tiles(shape, parse_knobs("dense_dept_up=1;split_launches=2"))
@@ -146,17 +146,16 @@ def test_dense_alignment_covers_every_token_department_pair_once():
 
 
 def test_route_callable_equals_given_routing_and_both_is_an_error():
-    from deamoe.kernels.battery import _kernel_weights, build_layer
-    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+    from deamoe.kernels.battery import kernel_weights, build_layer
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_forward
     from deamoe.routing import route
 
     shape = SHAPES["deamoe-small"]
     layer = build_layer(shape, "cpu", 2)
-    w = _kernel_weights(layer, torch.float32)
+    w = kernel_weights(layer, torch.float32)
     x = torch.randn(7, shape.h, generator=torch.Generator().manual_seed(0))
     ids, weights = route(shape, torch.randn(7, shape.n_expert, generator=torch.Generator().manual_seed(1)))
-    args = [x] + [w[n] for n in ("dept_gate", "dept_up", "dept_down", "expert_gate", "expert_up",
-                                 "expert_down")]
+    args = [x, DeaMoEWeights.of(w)]
     given = deamoe_forward(*args, ids, weights, shape.operator)
     for dense in (False, True):
         tiles = DeaMoETiles(dense_dept_up=dense)
@@ -284,7 +283,7 @@ def test_align_two_groupings_match_reference(memory_phases, T, k, n_dept, per, b
 def test_dense_dept_up_gemm_computes_every_token_department_row():
     # the dense department GEMM (dense_dept_up) on `dense_alignment`: act(Wg x) | act(Wu x)
     # for every (token, department) row, whatever the routing
-    from deamoe.bench.layer_step import random_weights
+    from deamoe.decode.weights import random_weights
     from deamoe.kernels.align import dense_alignment
     from deamoe.kernels.deamoe_decode import dept_up_gemm
     from deamoe.kernels.grouped_gemm import TileConfig
@@ -345,17 +344,17 @@ def test_bf16_sum_fields_reach_the_launches(monkeypatch, s_bf16, out_bf16):
     # the atomic GEMMs sum into: expert_down into S, dept_down (DeaMoE) and w2 (baseline) into
     # out.  bf16 atomics exist only on a GPU, so the device rule is made true here and the
     # launches are recorded instead of run
-    from deamoe.bench.layer_step import random_weights
+    from deamoe.decode.weights import random_weights
     from deamoe.kernels import deamoe_decode, fused_moe, grouped_gemm
-    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_stages
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_stages
     from deamoe.kernels.fused_moe import MoETiles, fused_moe_stages
 
     for mod in (grouped_gemm, deamoe_decode):
         monkeypatch.setattr(mod, "bf16_atomics", lambda x: True)
     sums = []
 
-    def record(a, b, c, al, ids, **kw):
-        if kw.get("atomic"):
+    def record(a, b, c, al, ids, spec, **kw):
+        if spec.atomic:
             sums.append(c.dtype)
     for mod in (deamoe_decode, fused_moe):
         monkeypatch.setattr(mod, "grouped_gemm", record)
@@ -364,10 +363,8 @@ def test_bf16_sum_fields_reach_the_launches(monkeypatch, s_bf16, out_bf16):
     dea = SHAPES[DEAMOE_SHAPES[0]]
     w = random_weights(dea, "cpu", dtype=bf16)
     ids, weights = torch.zeros(3, dea.k_expert, dtype=torch.long), torch.ones(3, dea.k_expert)
-    out, stages = deamoe_stages(torch.zeros(3, dea.h, dtype=bf16), w["dept_gate"], w["dept_up"],
-                                w["dept_down"], w["expert_gate"], w["expert_up"],
-                                w["expert_down"], ids, weights,
-                                tiles=DeaMoETiles(s_bf16=s_bf16, out_bf16=out_bf16))
+    out, stages = deamoe_stages(torch.zeros(3, dea.h, dtype=bf16), DeaMoEWeights.of(w), ids,
+                                weights, tiles=DeaMoETiles(s_bf16=s_bf16, out_bf16=out_bf16))
     for _, launch, _ in stages:
         launch()
     want = [bf16 if s_bf16 else torch.float32, bf16 if out_bf16 else torch.float32]

@@ -93,7 +93,7 @@ EVAL_FORKS = r"""
 import json, os, sys, traceback
 from deamoe.cli import main
 from deamoe.eval.runner import set_hf_environment
-from deamoe.eval.settings import load_eval_settings
+from deamoe.settings import load_eval_settings
 set_hf_environment(load_eval_settings(sys.argv[1]))
 import torch, transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -152,7 +152,7 @@ def test_a_held_out_evaluation_of_no_batch_is_an_error_not_zero(shards):
 
     from deamoe.errors import DeaMoEError
     from deamoe.train.data import TokenData
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
     from deamoe.train.trainer import evaluate
 
     s = load_settings(shards / "c.yaml")

@@ -12,7 +12,7 @@ from conftest import assert_one_line_error, run_cli, train_config as _config, tr
 def _stopped_run(work, shards):
     """A run interrupted after step 3 (its resume state written), as a kill would leave it."""
     from deamoe.train.runs import run_spec
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
     from deamoe.train.trainer import train_run
 
     s = load_settings(_config(work / "c.yaml", shards))

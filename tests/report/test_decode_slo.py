@@ -38,7 +38,7 @@ def test_budgets_are_the_baselines_tpot_and_deamoe_sides_are_marked():
 
 
 def test_artifact_from_the_committed_table_or_not_run(tmp_path):
-    from deamoe.report.tables import NOT_RUN
+    from deamoe.report.artifact import NOT_RUN
 
     missing = decode_slo(tmp_path / "results", tmp_path / "measured", None)
     assert missing.status == NOT_RUN and (missing.table["reproduced"] == NOT_RUN).all()

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
-from deamoe.bench.picks import TilePicks, shape_key
+from deamoe.decode.picks import TilePicks, shape_key
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.model.layers import build_ffn
 from deamoe.serve import ffn_op
@@ -45,10 +45,10 @@ def test_decode_ffn_equals_the_layer(shape, picks):
 
 
 def test_decode_ffn_runs_the_pick_of_the_nearest_batch(monkeypatch):
-    import deamoe.bench.layer_step as layer_step
+    import deamoe.decode.step as step
 
     seen = []
-    monkeypatch.setattr(layer_step, "ffn_step",
+    monkeypatch.setattr(step, "ffn_step",
                         lambda shape, w, x, tiles: seen.append((x.shape[0], tiles, w)) or x)
     layer = _layer(DEA)
     for batch in (1, 4, 9):
@@ -63,7 +63,7 @@ def test_decode_ffn_runs_the_pick_of_the_nearest_batch(monkeypatch):
 
 
 def test_packaged_picks_cover_the_7b_layers():
-    from deamoe.bench.picks import packaged
+    from deamoe.decode.picks import packaged
     from deamoe.shapes import table1_row
 
     row = table1_row("Baseline-7B")

@@ -40,7 +40,7 @@ def _layers(shape, n: int, seed: int) -> list:
     """n (bf16 layer, its fp32 reference) pairs: the benchmark's fan-in scaled random weights, the
     reference holding the same (bf16-rounded) values in fp32, and a nonzero fp32 selection bias
     (as a checkpoint trained with bias balancing has)."""
-    from deamoe.bench.layer_step import random_weights
+    from deamoe.decode.weights import random_weights
     from deamoe.model.layers import build_ffn
 
     out = []
@@ -80,7 +80,7 @@ def rows():
 
 @pytest.mark.parametrize("kind", ["moe", "deamoe"])
 def test_decoder_in_cuda_graph_equals_reference(kind, rows):
-    from deamoe.bench.picks import packaged
+    from deamoe.decode.picks import packaged
     from deamoe.shapes import table1_row
     from deamoe.routing import route
     from deamoe.serve.ffn_op import decode_ffn

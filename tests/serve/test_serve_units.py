@@ -15,7 +15,8 @@ import pytest
 from deamoe.errors import ConfigError, DataError
 from deamoe.serve import bench, server, tables
 from deamoe.serve.client import RequestRecord, summarize
-from deamoe.serve.settings import ServeSettings, load
+from deamoe.serve.settings import ServeSettings
+from deamoe.settings import load_serve_settings
 
 
 def write_config(tmp_path, serve: dict):
@@ -27,17 +28,17 @@ def write_config(tmp_path, serve: dict):
 
 
 def test_settings_defaults_and_errors(tmp_path):
-    s = load(write_config(tmp_path, {"concurrency": [1, 4], "output_len": 16}))
+    s = load_serve_settings(write_config(tmp_path, {"concurrency": [1, 4], "output_len": 16}))
     assert s.concurrency == [1, 4] and s.num_seqs == 4 and s.model_len == 64 + 16 + 16
     assert s.requests_at(1) == s.min_requests and s.requests_at(4) == 4 * s.rounds
     with pytest.raises(ConfigError, match="serve.concurency"):
-        load(write_config(tmp_path, {"concurency": [1]}))
+        load_serve_settings(write_config(tmp_path, {"concurency": [1]}))
     with pytest.raises(ConfigError, match="serve.slo_metric"):
-        load(write_config(tmp_path, {"slo_metric": "itl"}))
+        load_serve_settings(write_config(tmp_path, {"slo_metric": "itl"}))
     with pytest.raises(ConfigError, match="serve.output_len"):
-        load(write_config(tmp_path, {"output_len": 1}))
+        load_serve_settings(write_config(tmp_path, {"output_len": 1}))
     with pytest.raises(ConfigError, match="serve.input_len"):
-        load(write_config(tmp_path, {"input_len": "64"}))
+        load_serve_settings(write_config(tmp_path, {"input_len": "64"}))
 
 
 def test_summarize_uses_vllm_tpot_definition():

@@ -51,7 +51,7 @@ def corpus_dir(tmp_path_factory):
 def shards(corpus_dir):
     """Token shards of the small corpus (written once per session)."""
     from deamoe.train.data import prepare
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     s = load_settings(small_config(corpus_dir))
     prepare(s.data, corpus_dir / "data", progress=False)

@@ -11,7 +11,7 @@ import yaml
 from deamoe.analysis.budget import ffn_flops, ffn_params
 from deamoe.errors import ConfigError
 from deamoe.train import runs
-from deamoe.train.settings import load_settings
+from deamoe.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 

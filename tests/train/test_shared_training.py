@@ -11,7 +11,7 @@ from deamoe.analysis.budget import ffn_params
 from deamoe.errors import ConfigError
 from deamoe.model import DeaMoEConfig, DeaMoEForCausalLM
 from deamoe.train.runs import model_config, run_spec, size
-from deamoe.train.settings import load_settings
+from deamoe.settings import load_settings
 from deamoe.train.trainer import train_run
 
 

@@ -6,7 +6,8 @@ import yaml
 
 from deamoe.errors import ConfigError, DataError
 from deamoe.train.data import TokenData, prepare
-from deamoe.train.settings import DataSettings, load_settings
+from deamoe.settings import load_settings
+from deamoe.train.settings import DataSettings
 from deamoe.train.tokenizer import load
 
 

@@ -10,7 +10,7 @@ import torch
 
 from deamoe.errors import DeaMoEError
 from deamoe.train.runs import run_spec
-from deamoe.train.settings import load_settings
+from deamoe.settings import load_settings
 from deamoe.train.trainer import lr_at, train_run
 
 

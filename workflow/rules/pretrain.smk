@@ -4,7 +4,7 @@
 
 from deamoe.errors import ConfigError as _ConfigError
 from deamoe.train import runs as _runs
-from deamoe.train.settings import load_settings as _load_settings
+from deamoe.settings import load_settings as _load_settings
 
 # The ladder resolved once at parse time: a bad size, an unmatched pair or a missing key stops
 # Snakemake with one line naming the key, before any job runs.

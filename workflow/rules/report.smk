@@ -64,6 +64,7 @@ def _report_outputs():
         )
         out[f"{stem}_svg"] = f"reports/figures/{stem}.svg"
     out["index"] = "reports/index.md"
+    out["front_page"] = FRONT_PAGE  # the HTML report's front page (Snakefile: `report:`)
     out["provenance"] = "reports/provenance.csv"
     out["provenance_html"] = report(
         "reports/provenance.html",
@@ -86,6 +87,7 @@ def _measured_inputs(wildcards):
 
 rule report:
     input:
+        description="workflow/report/workflow.rst",
         table1="results/analysis/table1.csv",
         loading="results/analysis/loading.csv",
         ablation="results/ablation/summary.csv",
@@ -111,4 +113,5 @@ rule report:
     threads: 1
     shell:
         "{DEAMOE} report --config {RESOLVED_CONFIG} --results {params.results}"
-        " --measured {MEASURED} --out {params.out} > {log} 2>&1"
+        " --measured {MEASURED} --out {params.out} --description {input.description}"
+        " > {log} 2>&1"

@@ -49,7 +49,9 @@ def _finish(rows: list[dict], path: Path, what: str) -> int:
 def _graph_rows(shape, tiles_list, batches, seed: int, case: str) -> list[dict]:
     """For each (tiles, batch): the step captured in a CUDA graph, replayed twice, against the
     eager step on default tiles (same weights and input)."""
-    from deamoe.bench.layer_step import ffn_step, graph_replay_rows, random_weights
+    from deamoe.bench.layer_step import graph_replay_rows
+    from deamoe.decode.step import ffn_step
+    from deamoe.decode.weights import random_weights
 
     default = type(tiles_list[0])()
     w = random_weights(shape, "cuda", seed=seed)
@@ -68,7 +70,7 @@ def picks_check(out: Path, table: str, every: bool = False) -> int:
     of both layers with `every`) -> out/picks_check.csv."""
     import pandas as pd
 
-    from deamoe.bench.knobs import make_tiles, parse_knobs
+    from deamoe.decode.knobs import make_tiles, parse_knobs
     from deamoe.shapes import table1_row
     from deamoe.kernels.battery import Case, build_layer, check_case
 

@@ -4,6 +4,7 @@
   bench picks-check     the committed picks against the float32 reference, eager and in a graph
   bench stream-check    the stream options (split_launches, dense_dept_up, dense_parts) likewise
   bench routing-check   the routing kernel against deamoe.routing.route, and its time
+  bench smem-check      the search's shared-memory estimate against Triton's count, per kernel
   bench variants        A/B of knob sets on the committed picks, same routings, interleaved
   bench trace           kernel timeline of the committed layers inside their CUDA graph
   bench read-sizes      streaming-read bandwidth by read size (reports/measured/h200/read_sizes.csv)
@@ -75,6 +76,13 @@ def _register_bench(sub) -> None:
          "both layers, and the graph-captured step -> OUT/stream_check.csv; exit 1 on a failure")
     tool("routing-check", _routing_check, "CUDA: the routing kernel against "
          "deamoe.routing.route on every Table 1 shape -> OUT/routing_check.csv, routing_time.csv")
+    t = tool("smem-check", _smem_check, "CUDA: each GEMM of both layers compiled (not run) on "
+             "every tile at every BLOCK_M, Triton's shared memory beside the estimate the search "
+             "skips knob sets by -> OUT/smem_check.csv; exit 1 where the estimate exceeds it")
+    t.add_argument("--tiles", help="comma-separated tile names (default: microbench.tiles' "
+                   "defaults)")
+    t.add_argument("--gemms", default="w13,w2,dept_up,expert_up,expert_down,dept_down",
+                   help="comma-separated GEMMs of the two layers")
     t = tool("variants", _variants, "CUDA: knob sets timed on the committed picks -> "
              "OUT/variants.csv")
     t.add_argument("items", nargs="+", metavar="VARIANT|POINT",
@@ -175,6 +183,21 @@ def _routing_check(args) -> int:
     from deamoe.bench.checks import routing_check
 
     return routing_check(args.out)
+
+
+def _smem_check(args) -> int:
+    from deamoe.bench.settings import MicrobenchSettings
+    from deamoe.bench.smem import GEMMS, smem_check
+    from deamoe.errors import ConfigError
+
+    tiles = args.tiles.split(",") if args.tiles else MicrobenchSettings().tiles
+    MicrobenchSettings(tiles=tiles)  # a bad tile name: its one-line error
+    gemms = args.gemms.split(",")
+    if set(gemms) - set(GEMMS):
+        raise ConfigError(f"--gemms: {', '.join(sorted(set(gemms) - set(GEMMS)))} not among "
+                          f"{', '.join(GEMMS)}")
+    _needs_cuda("smem-check")
+    return smem_check(args.out, tiles, gemms)
 
 
 def _variants(args) -> int:

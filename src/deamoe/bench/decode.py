@@ -17,7 +17,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from deamoe.bench.layer_step import ffn_step, free_cuda_cache, random_weights, time_fn
+from deamoe.bench.layer_step import free_cuda_cache, time_fn
+from deamoe.decode.step import ffn_step
+from deamoe.decode.weights import random_weights
 
 
 @dataclass
@@ -108,19 +110,21 @@ def check_decode_fits(models, batches, dec: DecoderShape, gpu_bytes: int) -> Non
 
 
 def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", tiles=None,
-               seed=0, progress=None, shapes=None, shared=None, block_m: int = 16) -> list[dict]:
+               seed=0, progress=None, shapes=None, shared=None) -> list[dict]:
     """Rows {model, ffn, batch, tpot_ms, tiles_batch} for the baseline and DeaMoE decoders of each
     model.
 
-    tiles: optional deamoe.bench.picks.TilePicks (the microbenchmark's per-layer picks; a batch
+    tiles: optional deamoe.decode.picks.TilePicks (the microbenchmark's per-layer picks; a batch
     it did not measure runs the pick of the nearest measured batch, named in `tiles_batch`), or
     None for the default tiles; shapes: optional {model: (MoEShape, DeaMoEShape)} instead of the
     Table 1 presets (tests).  A layer with shared experts ("<model>+shared") runs them on the
-    schedule `shared` ({(model, kind): {batch: stream}}, deamoe.bench.shared.shared_schedules)
-    picked at the nearest measured batch (`shared_stream`), else in line.
+    schedule `shared` (deamoe.bench.shared.SharedSchedules) picked at the nearest measured batch
+    (`shared_stream`), else in line.
     """
-    from deamoe.bench.shared import decode_shared_tiles
+    from deamoe.bench.shared import SharedSchedules
     from deamoe.shapes import table1_row
+
+    shared = shared or SharedSchedules()
 
     rows = []
     for model in models:
@@ -131,7 +135,7 @@ def run_decode(models, batches, dec: DecoderShape, replays: int, device="cuda", 
                 tokens = torch.randint(0, dec.vocab, (batch,), device=device)
                 found = tiles.knobs(shape, batch) if tiles is not None else None
                 t = tiles.tiles(shape, batch) if found else None
-                sh = decode_shared_tiles(shared or {}, model, kind, batch, block_m)
+                sh = shared.tiles(model, kind, batch)
                 with torch.no_grad():
                     timing = time_fn(lambda: net.step(tokens, t, sh), replays)
                 rows.append({"model": model, "ffn": kind, "batch": batch,

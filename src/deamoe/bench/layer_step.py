@@ -1,4 +1,4 @@
-"""One MoE layer's decode step (router + routing + expert kernels) and its timing harness.
+"""The timing harness of one MoE layer's decode step (deamoe.decode.step.ffn_step).
 
 Shared by the per-layer microbenchmark and the model-level decode benchmark.  Weights are random
 (bf16); several copies ("layers") are rotated inside one CUDA graph so that a replay reads
@@ -15,33 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params, shared_params
+from deamoe.decode.step import ffn_step, step_routing
 from deamoe.shapes import DeaMoEShape, MoEShape
-from deamoe.routing import route
-
-BYTES = {torch.bfloat16: 2, torch.float16: 2, torch.float32: 4}
-
-
-def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, seed=0) -> dict:
-    """Weights of one layer in the layout of deamoe.model.layers (fan-in scaled normals)."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    f, h = shape.h_ffn, shape.h
-
-    def mat(*size):
-        t = torch.randn(*size, generator=g, device=device, dtype=dtype)
-        return t.mul_(size[-1] ** -0.5)
-
-    w = {"router": mat(shape.n_expert, h)}
-    if isinstance(shape, DeaMoEShape):
-        d, e = shape.n_dept, shape.n_expert
-        w.update(dept_gate=mat(d, f, h), dept_up=mat(d, f, h), dept_down=mat(d, h, f),
-                 expert_gate=mat(e, f, f), expert_up=mat(e, f, f), expert_down=mat(e, f, f))
-    else:
-        e = shape.n_expert
-        w.update(gate_proj=mat(e, f, h), up_proj=mat(e, f, h), down_proj=mat(e, h, f))
-    if shape.n_shared:  # the shared experts, fused (deamoe.model.layers.SharedExperts)
-        S = shape.shared_ffn
-        w.update(shared_gate=mat(S, h), shared_up=mat(S, h), shared_down=mat(h, S))
-    return w
 
 
 def free_cuda_cache() -> None:
@@ -66,80 +41,17 @@ def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
                 + shared_params(shape))
 
 
-def routing_fn(logits: torch.Tensor):
-    """deamoe.routing.route for a decode step, the same for both layers: on CUDA its
-    single-launch Triton implementation (deamoe.kernels.routing_topk, tested equal to it),
-    elsewhere the torch code itself."""
-    if logits.is_cuda:
-        from deamoe.kernels.routing_topk import route_kernel
-
-        return route_kernel
-    return route
-
-
-def routing_label(device) -> str:
-    """What routes the timed steps on `device` (the microbench.csv `routing` column)."""
-    return "triton route kernel" if torch.device(device).type == "cuda" else "eager route"
-
-
-def step_routing(shape, w: dict, x: torch.Tensor):
-    """(ids, weights) of one decode step: the router GEMM, then deamoe.routing.route (routing_fn)
-    with the layer's selection bias w["expert_bias"] where the weights have one (a trained
-    checkpoint's; the benchmark's random weights have none)."""
-    logits = F.linear(x, w["router"])
-    return routing_fn(logits)(shape, logits, w.get("expert_bias"))
-
-
-def ffn_step(shape, w: dict, x: torch.Tensor, impl: str = "triton", tiles=None,
-             routed=None, logits=None, shared=None) -> torch.Tensor:
-    """Router logits -> deamoe.routing.route -> expert computation (impl: triton | torch).
-    routed: (ids, weights) computed beforehand -- the step then runs no router GEMM and no
-    routing.  logits: the router's output computed beforehand -- the step routes them but runs
-    no router GEMM, as vLLM's fused_moe is called and timed (from the gating output).  A shape
-    with shared experts adds them (deamoe.kernels.shared_expert, `shared`: its SharedTiles;
-    torch: F.linear)."""
-    if routed is not None and logits is not None:
-        raise ValueError("ffn_step: give routed or logits, not both")
-
-    def step():
-        return _routed_step(shape, w, x, impl, tiles, routed, logits)
-
+def library_step(shape, w: dict, x: torch.Tensor) -> torch.Tensor:
+    """The baseline layer's decode step from library GEMMs (the microbenchmark's reference):
+    the router GEMM and routing as ffn_step runs them, torch_grouped_moe, and the shared
+    experts by F.linear."""
+    if shape.kind != "moe":
+        raise ValueError("library_step: the library reference is the baseline layer's")
+    out = torch_grouped_moe(x, w, *step_routing(shape, w, x))
     if not shape.n_shared:
-        return step()
-    if impl == "torch":
-        g, u, d = w["shared_gate"], w["shared_up"], w["shared_down"]
-        return step() + F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
-    from deamoe.kernels.shared_expert import SharedTiles, with_shared
-
-    return with_shared(step, x, w["shared_gate"], w["shared_up"], w["shared_down"],
-                       shared or SharedTiles())
-
-
-def _routed_step(shape, w, x, impl, tiles, routed, logits) -> torch.Tensor:
-    """ffn_step without the shared experts."""
-
-    def routing():
-        if logits is not None:
-            return routing_fn(logits)(shape, logits, w.get("expert_bias"))
-        return step_routing(shape, w, x)
-
-    if isinstance(shape, DeaMoEShape):
-        from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
-
-        # the kernel runs the routing itself: beside its department up-projection when
-        # tiles.dense_dept_up, else first, as here for the baseline
-        ids, weights = routed if routed is not None else (None, None)
-        return deamoe_forward(x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                              w["expert_up"], w["expert_down"], ids, weights,
-                              operator=shape.operator, tiles=tiles or DeaMoETiles(),
-                              route=routing if routed is None else None)
-    ids, weights = routed if routed is not None else routing()
-    if impl == "torch":
-        return torch_grouped_moe(x, w, ids, weights)
-    from deamoe.kernels.fused_moe import MoETiles, fused_moe
-
-    return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
-                     tiles or MoETiles())
+        return out
+    g, u, d = w["shared_gate"], w["shared_up"], w["shared_down"]
+    return out + F.linear(F.silu(F.linear(x, g)) * F.linear(x, u), d)
 
 
 def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, repeat: int = 1,
@@ -147,11 +59,13 @@ def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, 
                 logits: list | None = None, shared=None):
     """fn() running the decode step of every layer copy `repeat` times: what one timed graph
     replay holds, shared by the microbenchmark and the bench tools (time it with
-    time_fn(fn, replays, repeat * len(weights))).  Step j (pass j // copies, copy j % copies)
-    reads xs[j % len(xs)]: one input per copy (reused each pass) or one per step (its own
-    routing each, StepInputs).  routed / logits: each input's (ids, weights) or router logits
-    computed beforehand (ffn_step's `routed` / `logits`, indexed as xs), or None to run the
-    router GEMM and the routing inside the step.  shared: the shared experts' SharedTiles."""
+    time_fn(fn, replays, repeat * len(weights))).  The step is the product's ffn_step
+    (impl "triton"), or library_step (impl "torch": no tiles, routed, logits or shared).  Step j
+    (pass j // copies, copy j % copies) reads xs[j % len(xs)]: one input per copy (reused each
+    pass) or one per step (its own routing each, StepInputs).  routed / logits: each input's
+    (ids, weights) or router logits computed beforehand (ffn_step's `routed` / `logits`, indexed
+    as xs), or None to run the router GEMM and the routing inside the step.  shared: the shared
+    experts' SharedTiles."""
     for name, per in (("routed", routed), ("logits", logits)):
         if per is not None and len(per) != len(xs):
             raise ValueError(f"layer_steps: {len(per)} {name} for {len(xs)} inputs")
@@ -160,7 +74,10 @@ def layer_steps(shape, weights: list[dict], xs: list[torch.Tensor], tiles=None, 
     def run():
         for j in range(repeat * n):
             i = j % len(xs)
-            ffn_step(shape, weights[j % n], xs[i], impl=impl, tiles=tiles,
+            if impl == "torch":
+                library_step(shape, weights[j % n], xs[i])
+                continue
+            ffn_step(shape, weights[j % n], xs[i], tiles=tiles,
                      routed=routed[i] if routed is not None else None,
                      logits=logits[i] if logits is not None else None, shared=shared)
     return run

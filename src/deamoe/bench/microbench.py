@@ -18,14 +18,16 @@ import math
 
 import torch
 
-from deamoe import paper
-from deamoe.bench.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, layer_steps,
-                                     random_weights, router_logits, routing_label, step_bytes,
-                                     time_fn)
+                                     router_logits, step_bytes, time_fn)
 from deamoe.bench.search import search_point
 from deamoe.bench.settings import MicrobenchSettings
-from deamoe.bench.shared import prior_for, shared_columns, shared_schedule
+from deamoe.bench.points import LAYERS, PointStore, point_settings
+from deamoe.bench.shared import prior_for, shared_schedule
+from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
+from deamoe.decode.step import routing_label, step_routing
+from deamoe.decode.weights import random_weights
+from deamoe.kernels.grouped_gemm import shared_memory_limit
 from deamoe.shapes import table1_row
 from deamoe.routing import route
 
@@ -118,24 +120,36 @@ def time_knob_sets(shape, weights, inputs: StepInputs, sets: dict, s: Microbench
     return runs
 
 
-def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton", progress=None,
-               stage_rows=None, prior: dict[int, list[dict]] | None = None):
+def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton",
+               on_point=None, prior: dict[int, list[dict]] | None = None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape; prior:
-    {batch: [knobs, ...]} earlier runs picked (finalists of the search, see search_point)."""
+    {batch: [knobs, ...]} earlier runs picked (finalists of the search, see search_point).
+    on_point(row, stage_rows), if given, gets each batch's row (and its per-GEMM breakdown at
+    s.stage_batches) as soon as it is measured.  Knob sets whose shared memory (the estimate
+    of MoETiles / DeaMoETiles.shared_memory) exceeds the device's are skipped uncompiled
+    (`smem_skipped` counts them)."""
+    if not batches:  # every point already measured: no layer copies to make
+        return []
     weights = layer_copies(shape, s, device)
     copies = len(weights)
     repeats = graph_repeats(copies, s)  # the reported time's graph: >= min_layers_per_graph steps
+    limit = shared_memory_limit(device)
     rows = []
     for batch in batches:
         inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
+        too_large: set[str] = set()
 
         def runner(tiles, repeat=1, shared=None):
             return layer_steps(shape, weights, inputs.live, tiles, repeat, impl, shared=shared)
 
         def measure(knobs, replays=s.select_replays, repeat=1):
             try:
-                return time_fn(runner(make_tiles(shape, knobs), repeat), replays,
-                               copies * repeat, prepare=inputs.prepare).median_us
+                tiles = make_tiles(shape, knobs)
+                if limit is not None and tiles.shared_memory() > limit:
+                    too_large.add(knobs_name(knobs))  # would fail to compile: not tried
+                    return None
+                return time_fn(runner(tiles, repeat), replays, copies * repeat,
+                               prepare=inputs.prepare).median_us
             except Exception as exc:  # noqa: BLE001 - a tile that fails to compile is skipped
                 print(f"  {shape.kind} batch {batch} {knobs_name(knobs)}: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:160]}")
@@ -157,22 +171,22 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                 final = time_fn(run, s.replays, copies * repeats, prepare=inputs.prepare)
             except Exception as exc:  # noqa: BLE001
                 print(f"  {shape.kind} {impl} batch {batch}: {type(exc).__name__}: {exc}")
-        if final is None:
-            rows.append({"batch": batch, "us": float("nan"), "bytes": nbytes, "tile": "failed",
-                         "experts": experts, "copies": copies, "layers": copies * repeats})
-            continue
-        rows.append({"batch": batch, "us": final.median_us, "p10_us": final.p10_us,
-                     "p90_us": final.p90_us, "bytes": nbytes, "tile": tile,
-                     "experts": experts, "copies": copies, "layers": copies * repeats,
-                     "shared_stream": shared_stream,
-                     "from_logits_us": _from_logits_us(shape, weights, inputs, knobs, repeats, s)
-                     if impl == "triton" and shape.kind == "moe" else float("nan")})
-        if stage_rows is not None and impl == "triton" and batch in s.stage_batches:
-            stage_rows += [{"kind": shape.kind, "batch": batch, **r}
-                           for r in _stage_breakdown(shape, weights[0], inputs.live[0],
-                                                     make_tiles(shape, knobs))]
-        if progress is not None:
-            progress.update(1)
+        row = {"batch": batch, "us": float("nan"), "bytes": nbytes, "tile": "failed",
+               "experts": experts, "copies": copies, "layers": copies * repeats,
+               "smem_skipped": len(too_large)}
+        stages = []
+        if final is not None:
+            row.update(us=final.median_us, p10_us=final.p10_us, p90_us=final.p90_us, tile=tile,
+                       shared_stream=shared_stream,
+                       from_logits_us=_from_logits_us(shape, weights, inputs, knobs, repeats, s)
+                       if impl == "triton" and shape.kind == "moe" else float("nan"))
+            if impl == "triton" and batch in s.stage_batches:
+                stages = [{"kind": shape.kind, "batch": batch, **r}
+                          for r in _stage_breakdown(shape, weights[0], inputs.live[0],
+                                                    make_tiles(shape, knobs))]
+        rows.append(row)
+        if on_point is not None:
+            on_point(row, stages)
     del weights
     free_cuda_cache()
     return rows
@@ -202,8 +216,7 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
         tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
-    from deamoe.bench.layer_step import step_routing
-    from deamoe.kernels.deamoe_decode import deamoe_stages
+    from deamoe.kernels.deamoe_decode import DeaMoEWeights, deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.grouped_gemm import output_dtype
     from deamoe.kernels.stage_benchmark import stage_times
@@ -225,9 +238,8 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     with torch.no_grad():
         ids, weights = route(shape, torch.nn.functional.linear(x, w["router"]))
         if shape.kind == "deamoe":
-            _, stages = deamoe_stages(x, w["dept_gate"], w["dept_up"], w["dept_down"],
-                                      w["expert_gate"], w["expert_up"], w["expert_down"], ids,
-                                      weights, shape.operator, tiles)
+            _, stages = deamoe_stages(x, DeaMoEWeights.of(w), ids, weights, shape.operator,
+                                      tiles)
             per = shape.experts_per_dept
             groups = {"dept_up": per, "dept_down": per, "expert_up": 1, "expert_down": 1}
         else:
@@ -242,54 +254,42 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
 
 
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
-                   stage_rows: list | None = None) -> list[dict]:
-    """The microbench.csv rows (one per model and batch)."""
+                   store: PointStore | None = None) -> list[dict]:
+    """The microbench.csv rows (one per model and batch of s).  Each layer point (model, layer,
+    batch) is measured once: those already in `store` (a stopped run's, PointStore.open) are
+    taken from it, each new one goes into it as it finishes (and out to its folder, if it has
+    one) with one progress line: best time, fraction of the read roofline, and for DeaMoE the
+    speedup as a fraction of the ideal."""
+    import time
+
     import triton
-    from tqdm import tqdm
 
     from deamoe.provenance import provenance
 
     prov = provenance(device)
-    out = []
-    n_impl = 3 if s.torch_reference else 2
-    with tqdm(total=len(s.models) * len(s.batches) * n_impl, desc="microbench") as bar:
-        for model in s.models:
-            row = table1_row(model)
-            st_b, st_d = [], []
-            base = bench_impl(row.baseline, s.batches, s, device, progress=bar, stage_rows=st_b,
-                              prior=prior_for(s.prior_picks, model, "baseline"))
-            dea = bench_impl(row.deamoe, s.batches, s, device, progress=bar, stage_rows=st_d,
-                             prior=prior_for(s.prior_picks, model, "deamoe"))
-            if stage_rows is not None:
-                stage_rows += [{"model": model, **r} for r in st_b + st_d]
-            ref = (bench_impl(row.baseline, s.batches, s, device, impl="torch", progress=bar)
-                   if s.torch_reference else [{} for _ in s.batches])
-            for b, d, r in zip(base, dea, ref):
-                bt, dt = b["us"], d["us"]
-                out.append({
-                    "model": model, "batch": b["batch"],
-                    "baseline_us": bt, "deamoe_us": dt, "speedup": bt / dt,
-                    "ideal_speedup": b["bytes"] / d["bytes"],
-                    "speedup_over_ideal": (bt / dt) / (b["bytes"] / d["bytes"]),
-                    "baseline_bytes": b["bytes"], "deamoe_bytes": d["bytes"],
-                    "baseline_tbps": b["bytes"] / bt / 1e6, "deamoe_tbps": d["bytes"] / dt / 1e6,
-                    "peak_read_tbps": peak_read_tbps,
-                    "baseline_frac_peak": b["bytes"] / bt / 1e6 / peak_read_tbps,
-                    "deamoe_frac_peak": d["bytes"] / dt / 1e6 / peak_read_tbps,
-                    "torch_grouped_us": r.get("us", float("nan")),
-                    "vllm_h200_us": paper.VLLM_H200_US.get(model, {}).get(b["batch"], float("nan")),
-                    # the baseline timed as vLLM's fused_moe is: from the router logits
-                    "baseline_from_logits_us": b.get("from_logits_us", float("nan")),
-                    "baseline_experts": b["experts"], "deamoe_experts": d["experts"],
-                    "baseline_tile": b["tile"], "deamoe_tile": d["tile"],
-                    "baseline_p10_us": b.get("p10_us"), "baseline_p90_us": b.get("p90_us"),
-                    "deamoe_p10_us": d.get("p10_us"), "deamoe_p90_us": d.get("p90_us"),
-                    "copies": b["copies"],
-                    "baseline_layers_per_graph": b["layers"],
-                    "deamoe_layers_per_graph": d["layers"],
-                    "routing": routing_label(device),
-                    **shared_columns(row, b, d),
-                    "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
-                    "date": prov["date"], "git_sha": prov["git_sha"],
-                })
-    return out
+    measured = {"peak_read_tbps": peak_read_tbps, "routing": routing_label(device),
+                "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
+                "date": prov["date"], "git_sha": prov["git_sha"]}
+    store = store if store is not None else PointStore(point_settings(s))
+    layers = LAYERS if s.torch_reference else LAYERS[:2]
+    plan = [(m, layer, b) for m in s.models for layer in layers for b in s.batches]
+    t0, done = time.time(), [sum(p in store.points for p in plan)]
+    if done[0]:
+        print(f"microbench: {done[0]} of {len(plan)} points measured before, in "
+              f"{store.source}", flush=True)
+    for model in s.models:
+        row = table1_row(model)
+        for layer in layers:
+            shape = row.deamoe if layer == "deamoe" else row.baseline
+
+            def finished(point, stage_rows, model=model, layer=layer):
+                point = {"model": model, "layer": layer, **point, **measured}
+                store.add(point, [{"model": model, **r} for r in stage_rows])
+                done[0] += 1
+                print(store.progress_line(point, f"{done[0]}/{len(plan)} points, "
+                                                 f"{time.time() - t0:.0f} s"), flush=True)
+
+            bench_impl(shape, [b for b in s.batches if (model, layer, b) not in store.points], s,
+                       device, impl="torch" if layer == "torch" else "triton", on_point=finished,
+                       prior=None if layer == "torch" else prior_for(s.prior_picks, model, layer))
+    return store.table(s.models, s.batches)

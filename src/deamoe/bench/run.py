@@ -1,7 +1,8 @@
 """The GPU run behind `python -m deamoe microbench`: every part, results written as they finish.
 
-Writes under OUT: roofline.json, battery.csv, microbench.csv (rewritten after each model, so a
-run cut short keeps what it measured), stages.csv (per-GEMM breakdown), vllm_peer.csv (vLLM's
+Writes under OUT: roofline.json, battery.csv, microbench_points.csv, microbench.csv and
+stages.csv (rewritten after each finished point, deamoe.bench.points: a run cut short keeps every
+point it finished, and a re-run on the same OUT measures only the others), vllm_peer.csv (vLLM's
 own kernel beside our baseline, where vLLM is installed), decode_tpot.csv, status.json.
 """
 
@@ -15,6 +16,7 @@ import pandas as pd
 import torch
 
 from deamoe.bench.microbench import run_microbench
+from deamoe.bench.points import PointStore
 from deamoe.bench.settings import MicrobenchSettings
 from deamoe.io import write_csv, write_json
 from deamoe.provenance import provenance
@@ -48,7 +50,7 @@ def decode_tiles(rows: list[dict], extra: list[dict] = ()):
     """The decode benchmark's TilePicks: this run's per-layer picks, and for (shape, batch) points
     this run did not measure, those of `extra` (rows of another microbench.csv, e.g. a committed
     table); a batch neither measured runs the nearest measured batch's pick."""
-    from deamoe.bench.picks import TilePicks
+    from deamoe.decode.picks import TilePicks
 
     return TilePicks.from_rows(rows, "this run").merged(TilePicks.from_rows(extra, "tiles-from"))
 
@@ -57,6 +59,10 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
     import triton
     from tqdm import tqdm
 
+    s_run = dataclasses.replace(s, torch_reference=s.torch_reference and "torch" not in skip)
+    # the points a stopped run on `out` finished, read (and their settings checked) before any
+    # GPU work: this run measures the others only
+    store = PointStore.open(out, s_run) if "layers" not in skip else None
     prov = provenance("cuda")
     status = {"status": "ok", **prov, "triton": triton.__version__, "parts": {}}
     t0 = time.time()
@@ -84,22 +90,16 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
             status["status"] = "battery failures"
         status["parts"]["battery"] = {"cases": len(df), "failed": int(len(bad)),
                                       "max_rel_err": float(df["rel_err"].max()), "s": time.time() - t0}
-    rows, stage_rows = [], []
-    if "layers" not in skip:
-        s_run = dataclasses.replace(s, torch_reference=s.torch_reference and "torch" not in skip)
-        for model in s.models:
-            rows += run_microbench(dataclasses.replace(s_run, models=[model]), peak,
-                                   stage_rows=stage_rows)
-            write_csv(out / "microbench.csv", pd.DataFrame(rows))
-            if stage_rows:
-                write_csv(out / "stages.csv", pd.DataFrame(stage_rows))
+    rows = []
+    if store is not None:
+        rows = run_microbench(s_run, peak, store=store)
         df = pd.DataFrame(rows)
         cols = ["model", "batch", "baseline_us", "deamoe_us", "speedup", "ideal_speedup",
                 "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak", "torch_grouped_us",
                 "vllm_h200_us", "baseline_from_logits_us", "baseline_tile", "deamoe_tile"]
         print(df[cols[:-2]].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
-        if stage_rows:
-            st = pd.DataFrame(stage_rows)
+        if store.stages:
+            st = pd.DataFrame(store.stages)
             print(st.to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
         status["parts"]["layers"] = {"rows": len(df), "s": time.time() - t0}
     if "vllm_peer" not in skip and s.vllm_peer and rows:
@@ -107,14 +107,15 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
         status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table
-        from deamoe.bench.shared import shared_schedules
+        from deamoe.bench.shared import SharedSchedules, shared_schedules
         extra = pd.read_csv(tiles_from).to_dict("records") if tiles_from is not None else []
         best = decode_tiles(rows, extra)
         dec = DecoderShape.of(s)
         with tqdm(total=2 * len(s.decode_models) * len(s.decode_batches), desc="decode") as bar:
             raw = run_decode(s.decode_models, s.decode_batches, dec, s.decode_replays, tiles=best,
-                             seed=s.seed, progress=bar, block_m=s.block_m,
-                             shared={**shared_schedules(extra), **shared_schedules(rows)})
+                             seed=s.seed, progress=bar,
+                             shared=SharedSchedules({**shared_schedules(extra),
+                                                     **shared_schedules(rows)}, s.block_m))
         table = pd.DataFrame(tpot_table(raw, prov, dec))
         write_csv(out / "decode_tpot.csv", table)
         print(table[["model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms", "speedup"]]

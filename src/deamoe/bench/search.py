@@ -1,5 +1,8 @@
 """The knob search of the microbenchmark, the same for both layers (docs/kernels.md: why each step).
 
+The knobs are deamoe.decode.knobs' (the fields of MoETiles / DeaMoETiles); the values the
+search tries are here (the BLOCK_M of each grouping) and in MicrobenchSettings (tiles, splits).
+
 measure(knobs) -> median us (or None for a tile that does not compile / fit); the search walks
 the knob space coordinate by coordinate and `search_point` re-times its finalists.
 """
@@ -8,15 +11,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from deamoe.bench.knobs import (BLOCK_M_KNOBS, EXPERT_STAGES, GEMM_STAGES, block_m_values,
-                                joint_knobs, parse_knobs)
+from deamoe.decode.knobs import EXPERT_STAGES, GEMM_STAGES, parse_knobs
 
 if TYPE_CHECKING:
     from deamoe.bench.settings import MicrobenchSettings
 
+# a group holds at most one row per token, so a BLOCK_M above next_pow2(batch) only adds padding:
+# the search skips those (see block_m_values).  128-row department blocks let one program see
+# all of a department's tokens at 128 tokens, so its weight tile streams once
+BLOCK_M_KNOBS = {"moe": {"block_m": (16, 32, 64)},
+                 "deamoe": {"dept_block_m": (16, 32, 64, 128), "expert_block_m": (16, 32)}}
 # the GEMMs that run on each grouping's blocks: a BLOCK_M is searched together with their tile
 GROUPING_GEMMS = {"block_m": ("w13", "w2"), "dept_block_m": ("dept_up", "dept_down"),
                   "expert_block_m": ("expert_up", "expert_down")}
+
+
+def block_m_values(values, batch: int | None) -> tuple:
+    if batch is None:
+        return tuple(values)
+    cap = max(16, 1 << (max(1, batch) - 1).bit_length())
+    return tuple(v for v in values if v <= cap)
+
+
+def joint_knobs(shape, tile: str, block_m: int) -> dict:
+    """Every GEMM of the layer on `tile`, every grouping on `block_m`: the search's start."""
+    knobs = {stage: tile for stage in GEMM_STAGES[shape.kind]}
+    knobs.update({k: block_m for k in BLOCK_M_KNOBS[shape.kind]})
+    return knobs
 
 
 def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = None):

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deamoe.bench.shared import check_shared_stream
 from deamoe.errors import ConfigError
 from deamoe.shapes import table1_row
 
@@ -117,7 +116,9 @@ class MicrobenchSettings:
         if not isinstance(self.dense_parts, bool):
             raise ConfigError(f"microbench.dense_parts: {self.dense_parts!r}: "
                               "must be true or false")
-        check_shared_stream(self.shared_stream)
+        values = self.shared_stream
+        if not isinstance(values, list) or not values or any(not isinstance(v, bool) for v in values):
+            raise ConfigError(f"microbench.shared_stream: {values!r}: must list true and/or false")
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")

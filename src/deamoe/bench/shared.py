@@ -9,14 +9,18 @@ reported graph, and the faster is reported (`<kind>_shared_stream` in microbench
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from deamoe.shapes import SHARED_SUFFIX
-from deamoe.errors import ConfigError
+
+# where the committed "+shared" rows live beside the main table (reports/measured/<gpu>/): `bench
+# import` files a run with "+shared" layers there, and the report reads them from there
+SHARED_FILE = "microbench_shared.csv"
 
 
-def check_shared_stream(values) -> None:
-    if not isinstance(values, list) or not values or any(not isinstance(v, bool) for v in values):
-        raise ConfigError(f"microbench.shared_stream: {values!r}: must list true and/or false")
-
+def is_shared(models):
+    """Which of a pandas Series of model names are "<model>+shared" layers."""
+    return models.astype(str).str.endswith(SHARED_SUFFIX)
 
 def shared_schedule(shape, runner, s, per_call: int, inputs, knobs):
     """(run, stream): runner(SharedTiles) -> the point's timed fn on its pick `knobs`; for a
@@ -73,14 +77,23 @@ def shared_schedules(rows) -> dict[tuple[str, str], dict[int, bool]]:
     return out
 
 
-def decode_shared_tiles(schedules: dict, model: str, kind: str, batch: int, block_m: int):
-    """SharedTiles for a decode step of `batch` tokens: the schedule the nearest measured
-    batch picked (deamoe.bench.picks.nearest_batch), or None (ffn_step's default: in line)
-    where none was measured."""
-    from deamoe.bench.picks import nearest_batch
-    from deamoe.kernels.shared_expert import SharedTiles
+@dataclass(frozen=True)
+class SharedSchedules:
+    """The schedules of the shared experts the per-layer run picked, {(model, kind): {batch:
+    stream}} (shared_schedules), and the BLOCK_M their GEMMs run with: what the model-level
+    decode benchmark runs them on."""
 
-    by_batch = schedules.get((model, kind))
-    if not by_batch:
-        return None
-    return SharedTiles(block_m=block_m, stream=by_batch[nearest_batch(by_batch, batch)])
+    picked: dict = field(default_factory=dict)
+    block_m: int = 16
+
+    def tiles(self, model: str, kind: str, batch: int):
+        """SharedTiles for a decode step of `batch` tokens: the schedule the nearest measured
+        batch picked (deamoe.decode.picks.nearest_batch), or None (ffn_step's default: in
+        line) where none was measured."""
+        from deamoe.decode.picks import nearest_batch
+        from deamoe.kernels.shared_expert import SharedTiles
+
+        by_batch = self.picked.get((model, kind))
+        if not by_batch:
+            return None
+        return SharedTiles(block_m=self.block_m, stream=by_batch[nearest_batch(by_batch, batch)])

@@ -117,8 +117,9 @@ def trace(out: Path, table: str, models: list[str], batches: list[int],
           copies: int | None = None) -> int:
     import pandas as pd
 
-    from deamoe.bench.knobs import make_tiles, parse_knobs
-    from deamoe.bench.layer_step import ffn_step, random_weights
+    from deamoe.decode.knobs import make_tiles, parse_knobs
+    from deamoe.decode.step import ffn_step
+    from deamoe.decode.weights import random_weights
     from deamoe.shapes import table1_row
     from deamoe.io import write_csv
 
@@ -247,8 +248,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
 
     from deamoe.errors import DataError
     from deamoe.io import write_csv
-    from deamoe.readers import table_spec, read_table
-    from deamoe.report.shared_rows import SHARED_FILE, is_shared
+    from deamoe.bench.shared import SHARED_FILE, is_shared
+    from deamoe.readers import read_table, table_spec
 
     sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()

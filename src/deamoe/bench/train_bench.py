@@ -176,12 +176,38 @@ def layer_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed)
             torch.cuda.empty_cache()
 
 
+def kernel_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed, reps: int = 5) -> None:
+    """One row per kernel of each shape and path, largest first."""
+    import torch
+
+    from deamoe.bench.train_kernels import category, profile_kernels
+
+    for label, shape in shapes:
+        for path in paths:
+            try:
+                run = layer_fwd_bwd(shape, path, tokens)
+                for _ in range(3):  # warm-up: compilation, autotuning, the allocator
+                    run()
+                kernels = profile_kernels(run, reps)
+            except Exception as exc:
+                failed(f"kernels {label} {shape.kind} {path}", exc)
+                continue
+            total = sum(ms for _, _, ms in kernels) or 1.0
+            for name, calls, ms in sorted(kernels, key=lambda k: -k[2]):
+                emit({"shape": label, "ffn": shape.kind, "path": path, "category": category(name),
+                      "kernel": name[:120], "calls": round(calls / reps, 2), "ms": round(ms / reps, 4),
+                      "share": round(ms / total, 4)})
+            run = None  # the layer and its activations go before the next path's
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+
+
 def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: int, d, emit, failed) -> None:
     """Whole training steps of each run and path (random tokens); stage times from a few more."""
     import torch
 
     from deamoe.train.runs import model_config, run_spec, train_flops_per_token
-    from deamoe.train.trainer import H200_DENSE_BF16_TFLOPS, build
+    from deamoe.train.trainer import build
 
     vocab = settings.data.vocab_size
     for path in paths:  # path-major: a run cut short by its time limit has each path of both runs
@@ -196,8 +222,9 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
             cfg = model_config(s, spec, vocab)
             try:
                 model, opt = build(s, cfg, d)
-                emit(_step_row(model, opt, RandomTokens(vocab), s, cfg, d, steps, run, spec, path, section,
-                               train_flops_per_token(cfg, s.train.seq_len), H200_DENSE_BF16_TFLOPS))
+                ms, stages = _time_steps(model, opt, RandomTokens(vocab), s, cfg, d, steps)
+                emit(_step_row(ms, stages, s, d, run, spec, path, section,
+                               train_flops_per_token(cfg, s.train.seq_len)))
             except Exception as exc:  # the other paths still run; the command exits 1
                 failed(f"{section} {run} {path}", exc)
             model = opt = None
@@ -205,9 +232,9 @@ def step_rows(settings, runs: list[str], paths: list[str], section: str, steps: 
                 torch.cuda.empty_cache()
 
 
-def _step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section, flops_tok, peak) -> dict:
-    import torch
-
+def _time_steps(model, opt, data, s, cfg, d, steps: int) -> tuple[float, dict[str, list[float]]]:
+    """(ms per training step over `steps` timed steps after a warm-up, {stage: [ms, ...]} of
+    three more steps split at the trainer's marks)."""
     from deamoe.train.trainer import train_step
 
     lr = s.train.lr
@@ -223,6 +250,12 @@ def _step_row(model, opt, data, s, cfg, d, steps, run, spec, path, section, flop
         train_step(model, opt, data, s, cfg, d, 3 + steps + i, lr, mark=lambda stage: marks.append((stage, _Mark())))
         for (_, m0), (stage, m1) in zip(marks, marks[1:]):
             stages.setdefault(stage, []).append(m0.ms_until(m1))
+    return ms, stages
+
+
+def _step_row(ms: float, stages: dict, s, d, run, spec, path, section, flops_tok) -> dict:
+    from deamoe.train.trainer import H200_DENSE_BF16_TFLOPS as peak
+
     tokens = s.train.batch_size * s.train.seq_len
     tok_s = tokens / (ms / 1e3)
     return {"section": section, "shape": run, "ffn": spec.ffn_type, "path": path, "world_size": d.world,
@@ -245,12 +278,12 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     """`parts` and `paths` as checked by `choices` (the CLI does, before it needs a GPU)."""
     import pandas as pd
 
-    from deamoe.bench.train_kernels import KERNEL_COLUMNS, kernel_rows
+    from deamoe.bench.train_kernels import KERNEL_COLUMNS
     from deamoe.provenance import provenance, version
     from deamoe.shapes import TABLE1
     from deamoe.train import parallel
     from deamoe.train.runs import pretrain_run_names, size
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     settings = load_settings(config)
     big = max(settings.pretrain.sizes, key=lambda n: size(settings, n).decoder["hidden_size"])

@@ -1,5 +1,5 @@
 """`bench train --parts kernels`: where one FFN layer's forward+backward spends its time, by
-kernel -> OUT/train_layer_kernels.csv.
+kernel -> OUT/train_layer_kernels.csv (the rows: deamoe.bench.train_bench.kernel_rows).
 
 The layer section of `bench train` gives each path's total beside the grouped GEMMs alone and the
 dense roofline; this part says what the rest is.  Each (shape, FFN, path) is run `reps` times
@@ -38,7 +38,7 @@ def category(name: str) -> str:
     return "other"
 
 
-def _profile(run, reps: int) -> list[tuple[str, int, float]]:
+def profile_kernels(run, reps: int) -> list[tuple[str, int, float]]:
     """(name, calls, total ms) of every GPU kernel (CPU: aten operator, self time) in `reps` runs."""
     import torch
     from torch.profiler import ProfilerActivity, profile
@@ -65,29 +65,3 @@ def _profile(run, reps: int) -> list[tuple[str, int, float]]:
         if us > 0:
             out.append((e.key, e.count, us / 1e3))
     return out
-
-
-def kernel_rows(shapes: list[tuple], tokens: int, paths: list[str], emit, failed, reps: int = 5) -> None:
-    """One row per kernel of each shape and path, largest first."""
-    import torch
-
-    from deamoe.bench.train_bench import layer_fwd_bwd
-
-    for label, shape in shapes:
-        for path in paths:
-            try:
-                run = layer_fwd_bwd(shape, path, tokens)
-                for _ in range(3):  # warm-up: compilation, autotuning, the allocator
-                    run()
-                kernels = _profile(run, reps)
-            except Exception as exc:
-                failed(f"kernels {label} {shape.kind} {path}", exc)
-                continue
-            total = sum(ms for _, _, ms in kernels) or 1.0
-            for name, calls, ms in sorted(kernels, key=lambda k: -k[2]):
-                emit({"shape": label, "ffn": shape.kind, "path": path, "category": category(name),
-                      "kernel": name[:120], "calls": round(calls / reps, 2), "ms": round(ms / reps, 4),
-                      "share": round(ms / total, 4)})
-            run = None  # the layer and its activations go before the next path's
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()

@@ -286,7 +286,7 @@ def check_rows(kernel: Path) -> list[dict]:
     experts (vLLM's shared-expert MLP beside the fused MoE; the reference adds each shared
     expert as its own dense FFN)."""
     from deamoe.shapes import MoEShape
-    from deamoe.kernels.battery import SHARED_PROJ, _kernel_weights, _reference, build_layer
+    from deamoe.kernels.battery import SHARED_PROJ, build_layer, float32_reference, kernel_weights
     from deamoe.routing import route
 
     peer = load_peer(kernel)
@@ -302,7 +302,7 @@ def check_rows(kernel: Path) -> list[dict]:
                          (MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2, n_shared=1), 3),
                          (MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4, n_shared=2), 7)):
         layer = build_layer(shape, dev, seed=batch)  # the battery's layer and fp32 reference
-        w = _kernel_weights(layer, dtype)
+        w = kernel_weights(layer, dtype)
         gen = torch.Generator(device=dev).manual_seed(batch)
         x = torch.randn(batch, shape.h, generator=gen, device=dev, dtype=dtype)
         ids, weights = route(shape, F.linear(x, w["router.weight"]))
@@ -314,7 +314,7 @@ def check_rows(kernel: Path) -> list[dict]:
         for buf in (moe.out, *((moe.shared.out, moe.shared.shared_out) if shared else ())):
             buf.fill_(float("nan"))
         got = moe(x, weights.float().contiguous(), *assignment).float()
-        ref = _reference(layer, x.float(), ids, weights.float())
+        ref = float32_reference(layer, x.float(), ids, weights.float())
         rel = ((got - ref).norm() / ref.norm()).item()
         finite = bool(torch.isfinite(got).all())
         rows.append({"dtype": str(dtype).removeprefix("torch."), "n_expert": shape.n_expert,

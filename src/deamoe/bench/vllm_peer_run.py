@@ -44,13 +44,15 @@ VARIANTS = ("ours logits", "ours routed", "vllm routed")
 @dataclass
 class PeerPoint:
     """One point's result: {variant: [us per round]}, the peer's relative error against ours,
-    the mean distinct experts, vLLM's tile config name, our shared experts' schedule."""
+    the mean distinct experts, vLLM's tile config name, our shared experts' schedule, the layer
+    copies each graph rotated."""
 
     times: dict
     rel: float
     experts: float
     peer_tile: str
     shared_stream: bool | None
+    copies: int
 
 
 def checked_points(points: list[str], table) -> dict[tuple[str, int], dict]:
@@ -147,7 +149,8 @@ def _time_point(shape, weights, inputs, logits, moes, tiles, repeats, rounds, re
     """({variant: [us per round]}, the peer's relative error against ours, distinct experts,
     naive) for one point: the three variants interleaved, round after round; shared: our
     shared experts' SharedTiles (a layer with shared experts)."""
-    from deamoe.bench.layer_step import ffn_step, layer_steps, time_fn
+    from deamoe.bench.layer_step import layer_steps, time_fn
+    from deamoe.decode.step import ffn_step
 
     n, steps = len(weights), len(inputs.live)
     routed, peer_in, experts, naive = _point_routings(shape, inputs, logits, moes)
@@ -215,11 +218,12 @@ def time_peer_point(peer, shape, weights, batch: int, tiles, inputs, s, rounds: 
         shape, weights, inputs, step_logits(weights, inputs), moes, tiles,
         graph_repeats(len(weights), s), rounds, replays, shared)
     tile = config_name(moes[0].config) + ("-naive" if naive else "")
-    return PeerPoint(times, rel, experts, tile, None if shared is None else shared.stream)
+    return PeerPoint(times, rel, experts, tile, None if shared is None else shared.stream,
+                     len(weights))
 
 
 def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nbytes: float,
-               copies: int, s, peak: float, prov: dict, vllm_kernel: str) -> list[dict]:
+               s, peak: float, prov: dict, vllm_kernel: str) -> list[dict]:
     """vllm_peer.csv's rows of one point, one per variant (its best round); n_shared and, for a
     layer with shared experts, our schedule of them (shared_stream)."""
     from deamoe.bench.microbench import graph_repeats
@@ -233,8 +237,8 @@ def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nby
             "bytes": nbytes, "experts": p.experts, "tbps": nbytes / us / 1e6,
             "frac_peak": nbytes / us / 1e6 / peak, "peak_read_tbps": peak,
             "tile": p.peer_tile if name.startswith("vllm") else knobs_tile,
-            "peer_rel_err": p.rel, "copies": copies,
-            "layers_per_graph": graph_repeats(copies, s) * copies,
+            "peer_rel_err": p.rel, "copies": p.copies,
+            "layers_per_graph": graph_repeats(p.copies, s) * p.copies,
             "routing_draws": s.routing_draws, "vllm_kernel": vllm_kernel,
             # the same columns with and without shared experts (0 and empty without)
             "n_shared": shape.n_shared, "shared_stream": p.shared_stream if shape.n_shared else None,
@@ -254,7 +258,7 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     import pandas as pd
     import triton
 
-    from deamoe.bench.knobs import knobs_name, make_tiles
+    from deamoe.decode.knobs import knobs_name, make_tiles
     from deamoe.bench.microbench import committed_points
     from deamoe.io import write_csv
     from deamoe.provenance import provenance
@@ -281,8 +285,8 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
         p = time_peer_point(peer, shape, weights, batch, make_tiles(shape, knobs), inputs, s,
                             rounds, replays,
                             shared_tiles(shape, table_rows[(model, batch)], s.block_m))
-        rows += point_rows(model, batch, shape, p, knobs_name(knobs) or "default", nbytes,
-                           len(weights), s, peak, prov, peer.VLLM_VERSION)
+        rows += point_rows(model, batch, shape, p, knobs_name(knobs) or "default", nbytes, s,
+                           peak, prov, peer.VLLM_VERSION)
         ours_us, peer_us = min(p.times["ours routed"]), min(p.times["vllm routed"])
         print(f"{model:16s} {batch:4d} logits {min(p.times['ours logits']):8.1f}  routed "
               f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  {p.peer_tile}  "

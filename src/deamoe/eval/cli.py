@@ -37,8 +37,8 @@ def cmd_eval(args) -> int:
     from pathlib import Path
 
     from deamoe.eval.runner import run_eval
-    from deamoe.eval.settings import load_eval_settings
     from deamoe.io import check_outputs, folder_lock
+    from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
     if args.perplexity_only:
@@ -66,7 +66,7 @@ def cmd_eval(args) -> int:
 def cmd_tables(args) -> int:
     from pathlib import Path
 
-    from deamoe.eval.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings
     from deamoe.eval.tables import write_tables
     from deamoe.io import check_outputs, folder_lock
 
@@ -80,7 +80,7 @@ def cmd_tables(args) -> int:
 
 def cmd_data(args) -> int:
     from deamoe.eval import corpus, data
-    from deamoe.eval.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
     for task in data.DOWNSTREAM:

@@ -7,10 +7,9 @@ Defaults are the `tiny` profile: a few documents per task so both models finish 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from deamoe.errors import ConfigError
-from deamoe.settings import from_dict, read_config
+from deamoe.parse import from_dict
 
 DOWNSTREAM_TASKS = ("boolq", "piqa", "social_iqa", "hellaswag", "winogrande", "race",
                     "anli_r1", "anli_r2", "anli_r3", "openbookqa")
@@ -54,11 +53,3 @@ def parse_eval(values: dict | None) -> EvalSettings:
     if s.num_fewshot and not s.online:
         raise ConfigError("eval.num_fewshot must be 0 offline (the shipped data has no training split)")
     return s
-
-
-def load_eval_settings(config_path: str | Path | None) -> EvalSettings:
-    """The `eval` section of a pipeline config file (defaults when no file is given)."""
-    if config_path is None:
-        return EvalSettings()
-    doc = read_config(config_path)
-    return parse_eval(doc.get("eval"))

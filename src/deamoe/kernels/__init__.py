@@ -9,7 +9,8 @@
   stream_read.py    streaming-read kernel            + stream_read_benchmark.py (roofline)
   routing_topk.py   single-launch routing (softmax top-k / group-limited), used by both layers
   battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward
-The per-layer and model-level benchmarks, GPU checks and A/B tools live in deamoe.bench.
+One layer's whole decode step on these kernels (router, routing, shared experts, tile picks) is
+deamoe.decode; the benchmarks, GPU checks and A/B tools that time it live in deamoe.bench.
 docs/kernels.md gives the design, the measurements behind each decision and the ideas rejected.
 
 Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set by

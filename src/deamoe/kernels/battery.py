@@ -111,7 +111,9 @@ class _Upcast:
         return self.t[idx].float()
 
 
-def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+def float32_reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+    """reference_forward of `layer` in float32 on its own (possibly rounded) weights, in chunks of
+    tokens whose intermediates stay under `budget_bytes`."""
     import copy
 
     from deamoe.model.layers import reference_forward
@@ -135,22 +137,20 @@ def _reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tenso
     return torch.cat(outs)
 
 
-def _kernel_weights(layer, dtype) -> dict:
+def kernel_weights(layer, dtype) -> dict:
+    """The layer's parameters by name, in `dtype` and contiguous: what the kernels take."""
     return {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
 
 
 def run_kernel(shape, w: dict, x, ids, weights, tiles=None, shared_tiles=None):
-    from deamoe.kernels.deamoe_decode import DeaMoETiles, deamoe_forward
+    from deamoe.kernels.deamoe_decode import DeaMoETiles, DeaMoEWeights, deamoe_forward
     from deamoe.kernels.fused_moe import MoETiles, fused_moe
     from deamoe.kernels.shared_expert import SharedTiles, with_shared
 
     def routed():
         if isinstance(shape, DeaMoEShape):
-            return deamoe_forward(
-                x, w["dept_gate"], w["dept_up"], w["dept_down"], w["expert_gate"],
-                w["expert_up"], w["expert_down"], ids, weights, operator=shape.operator,
-                tiles=tiles or DeaMoETiles(),
-            )
+            return deamoe_forward(x, DeaMoEWeights.of(w), ids, weights,
+                                  operator=shape.operator, tiles=tiles or DeaMoETiles())
         return fused_moe(x, w["gate_proj"], w["up_proj"], w["down_proj"], ids, weights,
                          tiles or MoETiles())
 
@@ -172,8 +172,8 @@ def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=
     ids, weights = route(shape, _logits(case, n, device))
     g = torch.Generator(device="cpu").manual_seed(case.seed + 1)
     x = torch.randn(case.tokens, shape.h, generator=g).to(device=device, dtype=dtype)
-    ref = _reference(layer, x.float(), ids, weights)
-    w = _kernel_weights(layer, dtype)
+    ref = float32_reference(layer, x.float(), ids, weights)
+    w = kernel_weights(layer, dtype)
     if device != "cpu" and torch.cuda.is_available():  # poison the caching allocator's blocks
         junk = torch.full((64 << 20,), float("nan"), device=device)
         del junk

@@ -29,7 +29,9 @@ it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -41,6 +43,7 @@ from deamoe.kernels.grouped_gemm import (
     ROW_PAIR,
     ROW_TOKDEPT,
     ROW_TOKEN,
+    GemmSpec,
     TileConfig,
     bf16_atomics,
     grouped_gemm,
@@ -52,6 +55,33 @@ from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_forked, run_parallel, split_ranges
 
 FUSED_OPERATORS = ("silu", "gelu", "none")
+
+# the four GEMMs (and expert_down without its operator, for the rmsnorm path); each launch adds
+# its tile, the act of the layer's operator and the sizes of its weights (GemmSpec.on)
+DEPT_UP = GemmSpec(a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT, epi=EPI_BOTH)
+EXPERT_UP = GemmSpec(a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU)
+EXPERT_DOWN = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, atomic=True)
+EXPERT_DOWN_RAW = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_PAIR, epi=EPI_ACT)
+DEPT_DOWN = GemmSpec(a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True)
+
+
+class DeaMoEWeights(NamedTuple):
+    """A DeaMoE layer's six weight stacks (deamoe.model.layers.DeaMoE's names, nn.Linear layout)."""
+
+    dept_gate: torch.Tensor  # [n_dept, h_ffn, h]
+    dept_up: torch.Tensor  # [n_dept, h_ffn, h]
+    dept_down: torch.Tensor  # [n_dept, h, h_ffn]
+    expert_gate: torch.Tensor  # [n_expert, h_ffn, h_ffn]
+    expert_up: torch.Tensor  # [n_expert, h_ffn, h_ffn]
+    expert_down: torch.Tensor  # [n_expert, h_ffn, h_ffn]
+
+    @classmethod
+    def of(cls, source) -> "DeaMoEWeights":
+        """From a mapping with these keys (a decode step's weights) or an object with these
+        attributes (a DeaMoE layer)."""
+        if isinstance(source, Mapping):
+            return cls(*(source[name] for name in cls._fields))
+        return cls(*(getattr(source, name) for name in cls._fields))
 
 
 @dataclass(frozen=True)
@@ -84,23 +114,32 @@ class DeaMoETiles:
     # 96-128 tokens, rel err 4.1-4.6e-3 against 3.7-3.9e-3); off: fp32 S
     s_bf16: bool = True
 
+    def shared_memory(self, itemsize: int = 2) -> int:
+        """The most shared memory one of the layer's GEMMs needs on these tiles
+        (GemmSpec.shared_memory; S counted at `itemsize`, as with s_bf16)."""
+        dept_up_m = {self.dense_block_m or self.dept_block_m} if self.dense_dept_up else set()
+        if not self.dense_dept_up or self.dense_parts:  # the routed department up-projection
+            dept_up_m.add(self.dept_block_m)
+        return max([DEPT_UP.on(self.dept_up).shared_memory(m, itemsize) for m in dept_up_m]
+                   + [EXPERT_UP.on(self.expert_up).shared_memory(self.expert_block_m, itemsize),
+                      EXPERT_DOWN.on(self.expert_down).shared_memory(self.expert_block_m, itemsize),
+                      DEPT_DOWN.on(self.dept_down).shared_memory(self.dept_block_m, itemsize)])
+
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
                  act: str = "silu", groups=None) -> None:
     """GEMM 1 for the (token, department) rows of `al` (routed, or `dense_alignment`):
     a1[(t, j)] = act(Wg[j] x_t) | act(Wu[j] x_t)."""
     n_dept, f, _ = dept_gate.shape
-    grouped_gemm(x, dept_gate, a1, al, rows, bu=dept_up, a_mode=ROW_TOKEN, c_mode=ROW_TOKDEPT,
-                 epi=EPI_BOTH, act=act, c_up_off=f, tile=tile, groups=groups, n_dept=n_dept,
-                 per_group=per_group)
+    spec = DEPT_UP.on(tile, act=act, c_up_off=f, n_dept=n_dept, per_group=per_group)
+    grouped_gemm(x, dept_gate, a1, al, rows, spec, bu=dept_up, groups=groups)
 
 
 def dept_down_gemm(s, dept_down, out, al, ids, per_group: int, tile: TileConfig,
                    groups=None) -> None:
     """GEMM 4: out[t] += Wd[j] S[(t, j)] over the routed (token, department) rows of `al`."""
-    grouped_gemm(s, dept_down, out, al, ids, a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN, epi=EPI_ACT,
-                 atomic=True, tile=tile, groups=groups, n_dept=dept_down.shape[0],
-                 per_group=per_group)
+    spec = DEPT_DOWN.on(tile, n_dept=dept_down.shape[0], per_group=per_group)
+    grouped_gemm(s, dept_down, out, al, ids, spec, groups=groups)
 
 
 def _torch_operator(name: str):
@@ -113,9 +152,10 @@ class _Step:
     """One decode step's buffers and its GEMM launches; `deamoe_stages` orders them.  Each GEMM
     takes `groups` to restrict it to some departments (or their experts)."""
 
-    def __init__(self, x, w: tuple, operator: str, tiles: DeaMoETiles):
-        self.dept_gate, self.dept_up_w, self.dept_down_w = w[:3]
-        self.expert_gate, self.expert_up_w, self.expert_down_w = w[3:]
+    def __init__(self, x, w: DeaMoEWeights, operator: str, tiles: DeaMoETiles):
+        self.dept_gate, self.dept_up_w, self.dept_down_w = w.dept_gate, w.dept_up, w.dept_down
+        self.expert_gate, self.expert_up_w = w.expert_gate, w.expert_up
+        self.expert_down_w = w.expert_down
         T, _ = x.shape
         self.n_dept, f, _ = self.dept_gate.shape
         n_expert = self.expert_gate.shape[0]
@@ -129,7 +169,10 @@ class _Step:
         self.sig = operator if self.fused else "none"
         self.x = x.contiguous()
         self.dev = x.device
-        self.common = dict(n_dept=self.n_dept, per_group=self.per)
+        common = dict(n_dept=self.n_dept, per_group=self.per)
+        self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
+                      "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
+                      "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
         self.a1 = torch.empty(T * self.n_dept, 2 * f, dtype=x.dtype, device=self.dev)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = T * self.n_dept * f // 2 if s_bf16 else T * self.n_dept * f
@@ -171,14 +214,11 @@ class _Step:
 
     def expert_up(self, groups=None):
         grouped_gemm(self.a1, self.expert_gate, self.st["y"], self.st["al"][1], self.st["ids"],
-                     bu=self.expert_up_w, a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU,
-                     a_up_off=self.f, tile=self.tiles.expert_up, groups=groups, **self.common)
+                     self.specs["expert_up"], bu=self.expert_up_w, groups=groups)
 
     def expert_down(self, groups=None):
         grouped_gemm(self.st["y"], self.expert_down_w, self.s, self.st["al"][1], self.st["ids"],
-                     weights=self.st["weights"], a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT,
-                     epi=EPI_ACT, act=self.sig, atomic=True, tile=self.tiles.expert_down,
-                     groups=groups, **self.common)
+                     self.specs["expert_down"], weights=self.st["weights"], groups=groups)
 
     def dept_down(self, groups=None):
         dept_down_gemm(self.s, self.dept_down_w, self.out, self.st["al"][0], self.st["ids"],
@@ -201,8 +241,8 @@ class _Step:
         ids, y = self.st["ids"], self.st["y"]
         P = ids.numel()
         z = torch.empty(P, self.f, dtype=torch.float32, device=self.dev)
-        grouped_gemm(y, self.expert_down_w, z, self.st["al"][1], ids, a_mode=ROW_PAIR,
-                     c_mode=ROW_PAIR, epi=EPI_ACT, tile=self.tiles.expert_down, **self.common)
+        grouped_gemm(y, self.expert_down_w, z, self.st["al"][1], ids,
+                     self.specs["expert_down_raw"])
         z = _torch_operator(self.operator)(z) * self.st["weights"].reshape(P, 1).float()
         token = torch.arange(P, device=self.dev) // ids.shape[1]
         rows = token * self.n_dept + ids.reshape(P) // self.per
@@ -223,16 +263,15 @@ def _check_dense_parts(tiles: DeaMoETiles, n_dept: int) -> None:
                          f"and 0 < dense_parts < split_launches={tiles.split_launches}")
 
 
-def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
-                  weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles(), route=None):
+def deamoe_stages(x, w: DeaMoEWeights, ids, weights, operator: str = "silu",
+                  tiles: DeaMoETiles = DeaMoETiles(), route=None):
     """(out, [(stage name, launch, weight tensors it streams)]) -- run the launches in order.
 
     route: optional callable -> (ids, weights), run as the first stage (pass ids=weights=None);
     with tiles.dense_dept_up it runs beside the department up-projection."""
     if (route is None) == (ids is None):
         raise ValueError("deamoe_forward: pass either ids/weights or route (exactly one)")
-    step = _Step(x, (dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down),
-                 operator, tiles)
+    step = _Step(x, w, operator, tiles)
     if route is None:
         step.take_routing(ids, weights)
     head = [] if route is None else [("route", lambda: step.take_routing(*route()), ())]
@@ -255,7 +294,7 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
 
         def route_beside_dept_up():  # routing + align on this stream, dept_up on a side one
             run_parallel([routed, dense], step.dev)
-        head = [("route+align | dense dept_up", route_beside_dept_up, (dept_gate, dept_up))]
+        head = [("route+align | dense dept_up", route_beside_dept_up, (w.dept_gate, w.dept_up))]
 
     if step.fused and tiles.split_launches > 1:
         def split():
@@ -263,23 +302,22 @@ def deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expe
                           for lo, hi in split_ranges(step.n_dept, tiles.split_launches)], step.dev)
         return step.out, head + [("gemms", split, step.weights())]
 
-    up = [] if tiles.dense_dept_up else [("dept_up", step.dept_up_stage, (dept_gate, dept_up))]
+    up = ([] if tiles.dense_dept_up
+          else [("dept_up", step.dept_up_stage, (w.dept_gate, w.dept_up))])
     return step.out, head + up + [
-        ("expert_up", step.expert_up, (expert_gate, expert_up)),
-        ("expert_down", step.expert_down_stage, (expert_down,)),
-        ("dept_down", step.dept_down, (dept_down,)),
+        ("expert_up", step.expert_up, (w.expert_gate, w.expert_up)),
+        ("expert_down", step.expert_down_stage, (w.expert_down,)),
+        ("dept_down", step.dept_down, (w.dept_down,)),
     ]
 
 
-def deamoe_forward(x, dept_gate, dept_up, dept_down, expert_gate, expert_up, expert_down, ids,
-                   weights, operator: str = "silu", tiles: DeaMoETiles = DeaMoETiles(),
-                   route=None) -> torch.Tensor:
+def deamoe_forward(x, w: DeaMoEWeights, ids, weights, operator: str = "silu",
+                   tiles: DeaMoETiles = DeaMoETiles(), route=None) -> torch.Tensor:
     """DeaMoE FFN output [T, h] for routing ids/weights [T, k] (experts numbered department-major).
 
     Or route: a callable returning (ids, weights), with ids=weights=None: the layer runs it
     itself, beside the department up-projection when tiles.dense_dept_up."""
-    out, stages = deamoe_stages(x, dept_gate, dept_up, dept_down, expert_gate, expert_up,
-                                expert_down, ids, weights, operator, tiles, route=route)
+    out, stages = deamoe_stages(x, w, ids, weights, operator, tiles, route=route)
     return run_stages(out, stages, x)
 
 
@@ -287,8 +325,6 @@ def deamoe_layer(layer, x: torch.Tensor, ids=None, weights=None, tiles: DeaMoETi
     """Run a `deamoe.model.layers.DeaMoE` with the kernel (routing by the layer's router unless given)."""
     def run(x2):
         route = None if ids is not None else (lambda: route_layer(layer, x2))
-        return deamoe_forward(
-            x2, layer.dept_gate, layer.dept_up, layer.dept_down, layer.expert_gate,
-            layer.expert_up, layer.expert_down, ids, weights, operator=layer.shape.operator,
-            tiles=tiles, route=route)
+        return deamoe_forward(x2, DeaMoEWeights.of(layer), ids, weights,
+                              operator=layer.shape.operator, tiles=tiles, route=route)
     return on_tokens(x, run)

@@ -22,6 +22,7 @@ from deamoe.kernels.grouped_gemm import (
     EPI_SWIGLU,
     ROW_PAIR,
     ROW_TOKEN,
+    GemmSpec,
     TileConfig,
     grouped_gemm,
     layer_output,
@@ -30,6 +31,11 @@ from deamoe.kernels.grouped_gemm import (
 )
 from deamoe.kernels.routing_topk import route_layer
 from deamoe.kernels.streams import run_parallel, split_ranges
+
+# the two GEMMs of a SwiGLU FFN over (token, slot) pairs: gate and up of each pair's token, then
+# down summed into the token's row (weighted by the routing where weights are given)
+W13 = GemmSpec(a_mode=ROW_TOKEN, c_mode=ROW_PAIR, epi=EPI_SWIGLU)
+W2 = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True)
 
 
 @dataclass(frozen=True)
@@ -44,6 +50,12 @@ class MoETiles:
     # sum the output in bf16 where the device has bf16 atomics (no cast launch at the end; both
     # layers 1.3-16.5 us faster per layer on the H200, max rel err 4.5e-3); off: fp32 and a cast
     out_bf16: bool = True
+
+    def shared_memory(self, itemsize: int = 2) -> int:
+        """The most shared memory one of the layer's GEMMs needs on these tiles
+        (GemmSpec.shared_memory)."""
+        return max(W13.on(self.w13).shared_memory(self.block_m, itemsize),
+                   W2.on(self.w2).shared_memory(self.block_m, itemsize))
 
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
@@ -65,13 +77,13 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
         al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=acc)
 
     # each GEMM once; `groups` restricts it to some experts
+    w13_spec, w2_spec = W13.on(tiles.w13), W2.on(tiles.w2)
+
     def w13(groups=None):
-        grouped_gemm(x, gate, hidden, al[0], ids, bu=up, a_mode=ROW_TOKEN, c_mode=ROW_PAIR,
-                     epi=EPI_SWIGLU, tile=tiles.w13, groups=groups)
+        grouped_gemm(x, gate, hidden, al[0], ids, w13_spec, bu=up, groups=groups)
 
     def w2(groups=None):
-        grouped_gemm(hidden, down, out, al[0], ids, weights=weights, a_mode=ROW_PAIR,
-                     c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True, tile=tiles.w2, groups=groups)
+        grouped_gemm(hidden, down, out, al[0], ids, w2_spec, weights=weights, groups=groups)
 
     if tiles.split_launches > 1:
         def split():  # the two GEMMs of each part of the experts on its own stream

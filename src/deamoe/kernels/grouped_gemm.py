@@ -23,11 +23,14 @@ tile option, `TileConfig.nfast`), N-tile fastest, so neighbouring programs strea
 whole weight matrix -- 1.4-2.2% faster alone for Qwen3's many small DeaMoE experts.  Programs
 past the device-side num_blocks exit at once: the grid never depends on the routing, so no host
 sync.
-Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).
+Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).  A launch is described by one
+`GemmSpec` (row modes, epilogue, accumulation and the searched TileConfig); each layer names its
+GEMMs' specs once and launches them on the tiles of its MoETiles / DeaMoETiles.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 
@@ -279,55 +282,116 @@ def _weight_desc(w: torch.Tensor, tile: TileConfig):
     return TensorDescriptor(w, [G * N, K], [w.stride(1), 1], [tile.block_n, tile.block_k])
 
 
+@dataclass(frozen=True)
+class GemmSpec:
+    """One launch of the primitive: what it computes (row modes, epilogue, accumulation: fixed
+    by the layer's structure) and on which tile (chosen by the microbenchmark's search, carried
+    here from MoETiles / DeaMoETiles to the launch).  n_dept / per_group index ROW_TOKDEPT rows;
+    a_up_off is where EPI_SWIGLU's up input starts in A's rows, c_up_off where EPI_BOTH's up
+    half goes in C's."""
+
+    a_mode: int
+    c_mode: int
+    epi: int = EPI_ACT
+    act: str = "none"
+    atomic: bool = False  # sum into C (with the routing weight where one is given) instead of storing
+    n_dept: int = 1
+    per_group: int = 1
+    a_up_off: int = 0
+    c_up_off: int = 0
+    tile: TileConfig = TileConfig()
+
+    def __post_init__(self):
+        if self.act not in ACTS:
+            raise ValueError(f"grouped_gemm: act={self.act!r} is not one of {', '.join(ACTS)}")
+
+    def shared_memory(self, block_m: int, itemsize: int = 2) -> int:
+        """A lower bound of the shared memory (bytes) Triton gives this GEMM's kernel at BLOCK_M
+        rows, from the tile alone, before compiling.  The MMA reads its operands through shared
+        memory, and the software pipeline keeps num_stages - 1 copies (one more for Hopper's
+        asynchronous wgmma, taken where the MMA's M side -- BLOCK_M, or BLOCK_N with swap -- is
+        >= 64; one copy without pipelining) of A's BLOCK_M x BLOCK_K tile and, with TMA, of
+        each weight tile BLOCK_N x BLOCK_K (two when gated); a weight tile loaded without TMA
+        takes one.  All of `itemsize` bytes.  What else the compiler may add (a second A tile
+        for EPI_SWIGLU's up input, the epilogue's scratch, barriers) is left out: a tile set
+        over the device's limit by this count cannot compile, so the search skips it without
+        losing one that would (`bench smem-check` compares it with Triton's own count)."""
+        t = self.tile
+        wgmma = (t.block_n if t.swap else block_m) >= 64 and t.num_warps % 4 == 0
+        copies = 1 if t.num_stages == 1 else t.num_stages - 1 + wgmma
+        gated = 1 if self.epi == EPI_ACT else 2
+        weights = copies * gated * t.block_n if t.tma else t.block_n
+        return t.block_k * (copies * block_m + weights) * itemsize
+
+    def on(self, tile: TileConfig, **sizes) -> "GemmSpec":
+        """This GEMM on `tile`, with the fields a layer knows only from its weights' shapes
+        (`sizes`: n_dept, per_group, a_up_off, c_up_off; or its operator: act)."""
+        return dataclasses.replace(self, tile=tile, **sizes)
+
+
+def shared_memory_limit(device) -> int | None:
+    """The most shared memory one program may use on `device` (bytes), the limit Triton checks a
+    compiled kernel against (its driver's max_shared_mem; else torch's opt-in maximum per
+    block); None off CUDA."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    try:
+        from triton.runtime import driver
+
+        return int(driver.active.utils.get_device_properties(index)["max_shared_mem"])
+    except (ImportError, AttributeError, KeyError, RuntimeError):
+        props = torch.cuda.get_device_properties(index)
+        return getattr(props, "shared_memory_per_block_optin", None)
+
+
 def grouped_gemm(
     a: torch.Tensor,
     bg: torch.Tensor,
     c: torch.Tensor,
     al: Alignment,
     ids: torch.Tensor,
+    spec: GemmSpec,
     *,
     bu: torch.Tensor | None = None,
     weights: torch.Tensor | None = None,
-    a_mode: int,
-    c_mode: int,
-    epi: int = EPI_ACT,
-    act: str = "none",
-    atomic: bool = False,
-    n_dept: int = 1,
-    per_group: int = 1,
-    a_up_off: int = 0,
-    c_up_off: int = 0,
-    tile: TileConfig = TileConfig(),
     groups: tuple[int, int] | None = None,
-) -> torch.Tensor:
-    """Launch the primitive. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off); c: output.
-    groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit at once)."""
+    warmup: bool = False,
+):
+    """Launch the primitive as `spec` says. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off);
+    c: output (returned); weights: the routing weight of each pair (WEIGHTED).  groups=(lo, hi):
+    only the blocks of groups lo..hi-1 are computed (the rest exit at once).  warmup: compile
+    for these arguments without launching and return Triton's compiled kernel (its
+    metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
     G, N, K = bg.shape
+    tile = spec.tile
     if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
-    if (epi != EPI_ACT) != (bu is not None):
+    if (spec.epi != EPI_ACT) != (bu is not None):
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
     if bu is not None and (bu.shape != bg.shape or bu.stride() != bg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
-    if atomic and c.dtype not in (torch.float32, torch.bfloat16):
+    if spec.atomic and c.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
-    if act not in ACTS:
-        raise ValueError(f"grouped_gemm: act={act!r} is not one of {', '.join(ACTS)}")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = bg, bg if bu is None else bu
     if tile.tma:
         b_gate = _weight_desc(bg, tile)
         b_up = b_gate if bu is None else _weight_desc(bu, tile)
-    grouped_gemm_kernel[grid](
+    launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
+        else grouped_gemm_kernel[grid]
+    kernel = launch(
         a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
-        N, K, al.num_pairs, ids.shape[1], n_dept, per_group, al.max_blocks,
+        N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
-        a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), a_up_off, c_up_off,
-        A_MODE=a_mode, C_MODE=c_mode, EPI=epi, ACT=ACTS[act],
-        WEIGHTED=weights is not None, ATOMIC=atomic, EVEN_K=K % tile.block_k == 0,
+        a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), spec.a_up_off, spec.c_up_off,
+        A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
+        WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps, num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps,
+        num_stages=tile.num_stages,
     )
-    return c
+    return kernel if warmup else c

@@ -21,8 +21,8 @@ from typing import Callable
 import torch
 
 from deamoe.kernels.align import dense_alignment
-from deamoe.kernels.grouped_gemm import (EPI_ACT, EPI_SWIGLU, ROW_PAIR, ROW_TOKEN, TileConfig,
-                                         bf16_atomics, grouped_gemm)
+from deamoe.kernels.fused_moe import W2, W13
+from deamoe.kernels.grouped_gemm import TileConfig, bf16_atomics, grouped_gemm
 from deamoe.kernels.streams import side_stream
 
 # index of the shared experts' own side stream: apart from the ones a layer's split_launches
@@ -56,8 +56,7 @@ def with_shared(routed: Callable[[], torch.Tensor], x: torch.Tensor, gate, up, d
     hidden = torch.empty(T, gate.shape[0], dtype=x.dtype, device=x.device)
 
     def w13():
-        grouped_gemm(x, gate[None], hidden, al, ids, bu=up[None], a_mode=ROW_TOKEN,
-                     c_mode=ROW_PAIR, epi=EPI_SWIGLU, tile=tiles.w13)
+        grouped_gemm(x, gate[None], hidden, al, ids, W13.on(tiles.w13), bu=up[None])
 
     fork = tiles.stream and x.is_cuda
     if fork:
@@ -74,8 +73,7 @@ def with_shared(routed: Callable[[], torch.Tensor], x: torch.Tensor, gate, up, d
     # bf16 on a GPU), else (bf16 under the interpreter) through an fp32 buffer
     direct = out.dtype == torch.float32 or (out.dtype == torch.bfloat16 and bf16_atomics(out))
     target = out if direct else torch.zeros(out.shape, dtype=torch.float32, device=out.device)
-    grouped_gemm(hidden, down[None], target, al, ids, a_mode=ROW_PAIR, c_mode=ROW_TOKEN,
-                 epi=EPI_ACT, atomic=True, tile=tiles.w2)
+    grouped_gemm(hidden, down[None], target, al, ids, W2.on(tiles.w2))
     return out if direct else out.add_(target.to(out.dtype))
 
 

@@ -15,9 +15,10 @@ import pandas as pd
 from deamoe.errors import ConfigError
 from deamoe.io import write_csv, write_text
 from deamoe.provenance import provenance
-from deamoe.report import figures, ladder, tables, tokens_axis
+from deamoe.report import figures, headline, ladder, tables, tokens_axis
+from deamoe.report.artifact import Artifact
 from deamoe.report.train_throughput import train_throughput
-from deamoe.settings import from_dict
+from deamoe.parse import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
           "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
@@ -29,7 +30,7 @@ ROW_PROVENANCE = ("profile", "device", "gpu", "git_sha", "date", "python", "torc
                   "transformers", "vllm", "lm_eval")
 
 
-def _shown(art: tables.Artifact) -> pd.DataFrame:
+def _shown(art: Artifact) -> pd.DataFrame:
     return art.table.drop(columns=[c for c in ROW_PROVENANCE if c in art.table.columns])
 
 
@@ -69,7 +70,7 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join([head, rule, *body])
 
 
-def _provenance_frame(art: tables.Artifact) -> pd.DataFrame:
+def _provenance_frame(art: Artifact) -> pd.DataFrame:
     rows = []
     for src in art.sources:
         rows.append({"source": str(src.path), "status": src.status,
@@ -77,7 +78,7 @@ def _provenance_frame(art: tables.Artifact) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _table_markdown(art: tables.Artifact) -> str:
+def _table_markdown(art: Artifact) -> str:
     status = "reproduced" if art.status == "ok" else f"**not run**: {art.reason}"
     if art.status == "ok" and art.sources[0].reason:  # e.g. committed GPU numbers shown
         status = art.sources[0].reason
@@ -97,7 +98,7 @@ th { background: #f2f2f2; } td:first-child, th:first-child { text-align: left; }
 </style>"""
 
 
-def _table_html(art: tables.Artifact) -> str:
+def _table_html(art: Artifact) -> str:
     """The same page as the markdown, as HTML: the HTML report shows it inline."""
     import html
 
@@ -115,7 +116,7 @@ def _table_html(art: tables.Artifact) -> str:
             f"{_provenance_frame(art).to_html(index=False, escape=True)}</body></html>\n")
 
 
-def _table_csv(art: tables.Artifact) -> pd.DataFrame:
+def _table_csv(art: Artifact) -> pd.DataFrame:
     """The shown table with the scale and hardware of its numbers on every row."""
     out = _shown(art).copy()
     src = art.sources[0]
@@ -130,12 +131,14 @@ def report_outputs(out: Path) -> list[Path]:
     """Every file `write_report` writes under `out`."""
     tables = [out / "tables" / f"{key}.{ext}" for key in TABLES for ext in ("md", "csv", "html")]
     figs = [out / "figures" / f"{name}.{ext}" for name in figures.FIGURES for ext in ("png", "svg")]
-    return tables + figs + [out / "index.md", out / "provenance.csv", out / "provenance.html"]
+    return tables + figs + [out / "index.md", out / "workflow.rst", out / "provenance.csv",
+                            out / "provenance.html"]
 
 
 def write_report(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
-                 profile: str | None = None) -> list[Path]:
-    """Build every table and figure; returns the paths written."""
+                 profile: str | None = None, description: str = "") -> list[Path]:
+    """Build every table and figure, the index and the HTML report's front page (the headline,
+    then `description`: reStructuredText); returns the paths written."""
     from deamoe.report.sources import resolved_profile
 
     results, out = Path(results), Path(out)
@@ -154,22 +157,23 @@ def write_report(results: Path, measured_root: Path, out: Path, settings: Report
         write_csv(csv, _table_csv(art))
         written += [md, csv, page]
     written += figures.draw_all(arts, out / "figures", dpi=settings.dpi)
-    for name, draw in tokens_axis.FIGURES.items():
-        written += figures._save(draw(arts["tokens_axis"]), out / "figures", name, settings.dpi)
-    index = out / "index.md"
-    write_text(index, _index(arts, profile))
+    claims = headline.headline(arts)
+    index, front = out / "index.md", out / "workflow.rst"
+    write_text(index, _index(arts, profile, claims))
+    write_text(front, headline.front_page(claims, description))
     prov = pd.concat([_provenance_frame(a).assign(artifact=a.title) for a in arts.values()],
                      ignore_index=True)
     write_csv(out / "provenance.csv", prov)
     write_text(out / "provenance.html",
                f"<!doctype html><html><head><meta charset='utf-8'>{_HTML_STYLE}</head><body>"
                f"<h2>Where every number came from</h2>{prov.to_html(index=False)}</body></html>\n")
-    return written + [index, out / "provenance.csv", out / "provenance.html"]
+    return written + [index, front, out / "provenance.csv", out / "provenance.html"]
 
 
-def _index(arts: dict, profile: str | None) -> str:
+def _index(arts: dict, profile: str | None, claims: list) -> str:
     me = provenance()
-    lines = ["# DeaMoE reproduction report", "",
+    lines = ["# DeaMoE reproduction report", "", headline.markdown(claims),
+             "## Every artifact", "",
              f"Profile: {profile or 'not recorded'}. Report built {me['date']} at git "
              f"{me['git_sha']}. Each table's page lists the scale (profile, model size, tokens) "
              "and hardware (device, versions, git sha, date) of its numbers.", "",

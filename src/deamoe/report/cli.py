@@ -11,27 +11,29 @@ def register(sub) -> None:
     p.add_argument("--measured", default="reports/measured",
                    help="committed measurements (one folder per GPU, e.g. h200/)")
     p.add_argument("--out", default="reports", help="output folder")
+    p.add_argument("--description", help="reStructuredText put under the headline in "
+                   "OUT/workflow.rst, the HTML report's front page (e.g. "
+                   "workflow/report/workflow.rst)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from pathlib import Path
 
-    from deamoe.report.build import ReportSettings, write_report
-    from deamoe.settings import read_config
-
     from deamoe.errors import DataError
-    from deamoe.io import check_outputs, folder_lock
-    from deamoe.report.build import report_outputs
+    from deamoe.io import check_outputs, folder_lock, read_text
+    from deamoe.report.build import ReportSettings, report_outputs, write_report
+    from deamoe.settings import read_config
 
     cfg = read_config(args.config)
     settings = ReportSettings.from_config(cfg)
     for flag, folder in (("--results", args.results), ("--measured", args.measured)):
         if not Path(folder).is_dir():  # a mistyped folder would give a report of "not run" rows
             raise DataError(f"{flag} {folder}: no such folder")
+    description = read_text(args.description) if args.description else ""
     check_outputs(files=report_outputs(Path(args.out)))
     with folder_lock(args.out, what="another `python -m deamoe report`"):
         written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
-                               profile=cfg.get("profile"))
+                               profile=cfg.get("profile"), description=description)
     print(f"report: wrote {len(written)} files under {args.out}")
     return 0

@@ -19,7 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
-from deamoe.report.tables import NOT_RUN, Artifact, _microbench_source
+from deamoe.report.annotate import footer, not_run_panel
+from deamoe.report.artifact import NOT_RUN, Artifact
+from deamoe.report.sources import microbench_source
 
 KEY = "figure3_slo_decode"
 REQUIRED = ("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms")
@@ -67,7 +69,7 @@ def _gpu(df: pd.DataFrame) -> str:
 
 
 def decode_slo(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = _microbench_source(results, measured, "decode_tpot.csv", REQUIRED, profile)
+    src = microbench_source(results, measured, "decode_tpot.csv", REQUIRED, profile)
     title = "Figure 3 (right) at GPU scale: batch under a TPOT budget, model-level decode step"
     paper_note = "paper (A40, vLLM): " + "; ".join(
         f"{b} ms: batch {x} vs {y}, {g:.2f}x" for b, x, y, g in paper.FIG3_SLO)
@@ -104,8 +106,6 @@ def figure(art: Artifact):
     import matplotlib.pyplot as plt
     import seaborn as sns
 
-    from deamoe.report.figures import _footer, _not_run
-
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.5, 4.6))
     t = art.table
     if art.data is not None:
@@ -129,7 +129,7 @@ def figure(art: Artifact):
         right.plot(t["baseline_batch"], t["interp_batch_gain"], "^:", color="C1",
                    label="interpolated to the next measured batch")
     else:
-        _not_run(left, art)
+        not_run_panel(left, art)
     bases = sorted(PAPER_BY_BASE)
     right.plot(bases, [PAPER_BY_BASE[b][2] for b in bases], "s", color="0.5", ms=8,
                label="paper, A40 vLLM (20 / 30 ms)")
@@ -140,5 +140,5 @@ def figure(art: Artifact):
     right.set_ylabel("DeaMoE batch / baseline batch")
     right.legend(fontsize=7)
     fig.suptitle(art.title, fontsize=11)
-    _footer(fig, art, "model-level decode step on a GPU (not a vLLM server); paper: vLLM on an A40")
+    footer(fig, art, "model-level decode step on a GPU (not a vLLM server); paper: vLLM on an A40")
     return fig

@@ -6,7 +6,6 @@ gives a panel that says "not run" and why, with the paper's values still drawn.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,35 +19,15 @@ import seaborn as sns  # noqa: E402
 from deamoe.io import atomic_path  # noqa: E402
 from deamoe import paper  # noqa: E402
 from deamoe.shapes import SHARED_SUFFIX  # noqa: E402
-from deamoe.report import ladder  # noqa: E402
-from deamoe.report.tables import Artifact, tpot_metric  # noqa: E402
+from deamoe.report import decode_slo, ladder, tokens_axis  # noqa: E402
+from deamoe.report.annotate import footer, not_run_panel  # noqa: E402
+from deamoe.report.artifact import Artifact  # noqa: E402
+from deamoe.report.tables import tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",
-           "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves")
+           "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves",
+           *tokens_axis.FIGURES)
 PANEL_MODELS = ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B")
-
-
-def _footer(fig, art: Artifact, extra: str = "") -> None:
-    lines = []
-    for src in art.sources:
-        p = src.prov
-        if src.ok:
-            lines.append(f"{src.path}: profile {p.profile}, model {p.model_size}, tokens {p.tokens}; "
-                         f"{p.device}; {p.versions}; git {p.git_sha}; {p.date}")
-        else:
-            lines.append(f"not run: {src.reason}")
-    if extra:
-        lines.append(extra)
-    width = int(fig.get_figwidth() * 19)  # characters of 6.5-pt text that fit across the figure
-    text = "\n".join(textwrap.fill(line, width) for line in lines)
-    fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom", ha="left", color="0.3")
-    fig.tight_layout(rect=(0, 0.03 + 0.022 * text.count("\n"), 1, 1))
-
-
-def _not_run(ax, art: Artifact) -> None:
-    ax.text(0.5, 0.5, "reproduction not run:\n" + textwrap.fill(art.reason, 60),
-            transform=ax.transAxes, ha="center", va="center", fontsize=9, color="firebrick",
-            bbox=dict(facecolor="white", alpha=0.9, edgecolor="firebrick"))
 
 
 def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
@@ -76,14 +55,14 @@ def figure2(art: Artifact):
         sns.lineplot(data=data, x="tokens", y="ratio", hue="model", style="experts", marker="o",
                      style_order=["routed only", "+ shared experts"], ax=ax)
     else:
-        _not_run(ax, art)
+        not_run_panel(ax, art)
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_xlabel("tokens in the decoding step")
     ax.set_ylabel("loaded expert weights, DeaMoE / baseline")
     ax.set_title(art.title, fontsize=10)
     ax.legend(fontsize=7)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 
@@ -96,7 +75,7 @@ def figure3(art: Artifact):
         left.set_ylabel(f"TPOT, mean (ms; {metric})")
         left.set_xticks(sorted(df["concurrency"].unique()))
     else:
-        _not_run(left, art)
+        not_run_panel(left, art)
     left.set_title("reproduced TPOT", fontsize=10)
     left.set_xlabel("concurrency")
     t = art.table
@@ -111,7 +90,7 @@ def figure3(art: Artifact):
     right.set_title("speedup", fontsize=10)
     right.legend(fontsize=7)
     fig.suptitle(art.title, fontsize=11)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 
@@ -155,14 +134,14 @@ def figure45(art: Artifact):
                             label="ideal (bytes ratio), same routing")
             _shared_curve(ax, data, model)
         elif model == PANEL_MODELS[0]:
-            _not_run(ax, art)
+            not_run_panel(ax, art)
         ax.axhline(1.0, color="0.7", lw=0.8)
         ax.set_title(model, fontsize=10)
         ax.set_xlabel("tokens per decoding step (batch)")
         ax.legend(fontsize=6.5)
     axes[0].set_ylabel("per-layer decode speedup, DeaMoE over baseline")
     fig.suptitle(art.title, fontsize=11)
-    _footer(fig, art, paper.FIG45_NOTE)
+    footer(fig, art, paper.FIG45_NOTE)
     return fig
 
 
@@ -172,14 +151,14 @@ def loss_curves(art: Artifact, title: str, paper_losses: dict[str, float] | None
         sns.lineplot(data=art.data, x="step", y="loss", hue="run", ax=ax, lw=1)
         ax.set_ylabel("training loss")
     else:
-        _not_run(ax, art)
+        not_run_panel(ax, art)
     extra = ""
     if paper_losses:
         extra = "paper (5B, 12.4B tokens) last-200-step losses: " + ", ".join(
             f"{k} {v:.3f}" for k, v in paper_losses.items())
     ax.set_xlabel("step")
     ax.set_title(title, fontsize=10)
-    _footer(fig, art, extra)
+    footer(fig, art, extra)
     return fig
 
 
@@ -209,14 +188,14 @@ def quality_gap(art: Artifact):
                         xytext=(0, 8), ha="center", fontsize=8)
         ax.set_xscale("log")
     else:
-        _not_run(ax, art)
+        not_run_panel(ax, art)
     ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
     ax.set_xlabel("total parameters (baseline of the pair)")
     ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
     ax.set_title("Held-out loss gap against model size (same tokens, optimiser and seed per pair;\n"
                  "bars: +-1 std over seeds, dots: one seed's pair)", fontsize=10)
     ax.legend(fontsize=7, title="DeaMoE operator", title_fontsize=7)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 
@@ -244,16 +223,14 @@ def ladder_curves(art: Artifact):
         ax.set_xlabel("training tokens")
         ax.set_ylabel("training loss")
     if not sizes:
-        _not_run(axes[0][0], art)
+        not_run_panel(axes[0][0], art)
     fig.suptitle("Pre-training at GPU scale: training loss per pair", fontsize=11)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 
 def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[Path]:
     """Draw every figure in FIGURES (always all of them: the workflow declares each file)."""
-    from deamoe.report import decode_slo  # it draws with this module's footer
-
     sns.set_theme(style="whitegrid", context="paper")
     paper_t4 = {v: loss for v, *_, loss in paper.TABLE4}
     figs = {
@@ -265,6 +242,7 @@ def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[P
         "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),
         "quality_gap": quality_gap(arts["pretrain_gpu"]),
         "quality_loss_curves": ladder_curves(arts["pretrain_gpu"]),
+        **{name: draw(arts["tokens_axis"]) for name, draw in tokens_axis.FIGURES.items()},
     }
     paths = []
     for name in FIGURES:

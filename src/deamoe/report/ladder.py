@@ -16,7 +16,7 @@ import pandas as pd
 from deamoe import paper
 from deamoe.errors import DataError
 from deamoe.report.sources import Loaded, not_run, read_csv
-from deamoe.report.tables import NOT_RUN, Artifact, _norm
+from deamoe.report.artifact import NOT_RUN, Artifact
 
 MODELS = ("baseline", "deamoe")
 TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
@@ -86,7 +86,7 @@ def _is_gpu(frame: pd.DataFrame) -> bool:
     return dev is not None and len(frame) > 0 and not dev.astype(str).str.startswith("CPU").any()
 
 
-def _load(fresh: list[Path], committed: list[Path], required: tuple[str, ...],
+def load_gpu_rows(fresh: list[Path], committed: list[Path], required: tuple[str, ...],
           profile: str | None) -> tuple[pd.DataFrame | None, list[Loaded]]:
     """Rows made on a GPU in this run where there are any, else the committed ones."""
     for paths in (fresh, committed):
@@ -105,7 +105,7 @@ def ladder_rows(results: Path, measured: Path, profile: str | None):
     """The pre-training rows of every size (runs.csv) and their loss curves, with sources."""
     fresh = sorted(Path(results).glob("quality/*/runs.csv"))
     committed = sorted(p for p in Path(measured).glob("quality/*/runs.csv") if p.parent.name != "ablation")
-    rows, sources = _load(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
+    rows, sources = load_gpu_rows(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
     curves = None
     if sources:
         from deamoe.readers import read_table, table_spec
@@ -220,8 +220,8 @@ def _metric_table(rows: pd.DataFrame | None, sizes: list[str], prefix: str, pape
                 "seeds": int(spread["n"].min()),
                 "diff DeaMoE - baseline": diff["mean"].iloc[0] if len(diff) else None,
                 "diff std": diff["std"].iloc[0] if len(diff) else None,
-                "DeaMoE paper": paper_table["deamoe"].get(_norm(name)),
-                "baseline paper": paper_table["baseline"].get(_norm(name)),
+                "DeaMoE paper": paper_table["deamoe"].get(paper.paper_key(name)),
+                "baseline paper": paper_table["baseline"].get(paper.paper_key(name)),
             })
     return pd.DataFrame(out)
 
@@ -271,7 +271,7 @@ def metric_table(key: str, results: Path, measured: Path, profile: str | None,
 
 def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     req = ("variant", "seed", "loss_last_n")
-    rows, sources = _load([Path(results) / "ablation" / "summary.csv"],
+    rows, sources = load_gpu_rows([Path(results) / "ablation" / "summary.csv"],
                           [Path(measured) / "quality" / "ablation" / "summary.csv"], req, profile)
     paper_rows = pd.DataFrame(paper.TABLE4, columns=["variant", "operator", "init", "dept_topk", "paper_loss"])
     if rows is None:

@@ -13,20 +13,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.shapes import SHARED_SUFFIX, SHARED_VARIANTS
+from deamoe.bench.shared import SHARED_FILE, is_shared
+from deamoe.shapes import SHARED_VARIANTS
 from deamoe.report.sources import Loaded, read_csv
 
-SHARED_FILE = "microbench_shared.csv"
 SHARED_MODELS = tuple(SHARED_VARIANTS)  # DeepSeek-V3+shared, DeepSeek-V2+shared, Kimi-K2+shared
 MEASURE_COMMAND = (
     "python -m deamoe microbench --config workflow/profiles/gpu/microbench-shared.yaml "
     f"--out OUT --skip battery,torch,decode,vllm_peer (models {', '.join(SHARED_MODELS)}; "
     f"then OUT/microbench.csv -> reports/measured/<gpu>/{SHARED_FILE})"
 )
-
-
-def is_shared(models: pd.Series) -> pd.Series:
-    return models.astype(str).str.endswith(SHARED_SUFFIX)
 
 
 def shared_peer_note(models: pd.Series) -> list[str]:

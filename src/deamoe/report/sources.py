@@ -54,11 +54,11 @@ def _fmt_scalar(v) -> str:
     if isinstance(v, float) and v.is_integer():
         v = int(v)
     if isinstance(v, int) and abs(v) >= 10_000:
-        return _human(v)
+        return human(v)
     return str(v)
 
 
-def _human(n: float) -> str:
+def human(n: float) -> str:
     for unit, scale in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
@@ -199,3 +199,23 @@ def resolved_profile(results: Path) -> str | None:
     except ConfigError as exc:
         raise DataError(str(exc)) from None
     return cfg.get("profile") if isinstance(cfg, dict) else None
+
+
+# the scale of numbers that come from no trained model (the `scale` of read_csv)
+ANALYTIC = {"model_size": "Table 1 shapes (analytic, no trained model)", "tokens": "n/a"}
+KERNEL = {"model_size": "Table 1 layer shapes, random bf16 weights", "tokens": "n/a"}
+
+
+def microbench_source(results: Path, measured: Path, name: str, required, profile) -> Loaded:
+    """This run's GPU numbers if it had a GPU, else the committed ones, else not run."""
+    status = read_json(results / "microbench" / "status.json") or {}
+    here = results / "microbench" / name
+    if here.exists():
+        return read_csv(here, required=required, profile=profile, scale=KERNEL)
+    committed = read_csv(measured / name, required=required, scale=KERNEL)
+    if committed.ok:
+        why = status.get("reason", "no microbenchmark result in this run")
+        committed.reason = f"this run: not run ({why}); showing committed {measured / name}"
+        return committed
+    why = status.get("reason") or f"{here} does not exist"
+    return not_run(here, f"{why}; no committed {measured / name} either")

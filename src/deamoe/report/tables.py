@@ -1,55 +1,21 @@
 """The report's tables: each paper artifact as reproduced numbers beside the paper's.
 
-Each builder returns an `Artifact`: the table to show, the files its numbers came from (with their
+Each builder returns an `Artifact` (deamoe.report.artifact): the table to show, the files its numbers came from (with their
 scale and hardware), notes, and a status ("ok", or "not run" with the reason; then the table
 holds the paper's values alone so the reader still sees what the reproduction is aiming at).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from deamoe import paper
+from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.shared_rows import shared_peer_note, shared_rows
-from deamoe.report.sources import (Loaded, not_run, read_csv, read_json, run_summaries,
-                                   training_logs)
-
-NOT_RUN = "not run"
-ANALYTIC = {"model_size": "Table 1 shapes (analytic, no trained model)", "tokens": "n/a"}
-KERNEL = {"model_size": "Table 1 layer shapes, random bf16 weights", "tokens": "n/a"}
-
-
-@dataclass
-class Artifact:
-    key: str  # file stem under reports/tables/ (and figure name)
-    title: str
-    table: pd.DataFrame
-    sources: list[Loaded] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    data: pd.DataFrame | None = None  # tidy data behind the figure, when there is one
-    rows: pd.DataFrame | None = None  # the per-run rows behind the table, when a figure needs them
-
-    @property
-    def status(self) -> str:
-        return "ok" if self.sources and all(s.ok for s in self.sources) else NOT_RUN
-
-    @property
-    def reason(self) -> str:
-        return "; ".join(s.reason for s in self.sources if not s.ok)
-
-
-def _norm(name: str) -> str:
-    """Task/dataset names as the paper's keys (the harness spells some differently)."""
-    key = str(name).lower().replace("-", "").replace(" ", "_")
-    aliases = {"social_iqa": "siqa", "race": "race_high", "racehigh": "race_high",
-               "wikitext": "wikitext2", "wikitext_2": "wikitext2", "wt2": "wikitext2",
-               "wikitext_103": "wikitext103", "wt103": "wikitext103", "obqa": "openbookqa",
-               "hswag": "hellaswag", "winog": "winogrande"}
-    return aliases.get(key, key)
-
+from deamoe.report.sources import (ANALYTIC, KERNEL, microbench_source, read_csv, read_json,
+                                   run_summaries, training_logs)
 
 def table1(results: Path, profile: str | None) -> Artifact:
     from deamoe.shapes import TABLE1
@@ -120,7 +86,7 @@ def table2(results: Path, profile: str | None) -> Artifact:
                     row[f"{model} stderr"] = g["stderr"].iloc[0] * scale if len(g) else None
                 given = g["paper_value"].iloc[0] if "paper_value" in g.columns and len(g) else None
                 if given is None or pd.isna(given):
-                    given = paper.TABLE2[model].get(_norm(task))
+                    given = paper.TABLE2[model].get(paper.paper_key(task))
                 elif given <= 1.0:
                     given *= 100.0
                 row[f"{model} paper"] = given
@@ -155,7 +121,7 @@ def table3(results: Path, profile: str | None) -> Artifact:
                 row[f"{model} reproduced"] = g[metric].iloc[0] if len(g) else None
                 given = g["paper_value"].iloc[0] if "paper_value" in g.columns and len(g) else None
                 row[f"{model} paper"] = (given if given is not None and pd.notna(given)
-                                         else paper.TABLE3[model].get(_norm(dataset)))
+                                         else paper.TABLE3[model].get(paper.paper_key(dataset)))
             rows.append(row)
     else:
         rows = _not_run_rows("dataset", "word_perplexity", paper.TABLE3)
@@ -250,21 +216,6 @@ def figure3_slo(results: Path, profile: str | None) -> Artifact:
                         f"{b} ms: batch {x} vs {y}, {g:.2f}x" for b, x, y, g in paper.FIG3_SLO)])
 
 
-def _microbench_source(results: Path, measured: Path, name: str, required, profile) -> Loaded:
-    """This run's GPU numbers if it had a GPU, else the committed ones, else not run."""
-    status = read_json(results / "microbench" / "status.json") or {}
-    here = results / "microbench" / name
-    if here.exists():
-        return read_csv(here, required=required, profile=profile, scale=KERNEL)
-    committed = read_csv(measured / name, required=required, scale=KERNEL)
-    if committed.ok:
-        why = status.get("reason", "no microbenchmark result in this run")
-        committed.reason = f"this run: not run ({why}); showing committed {measured / name}"
-        return committed
-    why = status.get("reason") or f"{here} does not exist"
-    return not_run(here, f"{why}; no committed {measured / name} either")
-
-
 def _read_sizes_note(path: Path) -> str | None:
     """One line from the committed streaming read by read size: what ONE launch of N bytes
     reaches, i.e. the per-launch floor under every GEMM of a layer."""
@@ -294,7 +245,7 @@ def _roofline_note(frame: pd.DataFrame) -> str:
 
 
 def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = _microbench_source(results, measured, "microbench.csv",
+    src = microbench_source(results, measured, "microbench.csv",
                              ("model", "batch", "baseline_us", "deamoe_us"), profile)
     src, shared_src, shared_note = shared_rows(src, measured, KERNEL)
     rows = []
@@ -374,7 +325,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
     (copied verbatim from an installed vLLM) timed beside our baseline on the same layer copies
     and routings (deamoe.bench.vllm_peer): this run's microbench part when it had
     a GPU and vLLM, else the committed table."""
-    src = _microbench_source(results, measured, "vllm_peer.csv",
+    src = microbench_source(results, measured, "vllm_peer.csv",
                              ("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
                              profile)
     part = ((read_json(results / "microbench" / "status.json") or {}).get("parts") or {}).get(
@@ -432,7 +383,7 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 
 def decode_tpot(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = _microbench_source(results, measured, "decode_tpot.csv", (), profile)
+    src = microbench_source(results, measured, "decode_tpot.csv", (), profile)
     table = src.frame if src.ok else pd.DataFrame({"model-level decode TPOT": [NOT_RUN]})
     notes = [src.reason] if src.ok and src.reason else []
     return Artifact("decode_tpot", "Model-level decode step (GPU counterpart of Figure 3)",
@@ -440,7 +391,7 @@ def decode_tpot(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 
 def build_all(results: Path, measured: Path, profile: str | None) -> list[Artifact]:
-    from deamoe.report.decode_slo import decode_slo  # it builds on this module
+    from deamoe.report.decode_slo import decode_slo
     results, measured = Path(results), Path(measured)
     return [table1(results, profile), figure2(results, profile), figure3(results, profile),
             figure3_slo(results, profile), decode_slo(results, measured, profile),

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, _load, operator_of,
+from deamoe.report.annotate import footer, not_run_panel
+from deamoe.report.artifact import NOT_RUN, Artifact
+from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_rows, operator_of,
                                   paired_difference, seed_spread, verdict)
-from deamoe.report.sources import not_run
-from deamoe.report.tables import NOT_RUN, Artifact
+from deamoe.report.sources import human, not_run
 
 TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
 PAPER_TOKENS_PER_PARAM = 110e9 / 7.3e9  # the paper's 7.3B models on 110B tokens: about 15
@@ -36,7 +37,7 @@ def axis_rows(results: Path, measured: Path, profile: str | None):
         return sorted([p for p in q.glob("*/runs.csv") if p.parent.name != "ablation"]
                       + list(q.glob("*/*steps/runs.csv")))
 
-    rows, sources = _load(files(results), files(measured), ("size", "model", "seed", "val_loss"), profile)
+    rows, sources = load_gpu_rows(files(results), files(measured), ("size", "model", "seed", "val_loss"), profile)
     if rows is None:
         return None, [], []
     known = rows.dropna(subset=[c for c in REQUIRED if c in rows.columns])
@@ -167,9 +168,7 @@ def _plain_log_ticks(axis) -> None:
     """Tick labels of a log axis as plain numbers (18, 36; 131M), not powers of ten."""
     from matplotlib.ticker import FuncFormatter
 
-    from deamoe.report.sources import _human
-
-    fmt = FuncFormatter(lambda v, _: _human(v) if v >= 1e4 else f"{v:g}")
+    fmt = FuncFormatter(lambda v, _: human(v) if v >= 1e4 else f"{v:g}")
     axis.set_major_formatter(fmt)
     axis.set_minor_formatter(fmt)
 
@@ -182,8 +181,6 @@ def gap_figure(art: Artifact):
     """The held-out gap against tokens per parameter (log axis), one line per size and operator,
     bars of 2 standard errors over seeds."""
     import matplotlib.pyplot as plt
-
-    from deamoe.report.figures import _footer, _not_run
 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     t = art.table[art.table.get("seeds", pd.Series(dtype=float)).fillna(0) > 0] if art.rows is not None else None
@@ -198,14 +195,14 @@ def gap_figure(art: Artifact):
         ax.axvline(PAPER_TOKENS_PER_PARAM, color="0.55", lw=0.9, ls=":",
                    label=f"paper's 7.3B models ({PAPER_TOKENS_PER_PARAM:.0f} tokens/param)")
     else:
-        _not_run(ax, art)
+        not_run_panel(ax, art)
     ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
     ax.set_xlabel("training tokens per parameter (log)")
     ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
     ax.set_title("Held-out gap against training length (each length a full cosine schedule;\n"
                  "bars: 2 standard errors over seeds)", fontsize=10)
     ax.legend(fontsize=7)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 
@@ -213,8 +210,6 @@ def loss_figure(art: Artifact):
     """Held-out loss of both models against training tokens (log axis), one panel per size,
     one line per model (DeaMoE per operator), mean with 2 standard errors over seeds."""
     import matplotlib.pyplot as plt
-
-    from deamoe.report.figures import _footer, _not_run
 
     rows = art.rows
     panels = []  # one per decoder: a size and its operator variants share their baselines
@@ -240,9 +235,9 @@ def loss_figure(art: Artifact):
         ax.set_ylabel("held-out loss (nats)")
         ax.legend(fontsize=7)
     if not panels:
-        _not_run(axes[0][0], art)
+        not_run_panel(axes[0][0], art)
     fig.suptitle("Held-out loss against training tokens (bars: 2 standard errors over seeds)", fontsize=11)
-    _footer(fig, art)
+    footer(fig, art)
     return fig
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.report.sources import read_csv
-from deamoe.report.tables import NOT_RUN, Artifact
+from deamoe.report.artifact import NOT_RUN, Artifact
 
 FILE = "train_throughput.csv"
 COMMAND = "python -m deamoe bench train OUT (one GPU), --parts fsdp under torchrun for FSDP2"

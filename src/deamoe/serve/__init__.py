@@ -5,8 +5,8 @@
   vllm_model.py   the vLLM model: vLLM attention / norms / RoPE / embeddings, the project's FFN
                   layer inside the custom op torch.ops.deamoe.ffn (CPU: the PyTorch two-stage
                   layer; GPU: ffn_op.py, captured by CUDA graphs)
-  ffn_op.py       the op's GPU body: the Triton decode kernels with the H200 tile picks per
-                  layer shape and batch (deamoe.bench.picks); imports nothing from vLLM
+  ffn_op.py       the op's GPU body: the decode step (deamoe.decode) with the H200 tile picks
+                  per layer shape and batch; imports nothing from vLLM
   server.py       start / health-wait / stop of `python -m vllm.entrypoints.openai.api_server`
   supervise.py    wrapper that kills the server's process group if the command dies
   client.py       vLLM's benchmark client (`vllm bench serve`) and a documented fallback

@@ -21,9 +21,10 @@ def register(sub) -> None:
 
 def _serve(args) -> int:
     from deamoe.io import output_lock
-    from deamoe.serve import bench, settings
+    from deamoe.serve import bench
+    from deamoe.settings import load_serve_settings
 
-    s = settings.load(args.config)
+    s = load_serve_settings(args.config)
     # beside the output, never in the working directory (the pipeline names logs/serve/<model>)
     log = Path(args.log or f"{Path(args.out)}.server.log")
     bench.check_serve_outputs(Path(args.out), log, args.model)
@@ -37,12 +38,11 @@ def _serve(args) -> int:
 
 
 def _tables(args) -> int:
-    from deamoe.serve import settings, tables
-
     from deamoe.io import check_outputs, folder_lock
-    from deamoe.settings import read_config
+    from deamoe.serve import tables
+    from deamoe.settings import load_serve_settings, read_config
 
-    s = settings.load(args.config)
+    s = load_serve_settings(args.config)
     profile = read_config(args.config).get("profile")
     check_outputs(files=[Path(args.out) / "tpot.csv", Path(args.out) / "slo.csv"])
     with folder_lock(args.out, what="another `python -m deamoe serve-tables`"):

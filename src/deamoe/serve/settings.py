@@ -65,9 +65,3 @@ class ServeSettings:
     @property
     def num_seqs(self) -> int:
         return self.max_num_seqs or max(self.concurrency)
-
-
-def load(config_path) -> ServeSettings:
-    from deamoe.settings import load_section
-
-    return load_section(config_path, "serve", ServeSettings)

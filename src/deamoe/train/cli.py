@@ -47,7 +47,7 @@ def cmd_data(args) -> int:
 
     from deamoe.io import check_outputs, folder_lock
     from deamoe.train.data import prepare
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     s = load_settings(args.config)
     out = Path(args.out)
@@ -64,7 +64,7 @@ def cmd_train(args) -> int:
 
     from deamoe.train import parallel
     from deamoe.train.runs import run_spec
-    from deamoe.train.settings import load_settings
+    from deamoe.settings import load_settings
 
     s = load_settings(args.config)
     spec = run_spec(s, args.run)

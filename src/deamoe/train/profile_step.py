@@ -19,8 +19,8 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     from deamoe.model import DeaMoEForCausalLM
     from deamoe.train.data import TokenData
     from deamoe.train.runs import model_config, run_spec
-    from deamoe.train.settings import load_settings
-    from deamoe.train.trainer import _optimizer, micro_loss
+    from deamoe.settings import load_settings
+    from deamoe.train.trainer import build_optimizer, micro_loss
 
     s = load_settings(config)
     t = s.train
@@ -29,7 +29,7 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     torch.manual_seed(t.seed)
     torch.set_float32_matmul_precision("high")
     model = DeaMoEForCausalLM(cfg).cuda().train()
-    opt = _optimizer(model, t)
+    opt = build_optimizer(model, t)
     accum = t.batch_size // t.micro_batch_size
 
     def step(i):

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from deamoe import paper
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
-from deamoe.settings import from_dict
+from deamoe.parse import from_dict
 from deamoe.train.settings import Settings, SizeSettings, parse_section
 
 # Table 4 of the paper (deamoe.paper) keyed by variant: (operator, expert init, department top-k,

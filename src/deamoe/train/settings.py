@@ -1,7 +1,7 @@
 """The pipeline config's sections owned by training: data, model, train, ablation, pretrain.
 
 Each section parses into a frozen dataclass with defaults (the `tiny` profile) through the one
-config loader (deamoe.settings); an unknown key or a value of the wrong type is a ConfigError
+section parser (deamoe.parse); an unknown key or a value of the wrong type is a ConfigError
 naming `section.key`.  Values that conflict with each other are checked in deamoe.checks.  The JSON schemas in
 workflow/schemas/<section>.schema.yaml describe the same keys for the workflow's validation.
 """
@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from deamoe.errors import ConfigError
-from deamoe.settings import from_dict, read_config
+from deamoe.parse import from_dict
 
 
 SIZE_NAME = re.compile(r"[a-z0-9]+")  # size names go into run names: pretrain-{size}-{model}-s{seed}
@@ -192,17 +191,9 @@ class Settings:
     pretrain: PretrainSettings
 
 
-def load_settings(path: str | Path | None = None, doc: dict | None = None) -> Settings:
-    """Parse the training sections of the pipeline config (a file path or an already-read dict).
-
-    Either way the whole config's check runs first (deamoe.checks; read_config runs it for a path).
-    """
-    if doc is None:
-        doc = read_config(path) if path is not None else {}
-    else:
-        from deamoe.checks import check_config
-
-        check_config(doc)
+def parse_settings(doc: dict) -> Settings:
+    """The training sections of the pipeline config `doc` (deamoe.settings.load_settings reads
+    and checks the whole config first)."""
     s = Settings(
         profile=str(doc.get("profile", "tiny")),
         **{name: parse_section(name, doc.get(name)) for name in SECTIONS},

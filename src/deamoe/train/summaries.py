@@ -12,7 +12,7 @@ from deamoe.errors import DataError
 from deamoe.io import write_csv
 from deamoe.shapes import table1_row
 from deamoe.train.runs import TABLE4
-from deamoe.train.settings import load_settings
+from deamoe.settings import load_settings
 
 
 def _load_run(runs_dir: Path, name: str, columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:

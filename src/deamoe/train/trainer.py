@@ -49,7 +49,8 @@ def _fingerprint(config_dict: dict, settings: Settings, spec: RunSpec, data: Tok
     }
 
 
-def _optimizer(model, t):
+def build_optimizer(model, t):
+    """AdamW over the model's parameters with the train section `t`'s settings."""
     import torch
 
     decay, no_decay = [], []
@@ -180,7 +181,7 @@ def build(settings: Settings, cfg, d):
     if d.world > 1:
         parallel.shard(model, bf16=t.bf16 and d.device.type == "cuda")
     model.train()
-    return model, _optimizer(model, t)
+    return model, build_optimizer(model, t)
 
 
 def train_step(model, opt, data: TokenData, settings: Settings, cfg, d, step: int, lr: float, mark=None):
@@ -277,7 +278,6 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     import torch
     from tqdm import tqdm
 
-    from deamoe.provenance import provenance
     from deamoe.train import tokenizer as toklib
 
     # The run's seed (initialisation and batch order) and its size's learning rate
@@ -296,7 +296,6 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     cfg = model_config(settings, spec, data.meta["vocab_size"])
     _preflight(t, spec, data, cfg, out, d)
     model, opt = build(settings, cfg, d)
-    n_params = sum(p.numel() for p in model.parameters())
     fingerprint = _fingerprint(cfg.to_dict(), settings, spec, data)
     state_path = out / "state" / "resume.pt"
     start, rows = _resume(state_path, model, opt, fingerprint, d)
@@ -330,21 +329,8 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
             rows[-1]["val_loss"] = evaluate(model, data, settings, cfg, d.device)
     log.flush()
     bar.close()
-    return _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, state_path, stopped_early,
-                   provenance)
-
-
-def _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, state_path, stopped_early,
-            provenance) -> dict | None:
-    """Held-out loss, log, Hugging Face checkpoint and summary of a finished run."""
-    val_loss = evaluate(model, data, settings, cfg, d.device)
-    msd, _ = _state_dicts(model, opt, d) if d.world > 1 else (None, None)
-    summary = None
+    summary = _finish(settings, spec, cfg, model, opt, rows, data, tok, d, out)
     if d.main:
-        _write_log(out / "log.csv", rows)
-        _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
-        flops_tok = train_flops_per_token(cfg, settings.train.seq_len)
-        summary = _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
         summary.update(planned_steps=spec.steps, stopped_early=stopped_early,
                        **corpus_fields(data.meta, summary["tokens"]))
         write_json(out / "summary.json", summary)
@@ -352,6 +338,22 @@ def _finish(settings, spec, cfg, model, opt, rows, data, tok, n_params, d, out, 
         state_path.unlink(missing_ok=True)
     parallel.teardown(d)
     return summary
+
+
+def _finish(settings, spec, cfg, model, opt, rows, data, tok, d, out) -> dict | None:
+    """Held-out loss, log, Hugging Face checkpoint and summary (on the main rank; None on the
+    others) of a finished run."""
+    from deamoe.provenance import provenance
+
+    n_params = sum(p.numel() for p in model.parameters())
+    val_loss = evaluate(model, data, settings, cfg, d.device)
+    msd, _ = _state_dicts(model, opt, d) if d.world > 1 else (None, None)
+    if not d.main:
+        return None
+    _write_log(out / "log.csv", rows)
+    _save_hf(cfg, model if d.world == 1 else None, msd, tok, out / "checkpoint")
+    flops_tok = train_flops_per_token(cfg, settings.train.seq_len)
+    return _summary(settings, spec, cfg, rows, val_loss, n_params, flops_tok, d, provenance(str(d.device)))
 
 
 def _save_hf(cfg, model, full_state, tok, path: Path) -> None:

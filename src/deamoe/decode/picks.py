@@ -1,7 +1,7 @@
 """The decode kernels' tile picks per layer shape and batch size, from a microbenchmark table.
 
 The microbenchmark's search writes each point's pick into microbench.csv (`baseline_tile`,
-`deamoe_tile`: knob names, deamoe.bench.knobs).  `TilePicks` reads those picks keyed by the
+`deamoe_tile`: knob names, deamoe.decode.knobs).  `TilePicks` reads those picks keyed by the
 layer's shape and answers `tiles(shape, batch)`: the pick of the nearest measured batch (ties go
 to the smaller batch, whose BLOCK_M pads less), or the default tiles for a shape the table never
 measured.  The vLLM model's FFN op (deamoe.serve.ffn_op) and the model-level decode benchmark
@@ -10,8 +10,8 @@ measured.  The vLLM model's FFN op (deamoe.serve.ffn_op) and the model-level dec
 How an installed package finds the committed table: the table lives in the repository
 (reports/measured/h200/microbench.csv), outside the package, so its picks also ship as package
 data, `tile_picks.json` next to this module, generated from the table by
-    python -m deamoe.bench.picks reports/measured/h200/microbench.csv
-(tests/bench/test_picks.py fails when the two differ, so the table stays the one definition).
+    python -m deamoe.decode.picks reports/measured/h200/microbench.csv
+(tests/decode/test_picks.py fails when the two differ, so the table stays the one definition).
 `packaged()` returns those; `TilePicks.from_table(path)` reads any other microbench.csv.
 """
 
@@ -98,7 +98,7 @@ class TilePicks:
 
     def tiles(self, shape, batch: int):
         """MoETiles / DeaMoETiles for one decode step of `batch` tokens (defaults if unmeasured)."""
-        from deamoe.bench.knobs import make_tiles, parse_knobs
+        from deamoe.decode.knobs import make_tiles, parse_knobs
 
         found = self.knobs(shape, batch)
         return make_tiles(shape, parse_knobs(found[1]) if found else {})
@@ -131,7 +131,7 @@ def main(argv: list[str]) -> int:
     from deamoe.io import write_text
 
     if len(argv) != 1:
-        print("usage: python -m deamoe.bench.picks MICROBENCH_CSV", file=sys.stderr)
+        print("usage: python -m deamoe.decode.picks MICROBENCH_CSV", file=sys.stderr)
         return 2
     picks = TilePicks.from_table(argv[0])
     write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n", replace_committed=True)

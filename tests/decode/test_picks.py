@@ -1,4 +1,4 @@
-"""deamoe.bench.picks: the packaged picks equal the committed table's; nearest measured batch."""
+"""deamoe.decode.picks: the packaged picks equal the committed table's; nearest measured batch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from deamoe.bench.picks import PACKAGED, TilePicks, nearest_batch, packaged, shape_key
+from deamoe.decode.picks import PACKAGED, TilePicks, nearest_batch, packaged, shape_key
 from deamoe.shapes import table1_row
 from deamoe.errors import DataError
 
@@ -18,7 +18,7 @@ TABLE = ROOT / "reports" / "measured" / "h200" / "microbench.csv"
 def test_packaged_picks_are_the_committed_tables():
     # the table is the one definition; the package file is generated from it
     assert packaged().picks == TilePicks.from_table(TABLE).picks, (
-        f"{PACKAGED} differs from {TABLE}: run python -m deamoe.bench.picks "
+        f"{PACKAGED} differs from {TABLE}: run python -m deamoe.decode.picks "
         "reports/measured/h200/microbench.csv")
     assert json.loads(PACKAGED.read_text())["source"] == "reports/measured/h200/microbench.csv"
 

@@ -1,0 +1,136 @@
+"""The microbenchmark keeps every finished point: written as it finishes (atomically), read back
+by a re-run on the same folder, which measures only the points it lacks; points measured with
+other settings are refused, naming the setting.  The search skips knob sets whose shared memory
+exceeds the device's before compiling them."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pandas as pd
+import pytest
+
+import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
+from deamoe.bench import microbench
+from deamoe.bench.points import POINTS_FILE, PointStore
+from deamoe.bench.settings import MicrobenchSettings
+from deamoe.errors import ConfigError, DataError
+from deamoe.shapes import DeaMoEShape, MoEShape
+
+S = MicrobenchSettings(models=["Baseline-7B", "DeepSeek-V3"], batches=[4, 16],
+                       torch_reference=False)
+PROV = {"peak_read_tbps": 4.0, "routing": "eager route", "gpu": "cpu", "torch": "t",
+        "triton": "x", "date": "d", "git_sha": "s"}
+
+
+class Killed(Exception):
+    """Stands for the time limit's kill."""
+
+
+def fake_bench_impl(calls: list, kill_after: int | None = None):
+    """bench_impl without kernels: each point's row at once (us from the batch), recording the
+    (layer kind, batch) points it was asked for; raises Killed after `kill_after` points."""
+    def run(shape, batches, s, device="cuda", impl="triton", on_point=None, prior=None):
+        rows = []
+        for b in batches:
+            if kill_after is not None and len(calls) == kill_after:
+                raise Killed
+            calls.append((shape.kind, b))
+            row = {"batch": b, "us": 100.0 + b + (shape.kind == "deamoe") * -50,
+                   "bytes": 4.0e8 if shape.kind == "moe" else 2.0e8, "tile": f"{shape.kind}-knobs",
+                   "experts": 3.0, "copies": 2, "layers": 8, "shared_stream": None,
+                   "from_logits_us": math.nan}
+            rows.append(row)
+            on_point(row, [{"kind": shape.kind, "batch": b, "stage": "w13", "us": 1.0}]
+                     if b == 4 else [])
+        return rows
+    return run
+
+
+def test_a_killed_run_keeps_its_points_and_a_rerun_measures_only_the_rest(tmp_path, monkeypatch,
+                                                                         capsys):
+    calls: list = []
+    monkeypatch.setattr(microbench, "bench_impl", fake_bench_impl(calls, kill_after=5))
+    with pytest.raises(Killed):
+        microbench.run_microbench(S, 4.0, device="cpu", store=PointStore.open(tmp_path, S))
+    # the five finished points are on disk, and the two (model, batch) pairs they complete
+    points = pd.read_csv(tmp_path / POINTS_FILE)
+    assert len(points) == 5 and set(points.layer) == {"baseline", "deamoe"}
+    table = pd.read_csv(tmp_path / "microbench.csv")
+    assert table[["model", "batch"]].values.tolist() == [["Baseline-7B", 4], ["Baseline-7B", 16]]
+    assert table.speedup.tolist() == pytest.approx([104 / 54, 116 / 66])
+    assert not list(tmp_path.glob(".*"))  # no temporary left behind
+    lines = [x for x in capsys.readouterr().out.splitlines() if "batch" in x]
+    assert lines[0].startswith("Baseline-7B baseline batch 4: best 104.0 us, ")
+    assert "of the read roofline" in lines[0] and "[1/8 points" in lines[0]
+    assert "speedup 1.926 = 0.963 of ideal" in lines[2]  # 104/54 over the bytes' ratio 2
+
+    calls.clear()
+    monkeypatch.setattr(microbench, "bench_impl", fake_bench_impl(calls))
+    rows = microbench.run_microbench(S, 4.0, device="cpu", store=PointStore.open(tmp_path, S))
+    assert calls == [("moe", 16), ("deamoe", 4), ("deamoe", 16)]  # DeepSeek-V3's three left
+    assert [(r["model"], r["batch"]) for r in rows] == [
+        ("Baseline-7B", 4), ("Baseline-7B", 16), ("DeepSeek-V3", 4), ("DeepSeek-V3", 16)]
+    assert "5 of 8 points measured before" in capsys.readouterr().out
+    assert len(pd.read_csv(tmp_path / "microbench.csv")) == 4
+    assert len(pd.read_csv(tmp_path / "stages.csv")) == 4  # each layer's batch-4 breakdown
+    calls.clear()  # a third run has nothing left to measure
+    again = microbench.run_microbench(S, 4.0, "cpu", PointStore.open(tmp_path, S))
+    pd.testing.assert_frame_equal(pd.DataFrame(again), pd.DataFrame(rows), check_dtype=False)
+    assert calls == []
+
+
+def test_points_of_other_settings_are_refused_naming_the_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr(microbench, "bench_impl", fake_bench_impl([]))
+    microbench.run_microbench(S, 4.0, device="cpu", store=PointStore.open(tmp_path, S))
+    # which points run is no measurement setting: fewer models or other batches resume
+    PointStore.open(tmp_path, dataclasses.replace(S, models=["DeepSeek-V3"], batches=[8]))
+    other = dataclasses.replace(S, replays=20)
+    with pytest.raises(ConfigError, match=r"microbench_points.csv: 8 of its 8 points .*"
+                       r"microbench.replays: 50 then, 20 now.*delete it"):
+        PointStore.open(tmp_path, other)
+    (tmp_path / POINTS_FILE).write_text("model,batch\nx,1\n")
+    with pytest.raises(DataError, match="not a microbench points table"):
+        PointStore.open(tmp_path, S)
+
+
+def test_a_points_table_read_back_gives_the_same_rows(tmp_path):
+    store = PointStore.open(tmp_path, S)
+    for layer, stream in (("baseline", True), ("deamoe", None)):
+        store.add({"model": "DeepSeek-V3+shared", "layer": layer, "batch": 4, "us": 10.0,
+                   "bytes": 1e6, "tile": "k", "experts": 1.0, "copies": 1, "layers": 8,
+                   "shared_stream": stream, **PROV}, [])
+    again = PointStore.open(tmp_path, S)
+    pd.testing.assert_frame_equal(pd.DataFrame(again.table()), pd.DataFrame(store.table()),
+                                  check_dtype=False)
+    assert again.table()[0]["baseline_shared_stream"] is True
+    assert again.table()[0]["deamoe_shared_stream"] is None
+
+
+@pytest.mark.parametrize("shape", [MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4),
+                                   DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2,
+                                               k_expert=5)], ids=["moe", "deamoe"])
+def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, monkeypatch):
+    from deamoe.decode.knobs import make_tiles, parse_knobs
+
+    # at 16 rows, by the estimate: 3072 B and 8192 B (GemmSpec.shared_memory)
+    small, large = "n32-k32-w4-s1", "n32-k64-w4-s3"
+    s = MicrobenchSettings(tiles=[large, small], select_replays=1, replays=1, rotate_bytes=1e9,
+                           max_copies=1, min_layers_per_graph=1, coordinate_search=False,
+                           stage_batches=[], routing_draws=1)
+    ran = []
+    real = microbench.layer_steps
+
+    def spy(shape, weights, xs, tiles=None, *args, **kw):
+        ran.append(tiles)
+        return real(shape, weights, xs, tiles, *args, **kw)
+    monkeypatch.setattr(microbench, "layer_steps", spy)
+    monkeypatch.setattr(microbench, "shared_memory_limit", lambda device: 5000)
+    (row,) = microbench.bench_impl(shape, [3], s, device="cpu")
+    knobs = parse_knobs(row["tile"])
+    assert all(v == small for k, v in knobs.items() if "block_m" not in k)
+    assert row["smem_skipped"] == 1 and row["us"] > 0
+    assert make_tiles(shape, {k: large if "block_m" not in k else v
+                              for k, v in knobs.items()}) not in ran
+    assert all(t is not None and t.shared_memory() <= 5000 for t in ran)
