@@ -33,13 +33,12 @@ def _parsers():
 def config_problems(doc: dict) -> list[str]:
     """Every problem of the pipeline config `doc`, one line each (empty: the config is good)."""
     from deamoe import schema
-    from deamoe.settings import SECTIONS
 
     problems, parsed, parsers = schema.top_level_problems(doc), {}, _parsers()
-    for name in SECTIONS:
-        value = doc.get(name)
-        if value is None:  # absent: its defaults, which cannot conflict with what is given
-            continue
+    # the sections given (each has a parser or a schema of its own; `profile` has neither)
+    for name, value in doc.items():
+        if value is None or name == "config" or (name not in parsers and schema.load(name) is None):
+            continue  # absent: its defaults, which cannot conflict with what is given
         try:
             if name in parsers:
                 parsed[name] = parsers[name](value)
