@@ -110,3 +110,20 @@ def test_rows_that_do_not_state_their_corpus_are_not_run(tmp_path):
     empty = tokens_axis.tokens_axis(tmp_path / "none", tmp_path / "none", "gpu")
     assert empty.table["verdict"].iloc[0] == "not run"
     assert np.isfinite(tokens_axis.PAPER_TOKENS_PER_PARAM)
+
+
+def test_the_headline_gives_each_line_at_its_longest_length(tmp_path):
+    from deamoe.report import headline
+
+    commit(tmp_path / "measured", axis_frame())
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    claim = headline.longer_training({"tokens_axis": art})
+    assert "small (silu) +0.062 +- 0.018 at 37 tokens/param" in claim.reproduced
+    assert claim.verdict == "not reproduced: DeaMoE behind"
+    close = axis_frame()
+    close.loc[(close["model"] == "deamoe") & (close["steps"] == 8000), "val_loss"] -= 0.0625
+    commit(tmp_path / "closed", close)
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "closed", "gpu")
+    assert headline.longer_training({"tokens_axis": art}).verdict.startswith("reproduced")
+    empty = tokens_axis.tokens_axis(tmp_path / "none", tmp_path / "none", "gpu")
+    assert headline.longer_training({"tokens_axis": empty}).reproduced == "not run"

@@ -179,9 +179,35 @@ def quality(arts: dict) -> Claim:
         verdict = ("partly: comparable with " + ", ".join(o for o, v in ops.items() if v)
                    + "; behind with " + ", ".join(o for o, v in ops.items() if not v))
     sizes = f"{done['params baseline'].min() / 1e6:.1f}M-{done['params baseline'].max() / 1e6:.1f}M params"
+    per_param = (f", {done['tokens per param'].min():.2g}-{done['tokens per param'].max():.2g} tokens per "
+                 "parameter" if "tokens per param" in done else "")
     device = _scale(art).split(", ")[-1]
     return Claim(claim, want, f"held-out loss DeaMoE - baseline: {got}",
-                 f"{sizes}, {device}", verdict)
+                 f"{sizes}{per_param}, {device}", verdict)
+
+
+def longer_training(arts: dict) -> Claim:
+    """The same comparison at each size's longest length of the tokens axis."""
+    art = arts["tokens_axis"]
+    claim = "The same with longer training (tokens axis, each size's longest length)"
+    want = "comparable quality at about 15 tokens per parameter (7.3B, 110B tokens)"
+    t = art.table
+    if art.status != "ok" or "diff DeaMoE - baseline" not in t.columns:
+        return _not_run(claim, want, art)
+    done = t[t["verdict"] != NOT_RUN]
+    if done.empty:
+        return _not_run(claim, want, art)
+    last = done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False).tail(1)
+    got = ", ".join(f"{r['size']} ({r['DeaMoE operator']}) {r['diff DeaMoE - baseline']:+.3f} +- "
+                    f"{r['diff 2 se']:.3f} at {r['tokens per param']:.0f} tokens/param"
+                    for _, r in last.iterrows())
+    ok = last["verdict"].str.startswith(("within", "DeaMoE ahead"))
+    verdict = ("reproduced (within seed noise or ahead)" if ok.all() else "not reproduced: DeaMoE behind"
+               if not ok.any() else "partly: behind at " + ", ".join(last.loc[~ok, "size"]))
+    params = last["tokens"] / last["tokens per param"]
+    scale = (f"{params.min() / 1e6:.1f}M-{params.max() / 1e6:.1f}M params, up to "
+             f"{last['tokens'].max() / 1e6:.0f}M tokens per run, {_scale(art).split(', ')[-1]}")
+    return Claim(claim, want, f"held-out loss DeaMoE - baseline (2 standard errors): {got}", scale, verdict)
 
 
 def ablation(arts: dict) -> Claim:
@@ -203,7 +229,7 @@ def ablation(arts: dict) -> Claim:
 
 
 CLAIMS = (budget_match, loading, layer_speedup, serving_speedup, decode_step_speedup,
-          budget_gain, quality, ablation)
+          budget_gain, quality, longer_training, ablation)
 
 
 def headline(arts: dict[str, Artifact]) -> list[Claim]:
