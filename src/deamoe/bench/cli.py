@@ -56,6 +56,8 @@ def register(sub) -> None:
     p.add_argument("--models", type=model_list, help="comma-separated subset of microbench.models")
     p.add_argument("--batches", type=config_int_list("microbench", "batches"),
                    help="comma-separated batch sizes (overrides microbench.batches)")
+    p.add_argument("--weight-dtype", type=_precisions, help="comma-separated weight precisions "
+                   "(overrides microbench.weight_dtype): bf16, fp8, fp8-w8a8")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
@@ -321,6 +323,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         s = dataclasses.replace(s, models=args.models)
     if args.batches:
         s = dataclasses.replace(s, batches=args.batches)
+    if args.weight_dtype:
+        s = MicrobenchSettings(**{**dataclasses.asdict(s), "weight_dtype": list(args.weight_dtype)})
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:

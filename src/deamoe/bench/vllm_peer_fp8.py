@@ -76,19 +76,11 @@ class VllmFp8MoE(VllmMoE):
 
     def _quantize(self, a, q, s):
         """per_token_group_quant_fp8 of a into (q, s)."""
-        group = self.fmt.block_k
-        if not a.is_cuda:  # the interpreter's fp8 cast is wrong: the same formula in torch
-            aq, as_ = quantize_activations(a, group)
-            q.copy_(aq)
-            s.copy_(as_)
-            return q, s
-        if a.shape[1] % group:
-            raise PeerError(f"vLLM's per_token_group_quant_fp8 needs width {a.shape[1]} to be "
-                            f"a multiple of the group {group}")
-        block = 1 << (group - 1).bit_length()
-        self.peer._per_token_group_quant_fp8[(a.numel() // group,)](
-            a, q, s, group, a.shape[1], a.stride(0), 1e-10, fp8_min=-448.0, fp8_max=448.0,
-            use_ue8m0=False, BLOCK=block, num_warps=min(max(block // 256, 1), 8), num_stages=1)
+        if a.is_cuda:
+            return vllm_quantize(self.peer, a, q, s, self.fmt.block_k)
+        aq, as_ = quantize_activations(a, self.fmt.block_k)  # the interpreter's fp8 cast is
+        q.copy_(aq)                                            # wrong: the same formula in torch
+        s.copy_(as_)
         return q, s
 
     def _routed(self, x, topk_weights, assignment) -> torch.Tensor:
@@ -99,6 +91,19 @@ class VllmFp8MoE(VllmMoE):
         self._gemm(self._quantize(self.cache2, self.h_q, self.h_s), self.w2, self.cache3,
                    topk_weights, assignment, True, 1)
         return torch.sum(self.cache3, dim=1, out=self.out)
+
+
+def vllm_quantize(peer, a, q, s, group: int):
+    """vLLM's Triton per_token_group_quant_fp8 (its row-major scale path, no UE8M0 scales) of
+    a [R, C] into q (e4m3) and s [R, C / group] float32, as its launcher calls it."""
+    if a.shape[1] % group:
+        raise PeerError(f"vLLM's per_token_group_quant_fp8 needs width {a.shape[1]} to be a "
+                        f"multiple of the group {group}")
+    block = 1 << (group - 1).bit_length()
+    peer._per_token_group_quant_fp8[(a.numel() // group,)](
+        a, q, s, group, a.shape[1], a.stride(0), 1e-10, fp8_min=-448.0, fp8_max=448.0,
+        use_ue8m0=False, BLOCK=block, num_warps=min(max(block // 256, 1), 8), num_stages=1)
+    return q, s
 
 
 def fp8_check_rows(kernel, fmt: Fp8Format, cases=None, layer_dtype=torch.float32) -> list[dict]:
