@@ -106,7 +106,7 @@ def test_decode_ffn_on_fp8_weights(shape, precision):
                 getattr(ref, name).copy_(t)
         want = ref(x)
         rel = ((got - want).norm() / want.norm()).item()
-        assert rel < (1e-4 if precision == "fp8" else 8e-2), rel
+        assert rel < (1e-4 if precision == "fp8" else 1e-1), rel
         layer.router.weight = torch.nn.Parameter(layer.router.weight.clone())  # a reload
         assert ffn_op.fp8_layer_weights(layer, fmt) is not w
 

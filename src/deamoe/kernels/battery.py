@@ -161,12 +161,13 @@ def kernel_weights(layer, dtype, fp8: Fp8Format | None = None) -> dict:
 
 def tolerance(device, dtype, fp8: Fp8Format | None = None) -> float:
     """The battery's bound on rel (module doc): float32 on the CPU 1e-4, bf16 1e-2; with FP8
-    weights the same against the dequantised reference; w8a8 8e-2: its activations are
-    quantised per group at every GEMM input (e4m3: 3 mantissa bits, ~2.4% rms each; 2 GEMMs
-    in the baseline, 4 in DeaMoE: 3.9-5.8e-2 on the CPU battery's shapes), which the
-    reference does not do."""
+    weights the same against the dequantised reference; w8a8 1e-1: its activations are
+    quantised per group at every GEMM input (e4m3: 3 mantissa bits, ~2.4% rms each), which
+    the reference does not do -- 2 GEMM inputs in the baseline (3.4-4.3e-2 on the CPU, vLLM's
+    w8a8 path alike), 4 in DeaMoE (5.5-6.6e-2 on the CPU; 5.8-6.4e-2 by float32 emulation at
+    DeepSeek-V3's and Qwen3's DeaMoE widths)."""
     if fp8 is not None and fp8.activations == "fp8":
-        return 8e-2
+        return 1e-1
     return 1e-4 if (dtype == torch.float32 and str(device) == "cpu") else 1e-2
 
 
