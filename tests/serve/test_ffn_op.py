@@ -124,3 +124,27 @@ def test_server_passes_the_ffn_weights_to_the_model():
     assert "--hf-overrides" not in server_command("ckpt", 8000, "m", ServeSettings())
     with pytest.raises(ConfigError, match="serve.ffn_weights"):
         ServeSettings(ffn_weights="int8")
+
+
+def test_the_precisions_have_one_definition():
+    # kernels.fp8.PRECISIONS; the schemas' enums of serve.ffn_weights and microbench.weight_dtype
+    # follow it, and checking a default config imports no kernel code (the Snakefile checks it)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from deamoe.kernels.fp8 import PRECISIONS
+
+    schemas = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+    serve = yaml.safe_load((schemas / "serve.schema.yaml").read_text())["properties"]
+    bench = yaml.safe_load((schemas / "microbench.schema.yaml").read_text())["properties"]
+    assert tuple(serve["ffn_weights"]["enum"]) == PRECISIONS
+    assert tuple(bench["weight_dtype"]["items"]["enum"]) == PRECISIONS
+    code = ("import sys, yaml; from deamoe.checks import check_config; "
+            "check_config(yaml.safe_load(open('config.yaml'))); print('torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    assert out.stdout.strip() == "False", out.stderr[-500:]

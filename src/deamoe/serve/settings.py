@@ -57,11 +57,12 @@ class ServeSettings:
                 f"serve.slo_metric={self.slo_metric!r} is not one of {', '.join(SLO_METRICS)}")
         if self.client not in CLIENTS:
             raise ConfigError(f"serve.client={self.client!r} is not one of {', '.join(CLIENTS)}")
-        from deamoe.kernels.fp8 import PRECISIONS
+        if self.ffn_weights != "bf16":  # (the default imports no kernel code: light imports)
+            from deamoe.kernels.fp8 import PRECISIONS
 
-        if self.ffn_weights not in PRECISIONS:
-            raise ConfigError(f"serve.ffn_weights={self.ffn_weights!r} is not one of "
-                              f"{', '.join(PRECISIONS)}")
+            if self.ffn_weights not in PRECISIONS:
+                raise ConfigError(f"serve.ffn_weights={self.ffn_weights!r} is not one of "
+                                  f"{', '.join(PRECISIONS)}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
 
