@@ -7,6 +7,8 @@
 #                   SKIP=battery,decode, then MODELS=Baseline-7B,Qwen3-235B-A22B) and merge
 #                   them with `python -m deamoe bench import DIR1 DIR2 --sha SHA`.
 #   TILES_FROM=csv  the decode benchmark's picks for models this call does not measure
+#   CONFIG=yaml     another microbench config (scripts/h200_fp8.yaml: the FP8 layers)
+#   WEIGHTS=a,b     those weight precisions only (bf16, fp8, fp8-w8a8); BATCHES=4,8  those batches
 # A call stopped at its time limit keeps every point it finished ($OUT/microbench_points.csv);
 # the same call again on the same OUT measures only the rest.
 #   CHECK=1         first the committed picks and the stream options against the reference
@@ -25,8 +27,9 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
     timeout 200 python3 -m deamoe bench stream-check "$OUT"
     echo "checks done at ${SECONDS}s"
   fi
-  timeout "${T_MB:-560}" python3 -m deamoe.bench microbench --config scripts/h200_tables.yaml \
-    --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"} ${TILES_FROM:+--tiles-from "$TILES_FROM"}
+  timeout "${T_MB:-560}" python3 -m deamoe.bench microbench --config "${CONFIG:-scripts/h200_tables.yaml}" \
+    --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"} ${TILES_FROM:+--tiles-from "$TILES_FROM"} \
+    ${WEIGHTS:+--weight-dtype "$WEIGHTS"} ${BATCHES:+--batches "$BATCHES"}
   echo "microbench exit $? at ${SECONDS}s"
   if [ "${TRACE:-0}" = 1 ]; then
     timeout 60 python3 -m deamoe bench trace "$OUT" --table "$OUT/microbench.csv"

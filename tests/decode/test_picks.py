@@ -67,3 +67,22 @@ def test_bad_tables_name_the_file(tmp_path):
     bad.write_text("model,batch\nBaseline-7B,4\n")
     with pytest.raises(DataError, match="bad.csv: missing column.*baseline_tile"):
         TilePicks.from_table(bad)
+
+
+def test_fp8_layers_take_their_precisions_pick_or_the_bf16_one_fitted():
+    from deamoe.kernels.fp8 import Fp8Format
+
+    row = table1_row("DeepSeek-V3")
+    bf16 = {"model": "DeepSeek-V3", "batch": 8, "deamoe_tile": "dept_up=n64-k256-w4-s3-tma",
+            "baseline_tile": "w13=n64-k256-w4-s3;block_m=32"}
+    fp8 = {**bf16, "weight_dtype": "fp8", "baseline_tile": "w13=n128-k128-w4-s4;block_m=64"}
+    picks = TilePicks.from_rows([bf16, fp8])
+    w8a16, w8a8 = Fp8Format(), Fp8Format(activations="fp8")
+    assert picks.tiles(row.baseline, 8, w8a16).block_m == 64  # the FP8 table's own pick
+    assert picks.tiles(row.baseline, 8).w13.block_k == 256  # bf16 unchanged
+    fitted = picks.tiles(row.deamoe, 8, w8a16)  # no FP8 pick of DeaMoE: the bf16 one, fitted
+    assert fitted.dept_up.block_k == 128 and fitted.dept_up.tma
+    assert picks.tiles(row.baseline, 8, w8a8).block_m == 32  # w8a8 unmeasured: bf16's, fitted
+    assert picks.tiles(row.baseline, 8, w8a8).w13.block_k == 128
+    assert shape_key(row.baseline, "fp8") != shape_key(row.baseline)
+    assert TilePicks.from_json(picks.to_json()).picks == picks.picks

@@ -1,6 +1,9 @@
 """GemmSpec.shared_memory, the estimate the microbenchmark skips knob sets by before compiling:
 never above what Triton gives the kernel (the kernel compiled for an H100/H200 target on the CPU,
-no GPU needed), and under an H200's limit for every committed pick."""
+no GPU needed), and under an H200's limit for every committed pick.  The same compile shows the
+FP8 kernels' instructions: w8a8 runs Hopper's FP8 wgmma (e4m3 x e4m3) wherever the MMA's M side
+is >= 64, weight-only widens e4m3 to bf16 for a bf16 MMA (the local Triton, which may be newer
+than the H200's 3.6: the GPU check is `bench fp8-check`)."""
 
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import pytest
 
 from deamoe.decode.knobs import make_tiles, parse_knobs
 from deamoe.kernels.deamoe_decode import DEPT_UP, EXPERT_UP
+from deamoe.kernels.fp8 import Fp8Format
 from deamoe.kernels.fused_moe import W2, W13
 from deamoe.kernels.grouped_gemm import ACTS, TileConfig
 from deamoe.shapes import table1_row
@@ -22,9 +26,10 @@ from deamoe.shapes import table1_row
 H200_SHARED = 232448  # bytes per block (opt-in), what Triton checks a kernel against on an H200
 POINTERS = {"a_ptr": "*bf16", "bg_ptr": "*bf16", "bu_ptr": "*bf16", "c_ptr": "*bf16",
             "sorted_ptr": "*i32", "block_group_ptr": "*i32", "nblocks_ptr": "*i32",
-            "ids_ptr": "*i64", "w_ptr": "*fp32", "stride_be": "i64"}
+            "ids_ptr": "*i64", "w_ptr": "*fp32", "stride_be": "i64", "sg_ptr": "*fp32",
+            "su_ptr": "*fp32", "stride_se": "i64"}
 ALIGNED = ("a_ptr", "bg_ptr", "bu_ptr", "c_ptr", "sorted_ptr", "block_group_ptr", "nblocks_ptr",
-           "ids_ptr", "w_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm")
+           "ids_ptr", "w_ptr", "sg_ptr", "su_ptr", "N", "K", "stride_am", "stride_bn", "stride_cm")
 
 
 SPECS = {"w2": W2, "w13": W13, "dept_up": DEPT_UP, "expert_up": EXPERT_UP}
@@ -37,13 +42,22 @@ CASES = [
     ("dept_up", "n128-k128-w4-s3-tma", 64),  # both halves: two weight tiles
     ("expert_up", "n32-k256-w4-s3", 128),
     ("w2", "n64-k64-w4-s1", 16),           # no pipelining
+    # FP8 weights (128 x 128 blocks): weight-only, and w8a8 on wgmma's M side >= 64 or not
+    ("w2", "n128-k128-w4-s4", 64, "fp8"),
+    ("w2", "n128-k128-w4-s4", 64, "fp8-w8a8"),
+    ("w13", "n64-k128-w4-s4-tma-swap", 16, "fp8-w8a8"),
+    ("w13", "n128-k128-w4-s4-tma", 16, "fp8-w8a8"),
+    ("dept_up", "n64-k128-w4-s4-tma-swap", 16, "fp8"),
 ]
 
 
-def triton_shared_memory(cases) -> list[int]:
-    """Triton's shared memory for the kernel of each (GEMM, tile, BLOCK_M), compiled for sm_90
-    with the launch's constexprs and 16-byte alignment (as grouped_gemm launches it on bf16):
-    in a process of its own, where Triton compiles instead of interpreting."""
+def triton_shared_memory(cases) -> list[dict]:
+    """Triton's shared memory and MMA instructions for the kernel of each (GEMM, tile, BLOCK_M[,
+    precision]), compiled for sm_90 with the launch's constexprs and 16-byte alignment (as
+    grouped_gemm launches it on bf16 or FP8 weights): in a process of its own, where Triton
+    compiles instead of interpreting."""
+    import re
+
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -51,21 +65,27 @@ def triton_shared_memory(cases) -> list[int]:
     from deamoe.kernels import grouped_gemm as gg
 
     fn, out = gg.grouped_gemm_kernel, []
-    for name, tile, block_m in cases:
+    for name, tile, block_m, *precision in cases:
         spec, t = SPECS[name], TileConfig.parse(tile)
+        fp8 = precision[:1] in (["fp8"], ["fp8-w8a8"])
         consts = dict(A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
                       WEIGHTED=spec.atomic, ATOMIC=spec.atomic, EVEN_K=True, DOT_F32=False,
                       BLOCK_M=block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, B_DESC=t.tma,
-                      SWAP_AB=t.swap, N_FASTEST=t.nfast)
-        desc = f"tensordesc<bf16[{t.block_n}, {t.block_k}]>"
+                      SWAP_AB=t.swap, N_FASTEST=t.nfast, W_FP8=fp8,
+                      A_FP8=precision == ["fp8-w8a8"], GROUP_N=128 if fp8 else 1,
+                      GROUP_K=128 if fp8 else 1)
+        wdt = "fp8e4nv" if fp8 else "bf16"
+        desc = f"tensordesc<{wdt}[{t.block_n}, {t.block_k}]>"
         sig = {n: "constexpr" if n in consts else
-               desc if t.tma and n in ("bg_ptr", "bu_ptr") else POINTERS.get(n, "i32")
+               desc if t.tma and n in ("bg_ptr", "bu_ptr") else
+               f"*{wdt}" if n in ("bg_ptr", "bu_ptr") else POINTERS.get(n, "i32")
                for n in fn.arg_names}
         aligned = [n for n in ALIGNED if not (t.tma and n in ("bg_ptr", "bu_ptr"))]
         attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in aligned}
         kernel = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": t.num_warps, "num_stages": t.num_stages})
-        out.append(int(kernel.metadata.shared))
+        mma = sorted(set(re.findall(r"(wgmma\.mma_async\S*|mma\.sync\S*)", kernel.asm["ptx"])))
+        out.append({"shared": int(kernel.metadata.shared), "mma": mma})
     return out
 
 
@@ -82,11 +102,29 @@ def compiled(tmp_path_factory):
 
 @pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_the_estimate_never_exceeds_what_triton_allocates(case, compiled):
-    name, tile, block_m = case
+    name, tile, block_m, *precision = case
     spec = SPECS[name].on(TileConfig.parse(tile))
-    assert spec.shared_memory(block_m) <= compiled[case]
+    fp8 = Fp8Format.of(precision[0]) if precision else None
+    shared = compiled[case]["shared"]
+    assert spec.shared_memory(block_m, 2, fp8) <= shared
     if name == "w2" and (block_m >= 64 or spec.tile.swap) and spec.tile.tma:
-        assert compiled[case] - spec.shared_memory(block_m) < 256  # it counts all there is
+        assert shared - spec.shared_memory(block_m) < 256  # it counts all there is
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if len(c) == 4],
+                         ids=["-".join(map(str, c)) for c in CASES if len(c) == 4])
+def test_fp8_kernels_use_the_fp8_tensor_cores_where_hopper_has_them(case, compiled):
+    name, tile, block_m, precision = case
+    t = TileConfig.parse(tile)
+    wgmma = (t.block_n if t.swap else block_m) >= 64
+    mma = compiled[case]["mma"]
+    assert len(mma) == 1, mma
+    if precision == "fp8":  # weight-only: e4m3 widened to bf16 in registers, a bf16 MMA
+        assert mma[0].endswith("bf16.bf16" if wgmma else "bf16.bf16.f32"), mma
+    elif wgmma:  # w8a8: FP8 operands on wgmma
+        assert mma[0].startswith("wgmma") and mma[0].endswith(".e4m3.e4m3"), mma
+    else:  # mma.sync has no FP8 on sm_90: Triton widens both operands to f16 (exact)
+        assert mma[0].startswith("mma.sync") and ".f16.f16" in mma[0], mma
 
 
 def test_a_tile_the_estimate_puts_over_the_limit_is_over_it():

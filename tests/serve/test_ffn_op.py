@@ -80,3 +80,71 @@ def test_imports_nothing_from_vllm():
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'vllm'))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "[]", r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+@pytest.mark.parametrize("precision", ["fp8", "fp8-w8a8"])
+def test_decode_ffn_on_fp8_weights(shape, precision):
+    # serve.ffn_weights: the layer's FFN matrices block-quantised once (kept on the layer, made
+    # again when the weights are replaced), the step on them with the bf16 pick fitted to the
+    # blocks, against the layer on the dequantised values
+    import copy
+
+    from deamoe.kernels.fp8 import Fp8Format, dequantize_weights
+
+    fmt = Fp8Format.of(precision, (32, 32))
+    layer = _layer(shape)
+    x = torch.randn(5, shape.h)
+    with torch.no_grad():
+        got = ffn_op.decode_ffn(layer, x, PICKS, fp8=fmt)
+        w = ffn_op.fp8_layer_weights(layer, fmt)
+        assert w is ffn_op.fp8_layer_weights(layer, fmt)  # quantised once
+        assert w["router"] is layer.router.weight and w["expert_bias"] is layer.expert_bias
+        ref = copy.deepcopy(layer)
+        for name, t in dequantize_weights(w).items():
+            if name not in ("router", "expert_bias"):
+                getattr(ref, name).copy_(t)
+        want = ref(x)
+        rel = ((got - want).norm() / want.norm()).item()
+        assert rel < (1e-4 if precision == "fp8" else 1e-1), rel
+        layer.router.weight = torch.nn.Parameter(layer.router.weight.clone())  # a reload
+        assert ffn_op.fp8_layer_weights(layer, fmt) is not w
+
+
+def test_server_passes_the_ffn_weights_to_the_model():
+    import json
+
+    from deamoe.errors import ConfigError
+    from deamoe.serve.server import server_command
+    from deamoe.serve.settings import FFN_WEIGHTS_KEY, ServeSettings
+
+    cmd = server_command("ckpt", 8000, "m", ServeSettings(ffn_weights="fp8-w8a8"))
+    flag = cmd.index("--hf-overrides")
+    assert json.loads(cmd[flag + 1]) == {FFN_WEIGHTS_KEY: "fp8-w8a8"}
+    assert "--hf-overrides" not in server_command("ckpt", 8000, "m", ServeSettings())
+    with pytest.raises(ConfigError, match="serve.ffn_weights"):
+        ServeSettings(ffn_weights="int8")
+
+
+def test_the_precisions_have_one_definition():
+    # kernels.fp8.PRECISIONS; the schemas' enums of serve.ffn_weights and microbench.weight_dtype
+    # follow it, and checking a default config imports no kernel code (the Snakefile checks it)
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from deamoe.kernels.fp8 import PRECISIONS
+
+    schemas = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
+    serve = yaml.safe_load((schemas / "serve.schema.yaml").read_text())["properties"]
+    bench = yaml.safe_load((schemas / "microbench.schema.yaml").read_text())["properties"]
+    assert tuple(serve["ffn_weights"]["enum"]) == PRECISIONS
+    assert tuple(bench["weight_dtype"]["items"]["enum"]) == PRECISIONS
+    code = ("import sys, yaml; from deamoe.checks import check_config; "
+            "check_config(yaml.safe_load(open('config.yaml'))); print('torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(root / "src")})
+    assert out.stdout.strip() == "False", out.stderr[-500:]

@@ -9,8 +9,14 @@ deamoe.routing.route from the same bf16 router logits: relative error by norm < 
 layer is checked on its own input so that a routing near-tie flipped by bf16 noise in layer 1
 does not make layer 2 differ.)
 
+The same with the FFN matrices block-quantised to FP8 (serve.ffn_weights fp8 / fp8-w8a8,
+deamoe.kernels.fp8): the layers quantised once, eagerly, before the capture; the reference on
+the dequantised weights; the tolerance the battery's (fp8 1e-2, w8a8 1e-1: its activations are
+quantised, the reference's are not).
+
 With DEAMOE_GPU_RESULTS_DIR set, the rows (GPU, versions, git sha, date, error per layer and
-replay, which measured batch's pick ran) are written to $DEAMOE_GPU_RESULTS_DIR/ffn_op_graph.csv.
+replay, which measured batch's pick ran, weights) are written to
+$DEAMOE_GPU_RESULTS_DIR/ffn_op_graph.csv.
 Skipped without CUDA; the same op under Triton's CPU interpreter: tests/serve/test_ffn_op.py.
 """
 
@@ -78,9 +84,25 @@ def rows():
         write_csv(Path(folder) / "ffn_op_graph.csv", df)
 
 
+def _dequantised_references(layers, fmt) -> None:
+    """Each reference layer on its layer's FP8 weights, dequantised (the op's own quantisation:
+    deamoe.serve.ffn_op.fp8_layer_weights, made here once before any capture)."""
+    from deamoe.kernels.fp8 import dequantize_weights
+    from deamoe.serve.ffn_op import fp8_layer_weights
+
+    with torch.no_grad():
+        for layer, ref in layers:
+            for name, t in dequantize_weights(fp8_layer_weights(layer, fmt)).items():
+                if name not in ("router", "expert_bias"):
+                    getattr(ref, name).copy_(t)
+
+
+@pytest.mark.parametrize("weights", ["bf16", "fp8", "fp8-w8a8"])
 @pytest.mark.parametrize("kind", ["moe", "deamoe"])
-def test_decoder_in_cuda_graph_equals_reference(kind, rows):
+def test_decoder_in_cuda_graph_equals_reference(kind, weights, rows):
     from deamoe.decode.picks import packaged
+    from deamoe.kernels.battery import tolerance
+    from deamoe.kernels.fp8 import Fp8Format
     from deamoe.shapes import table1_row
     from deamoe.routing import route
     from deamoe.serve.ffn_op import decode_ffn
@@ -88,6 +110,10 @@ def test_decoder_in_cuda_graph_equals_reference(kind, rows):
     row = table1_row("Baseline-7B")
     shape = row.baseline if kind == "moe" else row.deamoe
     layers = _layers(shape, 2, seed=7)
+    fmt = Fp8Format.of(weights)
+    tol = TOL if fmt is None else tolerance("cuda", torch.bfloat16, fmt)
+    if fmt is not None:
+        _dequantised_references(layers, fmt)
     picks = packaged()
     g_in = torch.Generator(device="cuda").manual_seed(11)
     bad = []
@@ -102,7 +128,7 @@ def test_decoder_in_cuda_graph_equals_reference(kind, rows):
             h = x
             for layer, _ in layers:
                 a = _rms(h)
-                f = decode_ffn(layer, a, picks)
+                f = decode_ffn(layer, a, picks, fp8=fmt)
                 seen.extend((a, f))
                 h = h + f
             return h
@@ -133,11 +159,12 @@ def test_decoder_in_cuda_graph_equals_reference(kind, rows):
                     ref = ref_layer(a.float(), ids, w)
                     rel = ((f.float() - ref).norm() / ref.norm().clamp_min(1e-30)).item()
                     finite = bool(torch.isfinite(f).all())
-                    ok = finite and rel < TOL
+                    ok = finite and rel < tol
                     rows.append({"kind": kind, "shape": "Baseline-7B", "batch": batch,
                                  "pick_of_batch": found[0], "tiles": found[1], "layer": i,
                                  "replay": replay, "rel_err": rel, "finite": finite,
-                                 "tol": TOL, "ok": ok, "sync_debug": "error"})
+                                 "tol": tol, "ok": ok, "sync_debug": "error",
+                                 "weights": weights})
                     if not ok:
                         bad.append(f"batch {batch} replay {replay} layer {i}: rel err {rel:.2e}")
             del graph

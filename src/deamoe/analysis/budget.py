@@ -34,6 +34,30 @@ def loaded_expert_params(shape: MoEShape | DeaMoEShape, experts, depts=0):
     return experts * 3 * shape.h * shape.h_ffn
 
 
+def loaded_expert_bytes(shape: MoEShape | DeaMoEShape, experts, depts=0, fp8=None):
+    """Bytes streamed for `experts` distinct experts (and `depts` departments): 2 a parameter
+    in bf16, or with `fp8` (a deamoe.kernels.fp8.Fp8Format) each matrix's e4m3 values and
+    float32 block scales (Fp8Format.matrix_bytes: baseline experts and department backbones
+    [h_ffn, h] x 2 + [h, h_ffn], private experts [h_ffn, h_ffn] x 3)."""
+    if fp8 is None:
+        return 2 * loaded_expert_params(shape, experts, depts)
+    h, f, mb = shape.h, shape.h_ffn, fp8.matrix_bytes
+    backbone = 2 * mb(f, h) + mb(h, f)
+    if isinstance(shape, DeaMoEShape):
+        return depts * backbone + experts * 3 * mb(f, f)
+    return experts * backbone
+
+
+def shared_bytes(shape: MoEShape | DeaMoEShape, fp8=None) -> int:
+    """Bytes of the shared experts (gate, up [s, h], down [h, s]): bf16, or FP8 with scales."""
+    if fp8 is None:
+        return 2 * shared_params(shape)
+    if not shape.n_shared:
+        return 0
+    s = shape.shared_ffn
+    return 2 * fp8.matrix_bytes(s, shape.h) + fp8.matrix_bytes(shape.h, s)
+
+
 def expert_params(shape: MoEShape | DeaMoEShape) -> int:
     """Parameters of the expert weights alone (what decoding streams from memory)."""
     return loaded_expert_params(shape, shape.n_expert, getattr(shape, "n_dept", 0))

@@ -11,6 +11,10 @@
                   (baseline top-k, DeaMoE soft and strict), bias off/on, 1..256 tokens, fp32
                   (same sets, weights within 1e-5) and bf16 logits (equal up to exact ties),
                   and its time against the eager torch routing, each alone in a CUDA graph
+  fp8_check       block-scaled FP8 weights (deamoe.kernels.fp8), per precision: the battery
+                  (small shapes and the Table 1 layers) against the dequantised reference, the
+                  stream options of both layers, the step in CUDA graphs, and -- with vLLM's
+                  kernel file -- vLLM's FP8 block path beside ours on the same Table 1 inputs
 Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1
 if any case fails.  CUDA only.
 """
@@ -46,22 +50,42 @@ def _finish(rows: list[dict], path: Path, what: str) -> int:
     return 0 if bool(df.ok.all()) else 1
 
 
-def _graph_rows(shape, tiles_list, batches, seed: int, case: str) -> list[dict]:
+def _partial(rows: list[dict], path: Path, what: str) -> None:
+    """The rows so far to `path` (a call stopped at its time limit keeps them) and one line."""
+    import pandas as pd
+
+    from deamoe.io import write_csv
+
+    df = pd.DataFrame(rows)
+    write_csv(path, df)
+    print(f"{what}: {int(df.ok.sum())}/{len(df)} ok so far, max rel err {df.rel_err.max():.2e}",
+          flush=True)
+
+
+def _graph_rows(shape, tiles_list, batches, seed: int, case: str, fp8=None,
+                device="cuda") -> list[dict]:
     """For each (tiles, batch): the step captured in a CUDA graph, replayed twice, against the
-    eager step on default tiles (same weights and input)."""
+    eager step on default tiles (same weights and input); fp8: on FP8 weights of that format,
+    every tile fitted to it, within the battery's tolerance for it (w8a8: a last-bit change of
+    an atomically summed input may move its e4m3 rounding)."""
     from deamoe.bench.layer_step import graph_replay_rows
     from deamoe.decode.step import ffn_step
     from deamoe.decode.weights import random_weights
+    from deamoe.kernels.battery import tolerance
+    from deamoe.kernels.fp8 import fit_tiles
 
-    default = type(tiles_list[0])()
-    w = random_weights(shape, "cuda", seed=seed)
+    default = fit_tiles(type(tiles_list[0])(), fp8)
+    tiles_list = [fit_tiles(t, fp8) for t in tiles_list]
+    w = random_weights(shape, device, seed=seed, fp8=fp8)
     rows = []
     for tiles, batch in zip(tiles_list, batches):
-        x = torch.randn(batch, shape.h, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(batch, shape.h, device=device, dtype=torch.bfloat16)
         ref = ffn_step(shape, w, x, tiles=default).float()
-        rows += graph_replay_rows(shape, w, x, tiles, ref, replays=2, case=case)
+        rows += graph_replay_rows(shape, w, x, tiles, ref, replays=2, case=case,
+                                  tol=tolerance("cuda", torch.bfloat16, fp8))
     del w
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -139,6 +163,50 @@ def stream_check(out: Path) -> int:
         rows += [{**g, "variant": label(o) + ";graph"}
                  for g, o in zip(graph, [o for o in options for _ in (0, 1)])]
     return _finish(rows, Path(out) / "stream_check.csv", "stream options")
+
+
+def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
+              device="cuda") -> int:
+    """FP8 weights in each of `precisions`, on the Table 1 `models` (module doc) ->
+    out/fp8_check.csv, written after each precision too (a stopped call keeps them)."""
+    from deamoe.kernels.battery import Case, build_layer, check_case, full_battery
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fp8 import Fp8Format
+    from deamoe.kernels.fused_moe import MoETiles
+    from deamoe.shapes import table1_row
+
+    rows = []
+    for precision in precisions:
+        fmt = Fp8Format.of(precision)
+        rows += [{**r, "part": "battery"} for r in
+                 full_battery(device, torch.bfloat16, [1, 13, 64, 256], models, fp8=fmt)]
+        for model in models:
+            for shape in (table1_row(model).baseline, table1_row(model).deamoe):
+                layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
+                cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
+                for option in STREAM_OPTIONS[shape.kind]:
+                    r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
+                                   layer=layer, tiles=cls(**option), fp8=fmt)
+                    rows.append({**r, "part": "stream", "variant": str(option)})
+                del layer
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+            options = [o for o in GRAPH_OPTIONS[:2] for _ in (4, 64)]
+            graph = _graph_rows(table1_row(model).deamoe, [DeaMoETiles(**o) for o in options],
+                                [b for _ in GRAPH_OPTIONS[:2] for b in (4, 64)], 5,
+                                f"{model} graph", fmt, device)
+            rows += [{**g, "part": "graph", "weights": precision} for g in graph]
+        _partial(rows, Path(out) / "fp8_check.csv", precision)
+    if kernel is not None and Path(kernel).is_file():  # vLLM's FP8 block path beside ours
+        from deamoe.bench.vllm_peer_fp8 import fp8_check_rows
+
+        cases = [(table1_row(m).baseline, b) for m in models for b in (4, 64)]
+        rows += [{**r, "part": "vllm", "case": f"{r['impl']} h={r['h']}", "kind": "moe",
+                  "tokens": r["batch"], "weights": r["impl"]}
+                 for r in fp8_check_rows(kernel, Fp8Format(), cases, torch.bfloat16)]
+    else:
+        print(f"vLLM beside ours: not run (no kernel file {kernel}; `bench peer extract`)")
+    return _finish(rows, Path(out) / "fp8_check.csv", "fp8 check")
 
 
 def routing_check(out: Path) -> int:

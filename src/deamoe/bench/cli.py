@@ -4,6 +4,7 @@
   bench picks-check     the committed picks against the float32 reference, eager and in a graph
   bench stream-check    the stream options (split_launches, dense_dept_up, dense_parts) likewise
   bench routing-check   the routing kernel against deamoe.routing.route, and its time
+  bench fp8-check       FP8 weights: battery, stream options, CUDA graphs, vLLM's FP8 path beside
   bench smem-check      the search's shared-memory estimate against Triton's count, per kernel
   bench variants        A/B of knob sets on the committed picks, same routings, interleaved
   bench trace           kernel timeline of the committed layers inside their CUDA graph
@@ -22,11 +23,24 @@ from pathlib import Path
 TABLE = "reports/measured/h200/microbench.csv"
 # what `microbench` writes into its --out folder
 MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench.csv", "stages.csv",
-                      "decode_tpot.csv", "vllm_peer.csv", "vllm_kernel/vllm_fused_moe.py")
+                      "microbench_fp8.csv", "decode_tpot.csv", "vllm_peer.csv",
+                      "vllm_kernel/vllm_fused_moe.py")
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
 from deamoe.argtypes import config_int_list, model_list, positive_int
+
+
+def _precisions(text: str) -> tuple[str, ...]:
+    """Comma-separated weight precisions (deamoe.kernels.fp8.PRECISIONS), each once."""
+    from deamoe.kernels.fp8 import PRECISIONS
+
+    names = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    bad = [n for n in names if n not in PRECISIONS]
+    if not names or bad:
+        what = f"unknown precision {bad[0]!r}" if bad else "no precision given"
+        raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(PRECISIONS)})")
+    return names
 
 
 def register(sub) -> None:
@@ -42,6 +56,8 @@ def register(sub) -> None:
     p.add_argument("--models", type=model_list, help="comma-separated subset of microbench.models")
     p.add_argument("--batches", type=config_int_list("microbench", "batches"),
                    help="comma-separated batch sizes (overrides microbench.batches)")
+    p.add_argument("--weight-dtype", type=_precisions, help="comma-separated weight precisions "
+                   "(overrides microbench.weight_dtype): bf16, fp8, fp8-w8a8")
     p.add_argument("--skip", default="", help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
@@ -74,6 +90,15 @@ def _register_bench(sub) -> None:
     t.add_argument("--all", action="store_true", help="every pick, baseline and DeaMoE")
     tool("stream-check", _stream_check, "CUDA: the battery's cases with each stream option of "
          "both layers, and the graph-captured step -> OUT/stream_check.csv; exit 1 on a failure")
+    t = tool("fp8-check", _fp8_check, "CUDA: block-scaled FP8 weights -- the battery against "
+             "the dequantised reference, the stream options, the step in CUDA graphs and vLLM's "
+             "FP8 block path beside ours -> OUT/fp8_check.csv; exit 1 on a failure")
+    t.add_argument("--weight-dtype", type=_precisions, default=("fp8", "fp8-w8a8"),
+                   help="comma-separated FP8 precisions: fp8, fp8-w8a8")
+    t.add_argument("--models", type=model_list, default="DeepSeek-V3,Qwen3-235B-A22B",
+                   help="Table 1 models whose layers are checked")
+    t.add_argument("--kernel", type=Path, default=PEER_KERNEL,
+                   help="vLLM's kernel file (bench peer extract); absent: that part not run")
     tool("routing-check", _routing_check, "CUDA: the routing kernel against "
          "deamoe.routing.route on every Table 1 shape -> OUT/routing_check.csv, routing_time.csv")
     t = tool("smem-check", _smem_check, "CUDA: each GEMM of both layers compiled (not run) on "
@@ -130,7 +155,8 @@ def _register_peer(tools) -> None:
     ex = steps.add_parser("extract", help="copy vLLM's fused-MoE kernel and default config "
                           "verbatim from the installed vLLM into one file")
     ex.add_argument("--to", type=Path, default=PEER_KERNEL)
-    ch = steps.add_parser("check", help="the peer path against a reference (CPU or GPU)")
+    ch = steps.add_parser("check", help="the peer path against a reference (CPU or GPU): "
+                          "bf16, and vLLM's FP8 block path beside ours on the same FP8 weights")
     ch.add_argument("--kernel", type=Path, default=PEER_KERNEL)
     rn = steps.add_parser("run", help="CUDA: OUT MODEL:BATCH ... -> OUT/vllm_peer.csv "
                           "('<model>+shared': vLLM's shared-expert MLP beside its fused MoE)")
@@ -143,6 +169,10 @@ def _register_peer(tools) -> None:
     rn.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
     rn.add_argument("--replays", type=positive_int, default=50, help="graph replays per timing")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
+    rn.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
+                    help="comma-separated weight precisions: bf16, fp8 (block-scaled FP8 "
+                    "weights, ours weight-only), fp8-w8a8 (ours with activations quantised per "
+                    "group); vLLM runs its FP8 block path beside both FP8 ones")
     p.set_defaults(func=_peer)
 
 
@@ -176,6 +206,18 @@ def _stream_check(args) -> int:
     from deamoe.bench.checks import stream_check
 
     return stream_check(args.out)
+
+
+def _fp8_check(args) -> int:
+    if "bf16" in args.weight_dtype:
+        from deamoe.errors import ConfigError
+
+        raise ConfigError("--weight-dtype: bf16 is checked by the battery and stream-check; "
+                          "give fp8 and/or fp8-w8a8")
+    _needs_cuda("fp8-check")
+    from deamoe.bench.checks import fp8_check
+
+    return fp8_check(args.out, args.weight_dtype, args.models, args.kernel)
 
 
 def _routing_check(args) -> int:
@@ -240,12 +282,14 @@ def _peer(args) -> int:
     if args.step == "extract":
         vllm_peer.extract(args.to)
         return 0
-    if args.step == "check":
-        return vllm_peer.check(args.kernel)
+    if args.step == "check":  # bf16, then the FP8 block path beside ours (vllm_peer_fp8)
+        from deamoe.bench.vllm_peer_fp8 import check_fp8
+
+        return vllm_peer.check(args.kernel) | check_fp8(args.kernel)
     from deamoe.bench.vllm_peer_run import run_peer
 
     return run_peer(args.kernel, args.points, args.out, args.table, args.rounds, args.replays,
-                    args.tiny)
+                    args.tiny, precisions=args.weight_dtype)
 
 
 def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
@@ -279,6 +323,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         s = dataclasses.replace(s, models=args.models)
     if args.batches:
         s = dataclasses.replace(s, batches=args.batches)
+    if args.weight_dtype:
+        s = MicrobenchSettings(**{**dataclasses.asdict(s), "weight_dtype": list(args.weight_dtype)})
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from deamoe.analysis.budget import ffn_params, loaded_expert_params, router_params, shared_params
+from deamoe.analysis.budget import loaded_expert_bytes, router_params, shared_bytes
 from deamoe.decode.step import ffn_step, step_routing
 from deamoe.shapes import DeaMoEShape, MoEShape
 
@@ -25,20 +25,23 @@ def free_cuda_cache() -> None:
         torch.cuda.empty_cache()
 
 
-def layer_bytes(shape: MoEShape | DeaMoEShape) -> int:
-    """bf16 bytes of one layer's router + expert weights (the parameter count of the budget)."""
-    return 2 * ffn_params(shape)
+def layer_bytes(shape: MoEShape | DeaMoEShape, fp8=None) -> int:
+    """Bytes of one layer's router + expert weights: bf16 (the parameter count of the budget),
+    or with `fp8` (an Fp8Format) its FFN matrices in FP8 with their block scales (the router
+    stays bf16)."""
+    return (2 * router_params(shape) + shared_bytes(shape, fp8)
+            + loaded_expert_bytes(shape, shape.n_expert, getattr(shape, "n_dept", 0), fp8))
 
 
-def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor) -> int:
-    """bf16 weight bytes a step must load for this routing: router + distinct experts/departments
-    (+ the shared experts, loaded by every step)."""
+def step_bytes(shape: MoEShape | DeaMoEShape, ids: torch.Tensor, fp8=None) -> int:
+    """Weight bytes a step must load for this routing: router + distinct experts/departments
+    (+ the shared experts, loaded by every step); bf16, or the FFN matrices in `fp8`."""
     experts = int(torch.unique(ids).numel())
     depts = 0
     if isinstance(shape, DeaMoEShape):
         depts = int(torch.unique(ids // shape.experts_per_dept).numel())
-    return 2 * (router_params(shape) + loaded_expert_params(shape, experts, depts)
-                + shared_params(shape))
+    return (2 * router_params(shape) + loaded_expert_bytes(shape, experts, depts, fp8)
+            + shared_bytes(shape, fp8))
 
 
 def library_step(shape, w: dict, x: torch.Tensor) -> torch.Tensor:
@@ -120,11 +123,11 @@ class StepInputs:
 
 
 def graph_replay_rows(shape, w: dict, x: torch.Tensor, tiles, ref: torch.Tensor,
-                      replays: int = 1, case: str = "graph") -> list[dict]:
+                      replays: int = 1, case: str = "graph", tol: float = 1e-2) -> list[dict]:
     """The timed path's correctness: ffn_step on `tiles` captured in a CUDA graph (after one
     eager run that compiles and fills the caches), output poisoned with NaN before each replay,
-    against `ref` (fp32); battery-style rows, one per replay.  Without CUDA the step runs eagerly
-    each time (same rows, no graph)."""
+    against `ref` (fp32), within `tol`; battery-style rows, one per replay.  Without CUDA the
+    step runs eagerly each time (same rows, no graph)."""
     cuda = x.device.type == "cuda"
     got = ffn_step(shape, w, x, tiles=tiles)
     if cuda:
@@ -144,7 +147,7 @@ def graph_replay_rows(shape, w: dict, x: torch.Tensor, tiles, ref: torch.Tensor,
         rows.append({"case": f"{case} replay {replay}", "kind": shape.kind,
                      "tokens": x.shape[0], "pattern": "router",
                      "dtype": str(x.dtype).removeprefix("torch."), "rel_err": rel,
-                     "finite": finite, "tol": 1e-2, "ok": finite and rel < 1e-2})
+                     "finite": finite, "tol": tol, "ok": finite and rel < tol})
     return rows
 
 

@@ -1,6 +1,7 @@
 """Per-layer decode microbenchmark (Figures 4/5): baseline fused MoE vs DeaMoE on one GPU.
 
-For every (model, batch): router + routing + expert kernels of one layer, bf16, random weights,
+For every (model, batch): router + routing + expert kernels of one layer, bf16 (and, with
+microbench.weight_dtype, block-scaled FP8 FFN weights: deamoe.kernels.fp8), random weights,
 CUDA graph, weights of several layer copies rotated so a replay reads far beyond L2.  Both
 implementations run the same grouped-GEMM primitive and get the same tile search (each candidate
 timed briefly on one pass over the layer copies, the best few re-timed on the reported graph of
@@ -22,7 +23,7 @@ from deamoe.bench.layer_step import (StepInputs, free_cuda_cache, layer_bytes, l
                                      router_logits, step_bytes, time_fn)
 from deamoe.bench.search import search_point
 from deamoe.bench.settings import MicrobenchSettings
-from deamoe.bench.points import LAYERS, PointStore, point_settings
+from deamoe.bench.points import LAYERS, PointStore, layer_label, point_settings, split_label
 from deamoe.bench.shared import prior_for, shared_schedule
 from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.decode.step import routing_label, step_routing
@@ -33,10 +34,11 @@ from deamoe.routing import route
 
 
 
-def layer_copies(shape, s: MicrobenchSettings, device="cuda") -> list[dict]:
-    """Random weights of enough layer copies that one replay reads >= rotate_bytes (beyond L2)."""
-    copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape))))
-    return [random_weights(shape, device, seed=s.seed + 100 * c) for c in range(copies)]
+def layer_copies(shape, s: MicrobenchSettings, device="cuda", fp8=None) -> list[dict]:
+    """Random weights of enough layer copies that one replay reads >= rotate_bytes (beyond L2);
+    fp8 (an Fp8Format): the FFN matrices block-quantised (the same bf16 draws)."""
+    copies = max(1, min(s.max_copies, math.ceil(s.rotate_bytes / layer_bytes(shape, fp8))))
+    return [random_weights(shape, device, seed=s.seed + 100 * c, fp8=fp8) for c in range(copies)]
 
 
 def graph_repeats(copies: int, s: MicrobenchSettings) -> int:
@@ -46,12 +48,14 @@ def graph_repeats(copies: int, s: MicrobenchSettings) -> int:
     return max(1, math.ceil(s.min_layers_per_graph / copies))
 
 
-def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, device="cuda"):
+def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, device="cuda",
+                 fp8=None):
     """(inputs, bytes, experts) of one batch size.  inputs: StepInputs with one input per layer
     step of the reported graph (step j on copy j % copies) and s.routing_draws draws of them,
     a fresh draw before every replay (vLLM's benchmark_moe draws a new gating output per
     replay, so its times average many routings).  bytes / experts: the weight bytes
-    and distinct experts a step must load, the mean over every draw and step."""
+    and distinct experts a step must load (in `fp8`'s format where given), the mean over every
+    draw and step."""
     steps = len(weights) * graph_repeats(len(weights), s)
     gen = torch.Generator(device=device).manual_seed(s.seed + batch)
     draws = [[torch.randn(batch, shape.h, generator=gen, device=device, dtype=torch.bfloat16)
@@ -61,7 +65,7 @@ def point_inputs(shape, weights: list[dict], batch: int, s: MicrobenchSettings, 
         for xs in draws:
             for logits in router_logits(weights, xs):
                 ids = route(shape, logits)[0]
-                nbytes += step_bytes(shape, ids)
+                nbytes += step_bytes(shape, ids, fp8)
                 experts += int(torch.unique(ids).numel())
     n = steps * len(draws)
     return StepInputs([x.clone() for x in draws[0]], draws), nbytes / n, experts / n
@@ -76,25 +80,28 @@ def step_logits(weights: list[dict], inputs: StepInputs) -> StepInputs:
 
 def committed_points(points: list[str], s: MicrobenchSettings,
                      table: str = "reports/measured/h200/microbench.csv", device="cuda",
-                     shapes=table1_row, kinds=("baseline", "deamoe")):
+                     shapes=table1_row, kinds=("baseline", "deamoe"), fp8=None):
     """For the tools that re-time committed picks (A/B of one change): for each 'MODEL:BATCH'
     point, the baseline layer then the DeaMoE one, yield (model, shape, weights, batch, knobs,
     inputs, nbytes) -- the layer copies made once per model and kind, the knobs that table
     picked, point_inputs' StepInputs (time with prepare=inputs.prepare, as time_knob_sets).
     shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default);
-    kinds: which of the two layers to yield."""
+    kinds: which of the two layers to yield.  fp8 (an Fp8Format): the layers on FP8 weights,
+    the knobs of the table's rows of that precision where it has a weight_dtype column."""
     import pandas as pd
 
     picks = pd.read_csv(table)
+    if "weight_dtype" in picks:
+        picks = picks[picks["weight_dtype"] == (fp8.precision if fp8 else "bf16")]
     parsed = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
     for model in dict.fromkeys(m for m, _ in parsed):
         row = shapes(model)
         for kind in kinds:
             shape, col = getattr(row, kind), f"{kind}_tile"
-            weights = layer_copies(shape, s, device)
+            weights = layer_copies(shape, s, device, fp8)
             for batch in [b for m, b in parsed if m == model]:
                 sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
-                inputs, nbytes, _ = point_inputs(shape, weights, batch, s, device)
+                inputs, nbytes, _ = point_inputs(shape, weights, batch, s, device, fp8)
                 yield model, shape, weights, batch, parse_knobs(sel[col]), inputs, nbytes
             del weights
             free_cuda_cache()
@@ -121,22 +128,25 @@ def time_knob_sets(shape, weights, inputs: StepInputs, sets: dict, s: Microbench
 
 
 def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="triton",
-               on_point=None, prior: dict[int, list[dict]] | None = None):
+               on_point=None, prior: dict[int, list[dict]] | None = None, fp8=None):
     """Rows {batch, us, bytes, tile, ...} for one implementation of one layer shape; prior:
     {batch: [knobs, ...]} earlier runs picked (finalists of the search, see search_point).
     on_point(row, stage_rows), if given, gets each batch's row (and its per-GEMM breakdown at
     s.stage_batches) as soon as it is measured.  Knob sets whose shared memory (the estimate
     of MoETiles / DeaMoETiles.shared_memory) exceeds the device's are skipped uncompiled
-    (`smem_skipped` counts them)."""
+    (`smem_skipped` counts them).  fp8 (an Fp8Format): the layer on block-scaled FP8 weights,
+    searched over s.fp8_tiles (its bytes: the FP8 weights and their scales)."""
     if not batches:  # every point already measured: no layer copies to make
         return []
-    weights = layer_copies(shape, s, device)
+    if fp8 is not None:
+        s = dataclasses.replace(s, tiles=s.fp8_tiles)  # the same search on the FP8 tiles
+    weights = layer_copies(shape, s, device, fp8)
     copies = len(weights)
     repeats = graph_repeats(copies, s)  # the reported time's graph: >= min_layers_per_graph steps
     limit = shared_memory_limit(device)
     rows = []
     for batch in batches:
-        inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device)
+        inputs, nbytes, experts = point_inputs(shape, weights, batch, s, device, fp8)
         too_large: set[str] = set()
 
         def runner(tiles, repeat=1, shared=None):
@@ -145,7 +155,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
         def measure(knobs, replays=s.select_replays, repeat=1):
             try:
                 tiles = make_tiles(shape, knobs)
-                if limit is not None and tiles.shared_memory() > limit:
+                if limit is not None and tiles.shared_memory(2, fp8) > limit:
                     too_large.add(knobs_name(knobs))  # would fail to compile: not tried
                     return None
                 return time_fn(runner(tiles, repeat), replays, copies * repeat,
@@ -181,7 +191,8 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
                        from_logits_us=_from_logits_us(shape, weights, inputs, knobs, repeats, s)
                        if impl == "triton" and shape.kind == "moe" else float("nan"))
             if impl == "triton" and batch in s.stage_batches:
-                stages = [{"kind": shape.kind, "batch": batch, **r}
+                stages = [{"kind": shape.kind, "batch": batch,
+                           **({"weight_dtype": fp8.precision} if fp8 else {}), **r}
                           for r in _stage_breakdown(shape, weights[0], inputs.live[0],
                                                     make_tiles(shape, knobs))]
         rows.append(row)
@@ -255,7 +266,8 @@ def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
 
 def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                    store: PointStore | None = None) -> list[dict]:
-    """The microbench.csv rows (one per model and batch of s).  Each layer point (model, layer,
+    """The microbench.csv rows (one per model and batch of s; the FP8 precisions' rows of
+    s.weight_dtype: store.fp8_table, microbench_fp8.csv).  Each layer point (model, layer,
     batch) is measured once: those already in `store` (a stopped run's, PointStore.open) are
     taken from it, each new one goes into it as it finishes (and out to its folder, if it has
     one) with one progress line: best time, fraction of the read roofline, and for DeaMoE the
@@ -271,7 +283,8 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                 "gpu": prov["device"], "torch": prov["torch"], "triton": triton.__version__,
                 "date": prov["date"], "git_sha": prov["git_sha"]}
     store = store if store is not None else PointStore(point_settings(s))
-    layers = LAYERS if s.torch_reference else LAYERS[:2]
+    layers = [layer_label(layer, p) for p in s.weight_dtype
+              for layer in (LAYERS if s.torch_reference and p == "bf16" else LAYERS[:2])]
     plan = [(m, layer, b) for m in s.models for layer in layers for b in s.batches]
     t0, done = time.time(), [sum(p in store.points for p in plan)]
     if done[0]:
@@ -280,7 +293,8 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
     for model in s.models:
         row = table1_row(model)
         for layer in layers:
-            shape = row.deamoe if layer == "deamoe" else row.baseline
+            kind, precision = split_label(layer)
+            shape = row.deamoe if kind == "deamoe" else row.baseline
 
             def finished(point, stage_rows, model=model, layer=layer):
                 point = {"model": model, "layer": layer, **point, **measured}
@@ -290,6 +304,8 @@ def run_microbench(s: MicrobenchSettings, peak_read_tbps: float, device="cuda",
                                                  f"{time.time() - t0:.0f} s"), flush=True)
 
             bench_impl(shape, [b for b in s.batches if (model, layer, b) not in store.points], s,
-                       device, impl="torch" if layer == "torch" else "triton", on_point=finished,
-                       prior=None if layer == "torch" else prior_for(s.prior_picks, model, layer))
+                       device, impl="torch" if kind == "torch" else "triton", on_point=finished,
+                       prior=None if kind == "torch" else prior_for(s.prior_picks, model, kind,
+                                                                    precision),
+                       fp8=s.fp8_format(precision))
     return store.table(s.models, s.batches)

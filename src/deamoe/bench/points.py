@@ -1,7 +1,9 @@
 """The per-layer microbenchmark's finished points, kept as they finish so a stopped run loses none.
 
 A point is one layer of one model at one batch: (model, layer, batch), the layer "baseline",
-"deamoe" or "torch" (the baseline's library reference).  A `PointStore` holds them.  With an
+"deamoe" or "torch" (the baseline's library reference); with FP8 weights "baseline@fp8",
+"deamoe@fp8-w8a8", ... (`layer_label`), whose pairs go to OUT/microbench_fp8.csv (one row per
+model, batch and precision, `weight_dtype`).  A `PointStore` holds them.  With an
 output folder, every finished point is written at once, each file to a temporary name renamed
 over the old one (deamoe.io): OUT/microbench_points.csv (one row a point: its time, bytes and
 picked knobs, the read roofline and provenance of the call that measured it, and the settings it
@@ -21,13 +23,30 @@ from pathlib import Path
 
 LAYERS = ("baseline", "deamoe", "torch")
 POINTS_FILE = "microbench_points.csv"
+FP8_FILE = "microbench_fp8.csv"  # the FP8 precisions' pairs, beside microbench.csv
 KIND = {"baseline": "moe", "deamoe": "deamoe"}  # stages.csv names a layer by its shape's kind
 # MicrobenchSettings fields that choose which points (or which other parts) run, not how a point
 # is measured: a stopped run may go on with other values of these
 NOT_POINT_SETTINGS = ("models", "batches", "torch_reference", "stage_batches", "roofline_gib",
                       "battery", "battery_tokens", "vllm_peer", "decode", "decode_models",
                       "decode_batches", "decode_layers", "decode_heads", "decode_context",
-                      "decode_vocab", "decode_replays")
+                      "decode_vocab", "decode_replays", "weight_dtype")
+
+
+def layer_label(layer: str, precision: str = "bf16") -> str:
+    """A point's layer name: "baseline", or "baseline@fp8" for a precision other than bf16."""
+    return layer if precision == "bf16" else f"{layer}@{precision}"
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """Inverse of layer_label: (layer, precision)."""
+    layer, _, precision = label.partition("@")
+    return layer, precision or "bf16"
+
+
+def _precision_of(row: dict) -> str:
+    v = row.get("weight_dtype")
+    return v if isinstance(v, str) else "bf16"
 
 
 def point_settings(s) -> dict:
@@ -83,9 +102,10 @@ class PointStore:
         store.points = {k: {c: v for c, v in r.items() if c != "settings"}
                         for k, r in keyed.items()}
         if (store.out / "stages.csv").is_file():
-            done = {(m, KIND.get(layer), b) for m, layer, b in store.points}
+            done = {(m, KIND.get(split_label(layer)[0]), b, split_label(layer)[1])
+                    for m, layer, b in store.points}
             store.stages = [r for r in pd.read_csv(store.out / "stages.csv").to_dict("records")
-                            if (r["model"], r["kind"], int(r["batch"])) in done]
+                            if (r["model"], r["kind"], int(r["batch"]), _precision_of(r)) in done]
         return store
 
     def add(self, point: dict, stage_rows: list[dict]) -> None:
@@ -109,17 +129,27 @@ class PointStore:
         table = self.table()
         if table:
             write_csv(self.out / "microbench.csv", pd.DataFrame(table))
+        fp8 = self.fp8_table()
+        if fp8:
+            write_csv(self.out / FP8_FILE, pd.DataFrame(fp8))
 
-    def table(self, models=None, batches=None) -> list[dict]:
+    def table(self, models=None, batches=None, precision: str = "bf16") -> list[dict]:
         """microbench.csv: one row per (model, batch) whose baseline and DeaMoE points are done
         (with the library reference where measured), in the order the points came; only
-        `models` / `batches` where given."""
+        `models` / `batches` where given.  precision: the rows of that weight precision."""
+        base, dea = layer_label("baseline", precision), layer_label("deamoe", precision)
         pairs = dict.fromkeys((m, b) for m, _, b in self.points)
-        return [pair_row(self.points[(m, "baseline", b)], self.points[(m, "deamoe", b)],
-                         self.points.get((m, "torch", b)))
+        return [pair_row(self.points[(m, base, b)], self.points[(m, dea, b)],
+                         self.points.get((m, "torch", b)) if precision == "bf16" else None)
                 for m, b in pairs
-                if (m, "baseline", b) in self.points and (m, "deamoe", b) in self.points
+                if (m, base, b) in self.points and (m, dea, b) in self.points
                 and (models is None or m in models) and (batches is None or b in batches)]
+
+    def fp8_table(self, models=None, batches=None) -> list[dict]:
+        """microbench_fp8.csv: table()'s rows of every FP8 precision measured (`weight_dtype`)."""
+        precisions = dict.fromkeys(split_label(layer)[1] for _, layer, _ in self.points)
+        return [row for p in precisions if p != "bf16"
+                for row in self.table(models, batches, p)]
 
     def progress_line(self, point: dict, where: str) -> str:
         """One line on a finished point: its best time and fraction of the read roofline, and
@@ -132,8 +162,10 @@ class PointStore:
         text = f"{head}: best {us:.1f} us"
         frac = point["bytes"] / us / 1e6 / peak
         text += f", {100 * frac:.1f}% of the read roofline" if frac == frac else ""
-        base = self.points.get((point["model"], "baseline", point["batch"]))
-        if point["layer"] == "deamoe" and base is not None and base["us"] == base["us"]:
+        layer, precision = split_label(point["layer"])
+        base = self.points.get((point["model"], layer_label("baseline", precision),
+                                point["batch"]))
+        if layer == "deamoe" and base is not None and base["us"] == base["us"]:
             speedup, ideal = base["us"] / us, base["bytes"] / point["bytes"]
             text += f"; speedup {speedup:.3f} = {speedup / ideal:.3f} of ideal"
         skipped = point.get("smem_skipped") or 0
@@ -152,8 +184,10 @@ def pair_row(b: dict, d: dict, r: dict | None) -> dict:
     model, batch, nan = b["model"], int(b["batch"]), float("nan")
     bt, dt = b["us"], d["us"]
     ideal = b["bytes"] / d["bytes"]
+    precision = split_label(b.get("layer", "baseline"))[1]
     return {
         "model": model, "batch": batch,
+        **({"weight_dtype": precision} if precision != "bf16" else {}),
         "baseline_us": bt, "deamoe_us": dt, "speedup": bt / dt,
         "ideal_speedup": ideal, "speedup_over_ideal": (bt / dt) / ideal,
         "baseline_bytes": b["bytes"], "deamoe_bytes": d["bytes"],
@@ -162,7 +196,8 @@ def pair_row(b: dict, d: dict, r: dict | None) -> dict:
         "baseline_frac_peak": b["bytes"] / bt / 1e6 / b["peak_read_tbps"],
         "deamoe_frac_peak": d["bytes"] / dt / 1e6 / d["peak_read_tbps"],
         "torch_grouped_us": r["us"] if r is not None else nan,
-        "vllm_h200_us": paper.VLLM_H200_US.get(model, {}).get(batch, nan),
+        "vllm_h200_us": (paper.VLLM_H200_US.get(model, {}).get(batch, nan)
+                         if precision == "bf16" else nan),  # the quoted times are bf16's
         # the baseline timed as vLLM's fused_moe is: from the router logits
         "baseline_from_logits_us": b.get("from_logits_us", nan),
         "baseline_experts": b["experts"], "deamoe_experts": d["experts"],

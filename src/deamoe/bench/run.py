@@ -1,6 +1,7 @@
 """The GPU run behind `python -m deamoe microbench`: every part, results written as they finish.
 
-Writes under OUT: roofline.json, battery.csv, microbench_points.csv, microbench.csv and
+Writes under OUT: roofline.json, battery.csv, microbench_points.csv, microbench.csv,
+microbench_fp8.csv (the FP8 precisions of microbench.weight_dtype) and
 stages.csv (rewritten after each finished point, deamoe.bench.points: a run cut short keeps every
 point it finished, and a re-run on the same OUT measures only the others), vllm_peer.csv (vLLM's
 own kernel beside our baseline, where vLLM is installed), decode_tpot.csv, status.json.
@@ -35,11 +36,11 @@ def _vllm_peer(s: MicrobenchSettings, out: Path, rows: list[dict], peak: float) 
         print(f"vllm peer: not run: {why}", flush=True)
         return {"status": "not run", "reason": why}
     kernel = out / "vllm_kernel" / "vllm_fused_moe.py"
-    points = [f"{r['model']}:{r['batch']}" for r in rows]
+    points = list(dict.fromkeys(f"{r['model']}:{r['batch']}" for r in rows))
     try:
         vllm_peer.extract(kernel)
         vllm_peer_run.run_peer(kernel, points, out, out / "microbench.csv", peak=peak,
-                               settings=s)
+                               settings=s, precisions=tuple(s.weight_dtype))
     except Exception as exc:  # noqa: BLE001 - reported in status.json and the log
         print(f"vllm peer failed: {type(exc).__name__}: {exc}", flush=True)
         return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"[:300]}
@@ -78,8 +79,11 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
     if "battery" not in skip and s.battery:
         from deamoe.kernels.battery import full_battery
 
+        rows = []
         with tqdm(desc="battery") as bar:
-            rows = full_battery("cuda", torch.bfloat16, s.battery_tokens, progress=bar)
+            for precision in dict.fromkeys(["bf16", *s.weight_dtype]):  # FP8 weights too
+                rows += full_battery("cuda", torch.bfloat16, s.battery_tokens, progress=bar,
+                                     fp8=s.fp8_format(precision))
         df = pd.DataFrame(rows)
         write_csv(out / "battery.csv", df)
         bad = df[~df["ok"]]
@@ -90,20 +94,22 @@ def run_all(s: MicrobenchSettings, out: Path, skip: set[str], tiles_from: Path |
             status["status"] = "battery failures"
         status["parts"]["battery"] = {"cases": len(df), "failed": int(len(bad)),
                                       "max_rel_err": float(df["rel_err"].max()), "s": time.time() - t0}
-    rows = []
+    rows, fp8_rows = [], []
     if store is not None:
         rows = run_microbench(s_run, peak, store=store)
-        df = pd.DataFrame(rows)
-        cols = ["model", "batch", "baseline_us", "deamoe_us", "speedup", "ideal_speedup",
-                "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak", "torch_grouped_us",
-                "vllm_h200_us", "baseline_from_logits_us", "baseline_tile", "deamoe_tile"]
-        print(df[cols[:-2]].to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
+        fp8_rows = store.fp8_table(s.models, s.batches)
+        cols = ["model", "weight_dtype", "batch", "baseline_us", "deamoe_us", "speedup",
+                "ideal_speedup", "speedup_over_ideal", "baseline_frac_peak", "deamoe_frac_peak",
+                "torch_grouped_us", "vllm_h200_us", "baseline_from_logits_us"]
+        for df in (pd.DataFrame(t) for t in (rows, fp8_rows) if t):
+            print(df[[c for c in cols if c in df]].to_string(
+                index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
         if store.stages:
             st = pd.DataFrame(store.stages)
             print(st.to_string(index=False, float_format=lambda v: f"{v:.3g}"), flush=True)
-        status["parts"]["layers"] = {"rows": len(df), "s": time.time() - t0}
-    if "vllm_peer" not in skip and s.vllm_peer and rows:
-        status["parts"]["vllm_peer"] = _vllm_peer(s, out, rows, peak)
+        status["parts"]["layers"] = {"rows": len(rows) + len(fp8_rows), "s": time.time() - t0}
+    if "vllm_peer" not in skip and s.vllm_peer and (rows or fp8_rows):
+        status["parts"]["vllm_peer"] = _vllm_peer(s, out, rows + fp8_rows, peak)
         status["parts"]["vllm_peer"]["s"] = time.time() - t0
     if "decode" not in skip and s.decode:
         from deamoe.bench.decode import DecoderShape, run_decode, tpot_table

@@ -233,16 +233,19 @@ def pick_finalist(tried: list[tuple[float, dict]], n: int, measure,
     return best[min(timed)[1]] if timed else best[0]
 
 
-def prior_picks(paths: list[str], model: str, kind: str) -> dict[int, list[dict]]:
+def prior_picks(paths: list[str], model: str, kind: str,
+                precision: str = "bf16") -> dict[int, list[dict]]:
     """{batch: [knobs, ...]} of one layer kind ("baseline" / "deamoe") of `model` in these
     microbench.csv tables (each distinct pick once, in the order of the tables; none for a
-    model a table lacks; rows whose tile is "failed" are skipped)."""
+    model a table lacks; rows whose tile is "failed" are skipped), of the rows of one weight
+    precision (a table's `weight_dtype` column, microbench_fp8.csv; without it: bf16)."""
     import pandas as pd
 
     picks: dict[int, list[dict]] = {}
     for path in paths:
         table = pd.read_csv(path)
-        rows = table[table.model == model]
+        dtype = table["weight_dtype"] if "weight_dtype" in table else pd.Series("bf16", table.index)
+        rows = table[(table.model == model) & (dtype == precision)]
         for b, t in zip(rows.batch, rows[f"{kind}_tile"]):
             if isinstance(t, str) and t != "failed":
                 knobs = parse_knobs(t)

@@ -71,6 +71,23 @@ class MicrobenchSettings:
     stage_batches: list[int] = field(default_factory=lambda: [4, 16, 64, 128])
     seed: int = 0
     shared_stream: list[bool] = field(default_factory=lambda: [False, True])  # bench.shared
+    # the weights' precisions measured (deamoe.kernels.fp8.PRECISIONS): bf16 -> microbench.csv;
+    # fp8 (weight-only) and fp8-w8a8 (activations quantised per group) -> microbench_fp8.csv
+    weight_dtype: list[str] = field(default_factory=lambda: ["bf16"])
+    # FP8 weights' scale blocks (block_n, block_k): DeepSeek-V3's 128 x 128
+    fp8_block: list[int] = field(default_factory=lambda: [128, 128])
+    # the tiles the FP8 search tries (as `tiles`): BLOCK_K must divide fp8_block's block_k (and
+    # equal it for fp8-w8a8); a 128-column FP8 tile moves the bytes of a 64-column bf16 one
+    fp8_tiles: list[str] = field(default_factory=lambda: [
+        "n128-k128-w4-s4", "n64-k128-w4-s4", "n32-k128-w4-s5", "n128-k128-w8-s4",
+        "n64-k128-w4-s5-tma", "n128-k128-w4-s4-tma", "n256-k128-w8-s4-tma", "n32-k128-w4-s4-tma",
+        "n64-k128-w4-s4-tma-swap", "n128-k128-w4-s4-tma-swap"])
+
+    def fp8_format(self, precision: str):
+        """The Fp8Format of one of weight_dtype's precisions (None for bf16)."""
+        from deamoe.kernels.fp8 import Fp8Format
+
+        return Fp8Format.of(precision, tuple(self.fp8_block))
 
     def __post_init__(self):
         from deamoe.kernels.grouped_gemm import TileConfig
@@ -119,6 +136,35 @@ class MicrobenchSettings:
         values = self.shared_stream
         if not isinstance(values, list) or not values or any(not isinstance(v, bool) for v in values):
             raise ConfigError(f"microbench.shared_stream: {values!r}: must list true and/or false")
+        self._check_fp8()
         if any(not isinstance(v, bool) for v in self.dense_dept_up):
             raise ConfigError(f"microbench.dense_dept_up: {self.dense_dept_up!r}: "
                               "each value must be true or false")
+
+    def _check_fp8(self) -> None:
+        from deamoe.kernels.fp8 import PRECISIONS
+        from deamoe.kernels.grouped_gemm import TileConfig
+
+        bad = [v for v in self.weight_dtype if v not in PRECISIONS] if isinstance(
+            self.weight_dtype, list) else [self.weight_dtype]
+        if bad or not self.weight_dtype or len(set(self.weight_dtype)) < len(self.weight_dtype):
+            raise ConfigError(f"microbench.weight_dtype: {self.weight_dtype!r}: must list "
+                              f"distinct values of {', '.join(PRECISIONS)}")
+        if not isinstance(self.fp8_block, list) or len(self.fp8_block) != 2:
+            raise ConfigError(f"microbench.fp8_block: {self.fp8_block!r}: [block_n, block_k]")
+        try:
+            fmts = [self.fp8_format(p) for p in ("fp8", "fp8-w8a8")]
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"microbench.fp8_block: {self.fp8_block!r}: {exc}") from None
+        if not self.fp8_tiles:
+            raise ConfigError("microbench.fp8_tiles must name at least one tile config")
+        for t in self.fp8_tiles:
+            try:
+                tile = TileConfig.parse(t)
+            except ValueError as exc:
+                raise ConfigError(f"microbench.fp8_tiles: {exc}") from None
+            for fmt in fmts:
+                if fmt.precision in self.weight_dtype and not fmt.fits(tile.block_k):
+                    raise ConfigError(f"microbench.fp8_tiles: {t}: BLOCK_K {tile.block_k} does "
+                                      f"not fit {fmt.precision} weights of {self.fp8_block} "
+                                      "blocks (it must divide block_k; w8a8: equal it)")

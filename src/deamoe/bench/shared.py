@@ -48,13 +48,15 @@ def shared_schedule(shape, runner, s, per_call: int, inputs, knobs):
     return run, stream
 
 
-def prior_for(paths: list[str], model: str, kind: str) -> dict[int, list[dict]]:
-    """Earlier picks for `model` (search.prior_picks); a "<model>+shared" layer without its own
-    takes the routed layer's (the same routed GEMMs; its shared experts have their own)."""
+def prior_for(paths: list[str], model: str, kind: str,
+              precision: str = "bf16") -> dict[int, list[dict]]:
+    """Earlier picks for `model` (search.prior_picks) in this weight precision; a
+    "<model>+shared" layer without its own takes the routed layer's (the same routed GEMMs;
+    its shared experts have their own)."""
     from deamoe.bench.search import prior_picks
 
-    return (prior_picks(paths, model, kind)
-            or prior_picks(paths, model.removesuffix(SHARED_SUFFIX), kind))
+    return (prior_picks(paths, model, kind, precision)
+            or prior_picks(paths, model.removesuffix(SHARED_SUFFIX), kind, precision))
 
 
 def shared_columns(row, b: dict, d: dict) -> dict:

@@ -238,7 +238,7 @@ def overread(out: Path, draws: int = 2000) -> int:
 
 
 def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
-    """microbench.csv and decode_tpot.csv of one run (several device calls: their rows
+    """microbench.csv, microbench_fp8.csv and decode_tpot.csv of one run (several device calls: their rows
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
     copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
     that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
@@ -254,7 +254,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
     sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
                                 capture_output=True, text=True).stdout.strip()
     tables = {}
-    for name in ("microbench.csv", "decode_tpot.csv"):
+    for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
         parts = [read_table(d / name, table_spec(name), name) for d in dirs if (d / name).exists()]
         if not parts:
@@ -269,7 +269,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
         write_csv(Path(dest) / name, df, replace_committed=True)
     written = list(tables)
     if not written:
-        raise DataError(f"bench import: no microbench.csv or decode_tpot.csv in "
+        raise DataError(f"bench import: no microbench.csv, microbench_fp8.csv or decode_tpot.csv in "
                         f"{', '.join(map(str, dirs))}")
     print(f"imported {', '.join(written)} into {dest}")
     return 0

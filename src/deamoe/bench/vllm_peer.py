@@ -32,6 +32,10 @@ class PeerError(DeaMoEError, RuntimeError):
 
 
 TAKEN = ("write_zeros_to_output", "fused_moe_kernel", "get_default_config")
+# and for its FP8 block path, the Triton per-token-group activation quantiser (vLLM's own CUDA
+# op per_token_group_fp8_quant does the same in one launch on a GPU with vLLM's extensions)
+FP8_SOURCE = "model_executor/layers/quantization/utils/fp8_utils.py"
+TAKEN_FP8 = ("_per_token_group_quant_fp8",)
 PRELUDE = '''"""{what}"""
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
@@ -51,7 +55,7 @@ def next_power_of_2(n):
 
 
 def should_moe_wna16_use_cuda(*args, **kwargs):
-    raise NotImplementedError("the peer runs bf16 only")
+    raise NotImplementedError("the peer runs bf16 and FP8 (w8a8, block-quantised) only")
 
 '''
 
@@ -75,26 +79,37 @@ def _vllm_source() -> tuple[Path, str]:
     return path, version
 
 
-def extract(to: Path) -> None:
-    path, version = _vllm_source()
+def _functions(path: Path, names) -> dict[str, str]:
+    """{name: source text} of the top-level functions `names` of a file (decorators included);
+    a PeerError naming those it lacks."""
     text = path.read_text()
     lines = text.splitlines()
     found = {}
     for node in ast.parse(text).body:
-        if isinstance(node, ast.FunctionDef) and node.name in TAKEN:
+        if isinstance(node, ast.FunctionDef) and node.name in names:
             start = min([d.lineno for d in node.decorator_list] + [node.lineno])
             found[node.name] = "\n".join(lines[start - 1:node.end_lineno])
-    missing = [n for n in TAKEN if n not in found]
+    missing = [n for n in names if n not in found]
     if missing:
         raise PeerError(f"extract: {path} has no {', '.join(missing)} "
-                        "(vLLM changed: the copy needs these three functions)")
+                        f"(vLLM changed: the copy needs {', '.join(names)})")
+    return found
+
+
+def extract(to: Path) -> None:
+    path, version = _vllm_source()
+    found = _functions(path, TAKEN)
+    fp8_path = path.parents[2] / FP8_SOURCE.removeprefix("model_executor/")
+    found.update(_functions(fp8_path, TAKEN_FP8))
     what = (f"vLLM's Triton fused MoE kernel and default config, copied verbatim from {version}: "
-            f"vllm/model_executor/layers/fused_moe/fused_moe.py, by `python -m deamoe bench peer extract`.")
-    body = PRELUDE.format(what=what, version=version) + "\n\n".join(found[n] for n in TAKEN)
+            f"vllm/model_executor/layers/fused_moe/fused_moe.py, and its Triton per-token-group "
+            f"FP8 quantiser from vllm/{FP8_SOURCE}, by `python -m deamoe bench peer extract`.")
+    body = PRELUDE.format(what=what, version=version) + "\n\n".join(
+        found[n] for n in TAKEN + TAKEN_FP8)
     from deamoe.io import write_text
 
     write_text(to, body + "\n")  # never over a file the project did not write
-    print(f"wrote {to} ({version}; {', '.join(TAKEN)})")
+    print(f"wrote {to} ({version}; {', '.join(TAKEN + TAKEN_FP8)})")
 
 
 def load_peer(path: Path):
@@ -162,19 +177,19 @@ def _silu_and_mul_kernel():
 class VllmMoE:
     """vLLM's fused_experts_impl for bf16 weights, no bias, no expert map: one layer's w13 =
     [gate; up] (E, 2I, H) and w2 (E, H, I), the intermediate caches allocated once (so the
-    step captures in a CUDA graph), config = vLLM's get_default_config for this batch."""
+    step captures in a CUDA graph), config = vLLM's get_default_config for this batch.  The
+    FP8 block path: deamoe.bench.vllm_peer_fp8.VllmFp8MoE."""
 
     def __init__(self, peer, gate, up, down, batch: int, k: int, shared=None):
         self.peer = peer
         # (gate, up, down) of the layer's shared experts: vLLM's shared-expert MLP beside it
         self.shared = None if shared is None else VllmSharedMLP(*shared, batch)
-        self.w13 = torch.cat([gate, up], dim=1).contiguous()
-        self.w2 = down.contiguous()
-        self.E, n2, _ = self.w13.shape
+        self.w13, self.w2 = self.stacked(gate, up, down)
+        self.E, n2, H = self.w13.shape
         self.I = n2 // 2
         self.k = k
-        self.config = peer.get_default_config(batch, self.E, self.I, gate.shape[2], k, None)
-        dev, dt = gate.device, gate.dtype
+        self.config = self.default_config(batch, H)
+        dev, dt = self.w13.device, self.dtype(gate)
         h = down.shape[1]
         self.cache1 = torch.empty(batch, k, n2, device=dev, dtype=dt)
         self.cache2 = torch.empty(batch * k, self.I, device=dev, dtype=dt)
@@ -182,15 +197,34 @@ class VllmMoE:
         self.out = torch.empty(batch, h, device=dev, dtype=dt)
         self.act = _silu_and_mul_kernel()
 
-    def _gemm(self, A, B, C, topk_weights, sorted_ids, expert_ids, ntp, mul: bool, top_k: int):
-        """invoke_fused_moe_triton_kernel's bf16 path: no scales, no bias, SWAP_AB and the
-        tensor-descriptor path off (their CUDA defaults), SPLIT_K 1."""
+    def stacked(self, gate, up, down):
+        """(w13, w2) as vLLM holds them."""
+        return torch.cat([gate, up], dim=1).contiguous(), down.contiguous()
+
+    def dtype(self, gate) -> torch.dtype:
+        """The activations' dtype (bf16 on the GPU, fp16 under the interpreter)."""
+        return gate.dtype
+
+    def default_config(self, batch: int, H: int) -> dict:
+        return self.peer.get_default_config(batch, self.E, self.I, H, self.k, None)
+
+    def launch_args(self, A, B, cfg: dict) -> dict:
+        """What invoke_fused_moe_triton_kernel passes for these operands beside the GEMM's own
+        (the bf16 path: no scales; the FP8 path overrides it)."""
+        return dict(A=A, B=B, a_scale=None, b_scale=None, strides=(0,) * 5, group=(0, 0),
+                    fp8=False, swap=False, block_k=cfg.pop("BLOCK_SIZE_K"))
+
+    def _gemm(self, A, B, C, topk_weights, assignment, mul: bool, top_k: int):
+        """invoke_fused_moe_triton_kernel: no bias, SPLIT_K 1, the tensor-descriptor path off
+        (its CUDA default); SWAP_AB and the scales as launch_args gives them."""
         import triton
         import triton.language as tl
 
+        sorted_ids, expert_ids, ntp = assignment
         cfg = dict(self.config)
         cfg["SPLIT_K"] = 1
-        block_k = cfg.pop("BLOCK_SIZE_K")
+        op = self.launch_args(A, B, cfg)
+        A, B = op["A"], op["B"]
         M = A.shape[0]
         num_tokens = M * top_k
         if sorted_ids is not None:
@@ -202,28 +236,26 @@ class VllmMoE:
         N, K = B.shape[1], B.shape[2]
         grid = (triton.cdiv(EM, cfg["BLOCK_SIZE_M"]) * triton.cdiv(N, cfg["BLOCK_SIZE_N"]),)
         self.peer.fused_moe_kernel[grid](
-            A, B, C, None, None, None, topk_weights, sorted_ids, expert_ids, ntp,
-            N, K, EM, num_tokens,
+            A, B, C, None, op["a_scale"], op["b_scale"], topk_weights, sorted_ids, expert_ids,
+            ntp, N, K, EM, num_tokens,
             A.stride(0), A.stride(1), B.stride(0), B.stride(2), B.stride(1),
-            C.stride(1), C.stride(2), 0, 0, 0, 0, 0, 0, 0, 0, 0,
+            C.stride(1), C.stride(2), *op["strides"], 0, 0, *op["group"],
             MUL_ROUTED_WEIGHT=mul, top_k=top_k,
-            compute_type=tl.float16 if A.dtype == torch.float16 else tl.bfloat16,
-            use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
+            compute_type=tl.float16 if C.dtype == torch.float16 else tl.bfloat16,
+            use_fp8_w8a8=op["fp8"], use_int8_w8a8=False, use_int8_w8a16=False,
             per_channel_quant=False, naive_block_assignment=sorted_ids is None, HAS_BIAS=False,
-            BLOCK_SIZE_K=block_k, SWAP_AB=False, USE_TD=False, **cfg)
+            BLOCK_SIZE_K=op["block_k"], SWAP_AB=op["swap"], USE_TD=False, **cfg)
 
     def __call__(self, x, topk_weights, sorted_ids, expert_ids, ntp) -> torch.Tensor:
         def routed():
-            return self._routed(x, topk_weights, sorted_ids, expert_ids, ntp)
+            return self._routed(x, topk_weights, (sorted_ids, expert_ids, ntp))
         return routed() if self.shared is None else self.shared.beside(x, routed)
 
-    def _routed(self, x, topk_weights, sorted_ids, expert_ids, ntp) -> torch.Tensor:
-        self._gemm(x, self.w13, self.cache1, topk_weights, sorted_ids, expert_ids, ntp,
-                   False, self.k)
+    def _routed(self, x, topk_weights, assignment) -> torch.Tensor:
+        self._gemm(x, self.w13, self.cache1, topk_weights, assignment, False, self.k)
         rows = self.cache2.shape[0]
         self.act[(rows, -(-self.I // 1024))](self.cache1, self.cache2, self.I, BLOCK=1024)
-        self._gemm(self.cache2, self.w2, self.cache3, topk_weights, sorted_ids, expert_ids,
-                   ntp, True, 1)
+        self._gemm(self.cache2, self.w2, self.cache3, topk_weights, assignment, True, 1)
         return torch.sum(self.cache3, dim=1, out=self.out)
 
 

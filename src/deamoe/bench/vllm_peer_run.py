@@ -20,6 +20,11 @@
       vLLM's shared-expert MLP on its aux stream beside the fused MoE, then its add
       (deamoe.bench.vllm_peer.VllmSharedMLP); the table must hold that point (the
       microbenchmark's run of the "+shared" layers, reports/measured/h200/microbench_shared.csv).
+      With --weight-dtype fp8 / fp8-w8a8 (deamoe.kernels.fp8): the same points once more on
+      block-scaled FP8 weights -- ours on the FP8 table's pick (microbench_fp8.csv beside
+      --table; else the bf16 pick fitted to the scale blocks), vLLM on its FP8 block path
+      (deamoe.bench.vllm_peer_fp8: use_fp8_w8a8, block_shape [128, 128], activations quantised
+      per token group before each GEMM); those rows carry weight_dtype and vllm_path.
       Writes vllm_peer.csv (rewritten after each point) and roofline.json under OUT_DIR.
 """
 
@@ -33,6 +38,7 @@ import torch
 
 from deamoe.bench.vllm_peer import (PeerError, VllmMoE, assignment_like_vllm, config_name,
                                     load_peer)
+from deamoe.kernels.fp8 import is_fp8
 from deamoe.shapes import SHARED_SUFFIX, MoEShape
 
 # every model of a --tiny run becomes this layer (fp16, default tiles), with the model's
@@ -53,11 +59,13 @@ class PeerPoint:
     peer_tile: str
     shared_stream: bool | None
     copies: int
+    precision: str = "bf16"  # the weights' (deamoe.kernels.fp8.PRECISIONS)
 
 
-def checked_points(points: list[str], table) -> dict[tuple[str, int], dict]:
+def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tuple[str, int], dict]:
     """{(model, batch): the table's row} of every 'MODEL:BATCH' point, before any GPU work; a
-    PeerError naming the point, or the table and the row it lacks."""
+    PeerError naming the point, or the table and the row it lacks.  precision: the rows of
+    that weight precision (a table's `weight_dtype`; a table without it holds bf16 rows)."""
     import pandas as pd
 
     from deamoe.shapes import table1_row
@@ -68,6 +76,7 @@ def checked_points(points: list[str], table) -> dict[tuple[str, int], dict]:
     missing = {"model", "batch", "baseline_tile"} - set(df.columns)
     if missing:
         raise PeerError(f"{table}: missing column(s) {', '.join(sorted(missing))} of a microbench.csv")
+    df = df[df["weight_dtype"] == precision] if "weight_dtype" in df else df
     rows = {}
     for point in points:
         model, sep, batch = point.rpartition(":")
@@ -82,6 +91,22 @@ def checked_points(points: list[str], table) -> dict[tuple[str, int], dict]:
                             f"microbench.csv that measured it{hint}")
         rows[(model, int(batch))] = sel.iloc[0].to_dict()
     return rows
+
+
+def pick_table(points: list[str], table, precision: str):
+    """(the table whose baseline picks the points of `precision` run on, its rows): bf16's
+    `table`; an FP8 precision's own rows in microbench_fp8.csv beside it where that has them
+    all, else `table`'s bf16 picks (fitted to the scale blocks when run)."""
+    from deamoe.bench.points import FP8_FILE
+
+    fp8_table = Path(table).with_name(FP8_FILE)
+    if precision != "bf16" and fp8_table.is_file():
+        try:
+            return fp8_table, checked_points(points, fp8_table, precision)
+        except PeerError:
+            if not Path(table).is_file():
+                raise
+    return Path(table), checked_points(points, table)
 
 
 def _peer_shapes(tiny: bool):
@@ -104,7 +129,7 @@ def _peer_settings(settings, tiny: bool):
 
     if tiny:
         return MicrobenchSettings(rotate_bytes=1e5, max_copies=2, min_layers_per_graph=3,
-                                  routing_draws=2)
+                                  routing_draws=2, fp8_block=[32, 32])
     return settings or MicrobenchSettings()
 
 
@@ -206,20 +231,24 @@ def _peer_roofline(out: Path, prov: dict, peak, tiny: bool) -> float:
 def time_peer_point(peer, shape, weights, batch: int, tiles, inputs, s, rounds: int,
                     replays: int, shared=None) -> PeerPoint:
     """vLLM's layer (with its shared-expert MLP where the shape has shared experts) on every
-    layer copy, timed beside ours (_time_point)."""
+    layer copy, timed beside ours (_time_point); on FP8 weights (Fp8Weight stacks), vLLM's FP8
+    block path (deamoe.bench.vllm_peer_fp8.VllmFp8MoE)."""
     from deamoe.bench.microbench import graph_repeats, step_logits
+    from deamoe.bench.vllm_peer_fp8 import VllmFp8MoE
 
     def peer_shared(w):
         return (w["shared_gate"], w["shared_up"], w["shared_down"]) if shape.n_shared else None
 
-    moes = [VllmMoE(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert,
-                    peer_shared(w)) for w in weights]
+    fp8 = is_fp8(weights[0]["gate_proj"])
+    layer = VllmFp8MoE if fp8 else VllmMoE
+    moes = [layer(peer, w["gate_proj"], w["up_proj"], w["down_proj"], batch, shape.k_expert,
+                  peer_shared(w)) for w in weights]
     times, rel, experts, naive = _time_point(
         shape, weights, inputs, step_logits(weights, inputs), moes, tiles,
         graph_repeats(len(weights), s), rounds, replays, shared)
     tile = config_name(moes[0].config) + ("-naive" if naive else "")
     return PeerPoint(times, rel, experts, tile, None if shared is None else shared.stream,
-                     len(weights))
+                     len(weights), weights[0]["gate_proj"].fmt.precision if fp8 else "bf16")
 
 
 def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nbytes: float,
@@ -243,54 +272,71 @@ def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nby
             # the same columns with and without shared experts (0 and empty without)
             "n_shared": shape.n_shared, "shared_stream": p.shared_stream if shape.n_shared else None,
             "gpu": prov["device"], "torch": prov["torch"], "triton": prov["triton"],
-            "date": prov["date"], "git_sha": prov["git_sha"]})
+            "date": prov["date"], "git_sha": prov["git_sha"], **_fp8_columns(p)})
     return rows
+
+
+def _fp8_columns(p: PeerPoint) -> dict:
+    """The FP8 rows' weights and vLLM path (none on the bf16 rows: their columns stay those of
+    the committed table)."""
+    from deamoe.bench.vllm_peer_fp8 import VLLM_PATH
+
+    return {} if p.precision == "bf16" else {"weight_dtype": p.precision, "vllm_path": VLLM_PATH}
 
 
 def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
              replays: int = 50, tiny: bool = False, peak: float | None = None,
-             settings=None) -> int:
+             settings=None, precisions=("bf16",)) -> int:
     """Time each 'MODEL:BATCH' point (its baseline tile from `table`, a microbench.csv) as the
-    module docstring says; rows go to out/vllm_peer.csv as they finish.  peak: the read
-    roofline measured earlier in the same run (else measured here, into out/roofline.json).
-    settings: the microbenchmark's (layer copies, draws, seed), so both sides are timed as the
-    run's own table was; MicrobenchSettings() by default."""
+    module docstring says, in each weight precision of `precisions`; rows go to
+    out/vllm_peer.csv as they finish.  peak: the read roofline measured earlier in the same run
+    (else measured here, into out/roofline.json).  settings: the microbenchmark's (layer
+    copies, draws, seed, FP8 block), so both sides are timed as the run's own table was;
+    MicrobenchSettings() by default."""
     import pandas as pd
     import triton
 
-    from deamoe.decode.knobs import knobs_name, make_tiles
     from deamoe.bench.microbench import committed_points
+    from deamoe.decode.knobs import knobs_name, make_tiles
     from deamoe.io import write_csv
+    from deamoe.kernels.fp8 import fit_tiles
     from deamoe.provenance import provenance
 
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
         raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
                         "on the CPU, TRITON_INTERPRET=1)")
-    table_rows = checked_points(points, table)
+    tables = {p: pick_table(points, table, p) for p in precisions}
+    shared = [p for p in points if p.rpartition(":")[0].endswith(SHARED_SUFFIX)]
+    if shared and set(precisions) - {"bf16"}:
+        raise PeerError(f"{', '.join(shared)}: the FP8 peer runs layers without shared experts")
     peer = load_peer(kernel)
     out.mkdir(parents=True, exist_ok=True)
     prov = {**provenance("cuda" if cuda else "cpu"), "triton": triton.__version__}
     peak = _peer_roofline(out, prov, peak, tiny)
     s = _peer_settings(settings, tiny)
     rows = []
-    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
-            points, s, str(table), "cuda" if cuda else "cpu", shapes=_peer_shapes(tiny),
-            kinds=("baseline",)):
-        t0 = time.time()
-        if tiny:  # fp16 copies (see vllm_peer.check_rows) on default tiles
-            weights = [{k: v.half() for k, v in w.items()} for w in weights]
-            inputs = inputs.map(lambda j, x: x.half())
-            knobs = {}
-        p = time_peer_point(peer, shape, weights, batch, make_tiles(shape, knobs), inputs, s,
-                            rounds, replays,
-                            shared_tiles(shape, table_rows[(model, batch)], s.block_m))
-        rows += point_rows(model, batch, shape, p, knobs_name(knobs) or "default", nbytes, s,
-                           peak, prov, peer.VLLM_VERSION)
-        ours_us, peer_us = min(p.times["ours routed"]), min(p.times["vllm routed"])
-        print(f"{model:16s} {batch:4d} logits {min(p.times['ours logits']):8.1f}  routed "
-              f"{ours_us:8.1f}  vllm {peer_us:8.1f} ({ours_us / peer_us:.3f})  {p.peer_tile}  "
-              f"rel {p.rel:.1e}  {time.time() - t0:.0f}s", flush=True)
-        write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
-        del weights
+    for precision, (used, table_rows) in tables.items():
+        fmt = s.fp8_format(precision)
+        for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
+                points, s, str(used), "cuda" if cuda else "cpu", shapes=_peer_shapes(tiny),
+                kinds=("baseline",), fp8=fmt):
+            t0 = time.time()
+            if tiny:  # fp16 copies (see vllm_peer.check_rows) on default tiles
+                weights = [{k: v if is_fp8(v) else v.half() for k, v in w.items()}
+                           for w in weights]
+                inputs = inputs.map(lambda j, x: x.half())
+                knobs = {}
+            p = time_peer_point(peer, shape, weights, batch,
+                                fit_tiles(make_tiles(shape, knobs), fmt), inputs, s, rounds,
+                                replays, shared_tiles(shape, table_rows[(model, batch)], s.block_m))
+            rows += point_rows(model, batch, shape, p, knobs_name(knobs) or "default", nbytes, s,
+                               peak, prov, peer.VLLM_VERSION)
+            ours_us, peer_us = min(p.times["ours routed"]), min(p.times["vllm routed"])
+            print(f"{model:16s} {batch:4d} {precision:8s} logits "
+                  f"{min(p.times['ours logits']):8.1f}  routed {ours_us:8.1f}  vllm "
+                  f"{peer_us:8.1f} ({ours_us / peer_us:.3f})  {p.peer_tile}  rel {p.rel:.1e}  "
+                  f"{time.time() - t0:.0f}s", flush=True)
+            write_csv(out / "vllm_peer.csv", pd.DataFrame(rows))
+            del weights
     return 0

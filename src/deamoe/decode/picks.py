@@ -13,6 +13,10 @@ data, `tile_picks.json` next to this module, generated from the table by
     python -m deamoe.decode.picks reports/measured/h200/microbench.csv
 (tests/decode/test_picks.py fails when the two differ, so the table stays the one definition).
 `packaged()` returns those; `TilePicks.from_table(path)` reads any other microbench.csv.
+
+Picks are per precision as well (the `weight_dtype` column of an FP8 table, microbench_fp8.csv;
+absent: bf16).  A layer run with FP8 weights takes its precision's pick, or else the bf16 pick
+with each tile's BLOCK_K fitted to the scale blocks (deamoe.kernels.fp8.fit_tiles).
 """
 
 from __future__ import annotations
@@ -35,8 +39,14 @@ _NO_PICK = ("failed", "library")  # microbench.csv entries that name no tiles
 _COLUMN = {"moe": "baseline_tile", "deamoe": "deamoe_tile"}
 
 
-def shape_key(shape: MoEShape | DeaMoEShape) -> tuple:
-    return (shape.kind, *(getattr(shape, f) for f in KEY_FIELDS[shape.kind]))
+def shape_key(shape: MoEShape | DeaMoEShape, precision: str = "bf16") -> tuple:
+    """The picks' key of a layer shape (and of a precision other than bf16)."""
+    key = (shape.kind, *(getattr(shape, f) for f in KEY_FIELDS[shape.kind]))
+    return key if precision == "bf16" else (*key, precision)
+
+
+def _precision(key: tuple) -> str:
+    return key[-1] if len(key) > 1 + len(KEY_FIELDS[key[0]]) else "bf16"
 
 
 def nearest_batch(measured, batch: int) -> int:
@@ -60,10 +70,12 @@ class TilePicks:
         picks: dict = {}
         for r in rows:
             row = table1_row(r["model"])
+            precision = r.get("weight_dtype")
+            precision = precision if isinstance(precision, str) else "bf16"
             for shape in (row.baseline, row.deamoe):
                 name = r.get(_COLUMN[shape.kind])
                 if isinstance(name, str) and name not in _NO_PICK:
-                    picks.setdefault(shape_key(shape), {})[int(r["batch"])] = name
+                    picks.setdefault(shape_key(shape, precision), {})[int(r["batch"])] = name
         return cls(picks, source)
 
     @classmethod
@@ -88,27 +100,33 @@ class TilePicks:
             picks.setdefault(key, {}).update(by_batch)
         return TilePicks(picks, " + ".join(s for s in (self.source, other.source) if s))
 
-    def knobs(self, shape, batch: int) -> tuple[int, str] | None:
+    def knobs(self, shape, batch: int, precision: str = "bf16") -> tuple[int, str] | None:
         """(measured batch used, knobs name) for this shape at `batch`; None: never measured."""
-        by_batch = self.picks.get(shape_key(shape))
+        by_batch = self.picks.get(shape_key(shape, precision))
         if not by_batch:
             return None
         b = nearest_batch(by_batch, batch)
         return b, by_batch[b]
 
-    def tiles(self, shape, batch: int):
-        """MoETiles / DeaMoETiles for one decode step of `batch` tokens (defaults if unmeasured)."""
+    def tiles(self, shape, batch: int, fp8=None):
+        """MoETiles / DeaMoETiles for one decode step of `batch` tokens (defaults if unmeasured).
+        fp8: the Fp8Format of the layer's weights: its precision's pick, else the bf16 pick
+        fitted to its scale blocks."""
         from deamoe.decode.knobs import make_tiles, parse_knobs
+        from deamoe.kernels.fp8 import fit_tiles
 
-        found = self.knobs(shape, batch)
-        return make_tiles(shape, parse_knobs(found[1]) if found else {})
+        found = self.knobs(shape, batch, fp8.precision) if fp8 is not None else None
+        found = found or self.knobs(shape, batch)
+        return fit_tiles(make_tiles(shape, parse_knobs(found[1]) if found else {}), fp8)
 
     def to_json(self) -> dict:
         entries = []
         for key, by_batch in sorted(self.picks.items(), key=lambda kv: str(kv[0])):
             kind, values = key[0], key[1:]
-            entries.append({"kind": kind, "shape": dict(zip(KEY_FIELDS[kind], values)),
-                            "batches": {str(b): by_batch[b] for b in sorted(by_batch)}})
+            entry = {"kind": kind, "shape": dict(zip(KEY_FIELDS[kind], values))}
+            if _precision(key) != "bf16":
+                entry["precision"] = _precision(key)
+            entries.append({**entry, "batches": {str(b): by_batch[b] for b in sorted(by_batch)}})
         return {"source": self.source, "picks": entries}
 
     @classmethod
@@ -116,6 +134,7 @@ class TilePicks:
         picks = {}
         for e in obj["picks"]:
             key = (e["kind"], *(e["shape"][f] for f in KEY_FIELDS[e["kind"]]))
+            key = key if e.get("precision", "bf16") == "bf16" else (*key, e["precision"])
             picks[key] = {int(b): name for b, name in e["batches"].items()}
         return cls(picks, obj.get("source", ""))
 

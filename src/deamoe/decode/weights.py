@@ -6,6 +6,8 @@
               expert_gate, expert_up, expert_down                  [n_expert, h_ffn, h_ffn]
   shared experts (n_shared > 0), fused     shared_gate, shared_up [S, h];  shared_down [h, S]
   expert_bias (optional)                   [n_expert]: the selection-only routing bias
+Every FFN matrix (all but the router) may instead be block-scaled FP8 (deamoe.kernels.fp8.
+Fp8Weight, `fp8_weights`): the decode step then runs the FP8 layer, activations still bf16.
 """
 
 from __future__ import annotations
@@ -17,6 +19,17 @@ from deamoe.shapes import DeaMoEShape, MoEShape
 MOE_WEIGHTS = ("gate_proj", "up_proj", "down_proj")
 DEAMOE_WEIGHTS = ("dept_gate", "dept_up", "dept_down", "expert_gate", "expert_up", "expert_down")
 SHARED_WEIGHTS = ("shared_gate", "shared_up", "shared_down")
+FFN_WEIGHTS = MOE_WEIGHTS + DEAMOE_WEIGHTS + SHARED_WEIGHTS  # what FP8 quantises (not the router)
+
+
+def fp8_weights(w: dict, fmt) -> dict:
+    """A step's weights with every FFN matrix block-quantised in `fmt` (a deamoe.kernels.fp8.
+    Fp8Format; None: w itself), one at a time; the router and the selection bias as given."""
+    if fmt is None:
+        return w
+    from deamoe.kernels.fp8 import quantize
+
+    return {k: quantize(v, fmt) if k in FFN_WEIGHTS else v for k, v in w.items()}
 
 
 def layer_weights(layer) -> dict:
@@ -33,8 +46,10 @@ def layer_weights(layer) -> dict:
     return w
 
 
-def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, seed=0) -> dict:
-    """Weights of one layer under the step's names (fan-in scaled normals)."""
+def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, seed=0,
+                   fp8=None) -> dict:
+    """Weights of one layer under the step's names (fan-in scaled normals); fp8 (an Fp8Format):
+    the FFN matrices block-quantised (fp8_weights), each bf16 matrix dropped once quantised."""
     g = torch.Generator(device=device).manual_seed(seed)
     f, h = shape.h_ffn, shape.h
 
@@ -53,4 +68,6 @@ def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, 
     if shape.n_shared:  # the shared experts, fused (deamoe.model.layers.SharedExperts)
         S = shape.shared_ffn
         w.update(shared_gate=mat(S, h), shared_up=mat(S, h), shared_down=mat(h, S))
+    for name in [k for k in w if k in FFN_WEIGHTS and fp8 is not None]:
+        w[name] = fp8_weights({name: w.pop(name)}, fp8)[name]
     return w

@@ -6,6 +6,10 @@ poisons every buffer the kernel allocates (NaN for floats, huge values for ints)
 element cannot pass, and compares with `deamoe.model.layers.reference_forward` on float32
 weights holding exactly the kernel's (rounded) values: rel = ||out - ref|| / ||ref||.
 
+FP8 weights (check_case's `fp8`, deamoe.kernels.fp8): the FFN matrices block-quantised (the
+router stays in the layer's dtype), the reference on their dequantised float32 values, the
+default tiles' BLOCK_K fitted to the scale blocks.  Tolerances: `tolerance`.
+
 Routing patterns:
   random       router logits ~ N(0, 1), routed by deamoe.routing.route
   same         every token has the same logits: one group gets all T rows (many blocks)
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from deamoe.kernels.fp8 import Fp8Format, fit_tiles, is_fp8, quantize_weights
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
@@ -102,31 +107,41 @@ def _round_(layer, dtype) -> None:
 
 
 class _Upcast:
-    """Stands in for a low-precision parameter: indexing returns float32 (for the reference)."""
+    """Stands in for a low-precision parameter: indexing returns float32 (for the reference).
+    An FP8 weight (deamoe.kernels.fp8.Fp8Weight) is dequantised: a stack per gathered group, a
+    single matrix (the shared experts', sliced along its rows) whole, then indexed."""
 
-    def __init__(self, t: torch.Tensor):
+    def __init__(self, t):
         self.t = t
 
     def __getitem__(self, idx):
+        if is_fp8(self.t):
+            return self.t[idx].dequantize() if self.t.q.dim() == 3 else self.t.dequantize()[idx]
         return self.t[idx].float()
 
 
-def float32_reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torch.Tensor:
+def float32_reference(layer, x, ids, weights, budget_bytes: float = 2e9,
+                      fp8_weights: dict | None = None) -> torch.Tensor:
     """reference_forward of `layer` in float32 on its own (possibly rounded) weights, in chunks of
-    tokens whose intermediates stay under `budget_bytes`."""
+    tokens whose intermediates stay under `budget_bytes`.  fp8_weights: {parameter name:
+    Fp8Weight} the kernels run on instead (kernel_weights' names): the reference takes their
+    dequantised values."""
     import copy
 
     from deamoe.model.layers import reference_forward
 
     s = layer.shape
-    if any(p.dtype != torch.float32 for p in layer.parameters()):
+    fp8_weights = fp8_weights or {}
+    if fp8_weights or any(p.dtype != torch.float32 for p in layer.parameters()):
         layer = copy.copy(layer)  # shallow: same weights, reached through _Upcast
-        layer._parameters = {n: _Upcast(p) for n, p in layer._parameters.items()}
+        layer._parameters = {n: _Upcast(fp8_weights.get(n, p))
+                             for n, p in layer._parameters.items()}
         if s.n_shared:  # the shared experts' Linear weights likewise
             shared = copy.copy(layer.shared_experts)
             shared._modules = {n: copy.copy(m) for n, m in shared._modules.items()}
-            for m in shared._modules.values():
-                m._parameters = {n: _Upcast(p) for n, p in m._parameters.items()}
+            for name, m in shared._modules.items():
+                m._parameters = {n: _Upcast(fp8_weights.get(f"shared_experts.{name}.{n}", p))
+                                 for n, p in m._parameters.items()}
             layer._modules = {**layer._modules, "shared_experts": shared}
     per_token = ids.shape[1] * s.h_ffn * max(s.h, s.h_ffn) * 4
     chunk = max(1, int(budget_bytes // per_token))
@@ -137,9 +152,23 @@ def float32_reference(layer, x, ids, weights, budget_bytes: float = 2e9) -> torc
     return torch.cat(outs)
 
 
-def kernel_weights(layer, dtype) -> dict:
-    """The layer's parameters by name, in `dtype` and contiguous: what the kernels take."""
-    return {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
+def kernel_weights(layer, dtype, fp8: Fp8Format | None = None) -> dict:
+    """The layer's parameters by name, in `dtype` and contiguous: what the kernels take; with
+    `fp8`, every FFN matrix (all but the router) block-quantised in that format."""
+    w = {n: p.detach().to(dtype).contiguous() for n, p in layer.named_parameters()}
+    return w if fp8 is None else quantize_weights(w, [n for n in w if n != "router.weight"], fp8)
+
+
+def tolerance(device, dtype, fp8: Fp8Format | None = None) -> float:
+    """The battery's bound on rel (module doc): float32 on the CPU 1e-4, bf16 1e-2; with FP8
+    weights the same against the dequantised reference; w8a8 1e-1: its activations are
+    quantised per group at every GEMM input (e4m3: 3 mantissa bits, ~2.4% rms each), which
+    the reference does not do -- 2 GEMM inputs in the baseline (3.4-4.3e-2 on the CPU, vLLM's
+    w8a8 path alike), 4 in DeaMoE (5.5-6.6e-2 on the CPU; 5.8-6.4e-2 by float32 emulation at
+    DeepSeek-V3's and Qwen3's DeaMoE widths)."""
+    if fp8 is not None and fp8.activations == "fp8":
+        return 1e-1
+    return 1e-4 if (dtype == torch.float32 and str(device) == "cpu") else 1e-2
 
 
 def run_kernel(shape, w: dict, x, ids, weights, tiles=None, shared_tiles=None):
@@ -162,8 +191,10 @@ def run_kernel(shape, w: dict, x, ids, weights, tiles=None, shared_tiles=None):
 
 @torch.no_grad()
 def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=None,
-               shared_tiles=None) -> dict:
-    """Run one case; returns a row with the relative error and whether it passed."""
+               shared_tiles=None, fp8: Fp8Format | None = None) -> dict:
+    """Run one case; returns a row with the relative error and whether it passed.  fp8: the
+    layer's FFN matrices block-quantised in that format, against the reference on their
+    dequantised values."""
     shape = case.shape
     if layer is None:
         layer = build_layer(shape, device, case.seed)
@@ -172,22 +203,30 @@ def check_case(case: Case, device="cpu", dtype=torch.float32, layer=None, tiles=
     ids, weights = route(shape, _logits(case, n, device))
     g = torch.Generator(device="cpu").manual_seed(case.seed + 1)
     x = torch.randn(case.tokens, shape.h, generator=g).to(device=device, dtype=dtype)
-    ref = float32_reference(layer, x.float(), ids, weights)
-    w = kernel_weights(layer, dtype)
+    w = kernel_weights(layer, dtype, fp8)
+    ref = float32_reference(layer, x.float(), ids, weights,
+                            fp8_weights={k: v for k, v in w.items() if is_fp8(v)})
     if device != "cpu" and torch.cuda.is_available():  # poison the caching allocator's blocks
         junk = torch.full((64 << 20,), float("nan"), device=device)
         del junk
+    if fp8 is not None:
+        from deamoe.kernels.deamoe_decode import DeaMoETiles
+        from deamoe.kernels.fused_moe import MoETiles
+        from deamoe.kernels.shared_expert import SharedTiles
+
+        tiles = fit_tiles(tiles or (DeaMoETiles() if shape.kind == "deamoe" else MoETiles()), fp8)
+        shared_tiles = fit_tiles(shared_tiles or SharedTiles(), fp8)
     with poisoned_allocations():
         out = run_kernel(shape, w, x, ids, weights, tiles, shared_tiles).float()
     if device != "cpu":
         torch.cuda.synchronize()
     rel = ((out - ref).norm() / ref.norm().clamp_min(1e-30)).item()
     finite = bool(torch.isfinite(out).all())
-    tol = 1e-4 if (dtype == torch.float32 and device == "cpu") else 1e-2
+    tol = tolerance(device, dtype, fp8)
     return {
         "case": case.name, "kind": shape.kind, "tokens": case.tokens, "pattern": case.pattern,
-        "dtype": str(dtype).removeprefix("torch."), "rel_err": rel, "finite": finite,
-        "tol": tol, "ok": finite and rel < tol,
+        "dtype": str(dtype).removeprefix("torch."), "weights": fp8.precision if fp8 else "bf16",
+        "rel_err": rel, "finite": finite, "tol": tol, "ok": finite and rel < tol,
     }
 
 
@@ -216,17 +255,23 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
     return [dataclasses.replace(shape, operator=op) for op in ("gelu", "rmsnorm", "none")]
 
 
-def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None) -> list[dict]:
-    """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes."""
+def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None,
+                 fp8: Fp8Format | None = None) -> list[dict]:
+    """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes; fp8:
+    every case on block-quantised FFN matrices (small shapes: blocks of 32, so they hold
+    several; the Table 1 shapes in `fp8`'s own blocks)."""
     from deamoe.shapes import TABLE1
 
+    small = fp8 and dataclasses.replace(fp8, block_n=32, block_k=32)
     rows = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():
         for seed, tokens in enumerate((1, 37, 256)):
             for pattern in PATTERNS:
-                rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype))
+                rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype,
+                                       fp8=small))
     for shape in operator_variants(small_shapes()["deamoe-small"]):
-        rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device, dtype))
+        rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device,
+                               dtype, fp8=small))
     for model, row in TABLE1.items():
         if models is not None and model not in models:
             continue
@@ -235,7 +280,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
             cases = [Case(model, shape, t, "random", seed=20 + t) for t in table1_tokens]
             cases += [Case(model, shape, 64, "same", 1), Case(model, shape, 64, "empty", 2)]
             for case in cases:
-                rows.append(check_case(case, device, dtype, layer=layer))
+                rows.append(check_case(case, device, dtype, layer=layer, fp8=fp8))
                 if progress is not None:
                     progress.update(1)
             del layer

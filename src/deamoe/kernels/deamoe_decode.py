@@ -66,7 +66,8 @@ DEPT_DOWN = GemmSpec(a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=T
 
 
 class DeaMoEWeights(NamedTuple):
-    """A DeaMoE layer's six weight stacks (deamoe.model.layers.DeaMoE's names, nn.Linear layout)."""
+    """A DeaMoE layer's six weight stacks (deamoe.model.layers.DeaMoE's names, nn.Linear layout;
+    bf16, or block-scaled FP8: deamoe.kernels.fp8.Fp8Weight)."""
 
     dept_gate: torch.Tensor  # [n_dept, h_ffn, h]
     dept_up: torch.Tensor  # [n_dept, h_ffn, h]
@@ -114,16 +115,18 @@ class DeaMoETiles:
     # 96-128 tokens, rel err 4.1-4.6e-3 against 3.7-3.9e-3); off: fp32 S
     s_bf16: bool = True
 
-    def shared_memory(self, itemsize: int = 2) -> int:
+    def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles
-        (GemmSpec.shared_memory; S counted at `itemsize`, as with s_bf16)."""
+        (GemmSpec.shared_memory; S counted at `itemsize`, as with s_bf16; fp8: the Fp8Format of
+        FP8 weights)."""
         dept_up_m = {self.dense_block_m or self.dept_block_m} if self.dense_dept_up else set()
         if not self.dense_dept_up or self.dense_parts:  # the routed department up-projection
             dept_up_m.add(self.dept_block_m)
-        return max([DEPT_UP.on(self.dept_up).shared_memory(m, itemsize) for m in dept_up_m]
-                   + [EXPERT_UP.on(self.expert_up).shared_memory(self.expert_block_m, itemsize),
-                      EXPERT_DOWN.on(self.expert_down).shared_memory(self.expert_block_m, itemsize),
-                      DEPT_DOWN.on(self.dept_down).shared_memory(self.dept_block_m, itemsize)])
+        sizes = (itemsize, fp8)
+        return max([DEPT_UP.on(self.dept_up).shared_memory(m, *sizes) for m in dept_up_m]
+                   + [EXPERT_UP.on(self.expert_up).shared_memory(self.expert_block_m, *sizes),
+                      EXPERT_DOWN.on(self.expert_down).shared_memory(self.expert_block_m, *sizes),
+                      DEPT_DOWN.on(self.dept_down).shared_memory(self.dept_block_m, *sizes)])
 
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,

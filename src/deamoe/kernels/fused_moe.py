@@ -7,7 +7,8 @@ where the output is summed in fp32 (`MoETiles.out_bf16` off, or no bf16 atomics 
 With split_launches=n the experts are cut into n contiguous parts, each part's two GEMMs on its
 own CUDA stream (the parts share only the atomically summed output), so one part's launch ramp
 and tail overlap another's work; the same option as DeaMoE's.
-The weights are those of `deamoe.model.layers.MoE`: gate/up [E, h_ffn, h], down [E, h, h_ffn].
+The weights are those of `deamoe.model.layers.MoE`: gate/up [E, h_ffn, h], down [E, h, h_ffn],
+bf16 or block-scaled FP8 (deamoe.kernels.fp8.Fp8Weight; activations stay in x's dtype).
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ class MoETiles:
     # layers 1.3-16.5 us faster per layer on the H200, max rel err 4.5e-3); off: fp32 and a cast
     out_bf16: bool = True
 
-    def shared_memory(self, itemsize: int = 2) -> int:
+    def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles
-        (GemmSpec.shared_memory)."""
-        return max(W13.on(self.w13).shared_memory(self.block_m, itemsize),
-                   W2.on(self.w2).shared_memory(self.block_m, itemsize))
+        (GemmSpec.shared_memory; fp8: the Fp8Format of FP8 weights)."""
+        return max(W13.on(self.w13).shared_memory(self.block_m, itemsize, fp8),
+                   W2.on(self.w2).shared_memory(self.block_m, itemsize, fp8))
 
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):

@@ -23,8 +23,9 @@ tile option, `TileConfig.nfast`), N-tile fastest, so neighbouring programs strea
 whole weight matrix -- 1.4-2.2% faster alone for Qwen3's many small DeaMoE experts.  Programs
 past the device-side num_blocks exit at once: the grid never depends on the routing, so no host
 sync.
-Weights are [G, N, K] row-major (nn.Linear layout, K contiguous).  A launch is described by one
-`GemmSpec` (row modes, epilogue, accumulation and the searched TileConfig); each layer names its
+Weights are [G, N, K] row-major (nn.Linear layout, K contiguous), bf16 or block-scaled FP8
+(deamoe.kernels.fp8; the scales applied per K block in the main loop: kernels.fp8_mma).  A
+launch is described by one `GemmSpec` (row modes, epilogue, accumulation and the searched TileConfig); each layer names its
 GEMMs' specs once and launches them on the tiles of its MoETiles / DeaMoETiles.
 """
 
@@ -39,6 +40,8 @@ import triton
 import triton.language as tl
 
 from deamoe.kernels.align import Alignment
+from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
+from deamoe.kernels.fp8_mma import fp8_operands, scaled_mma
 
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
@@ -109,18 +112,33 @@ def _rows(p, ok, ids_ptr, k_top, n_dept, per_group, MODE: tl.constexpr):
     return r.to(tl.int64)
 
 
+@triton.jit
+def _mma(acc, a, b, DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc + a @ b for a [BLOCK_M, BLOCK_K] and the weight tile b [BLOCK_K, BLOCK_N] of one
+    dtype (acc transposed with SWAP_AB)."""
+    if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
+        b = b.to(tl.float32)
+    a = a.to(b.dtype)
+    if SWAP_AB:
+        acc = tl.dot(tl.trans(b), tl.trans(a), acc)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
 # ints that vary with the batch are not specialised on (divisibility by 16): one compile serves
 # every batch size, which keeps the tile search's compile time on the device small
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr, sg_ptr, su_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
-    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off,
+    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off, stride_se, stride_sn,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
+    W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -157,6 +175,8 @@ def grouped_gemm_kernel(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
+        s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
@@ -170,28 +190,31 @@ def grouped_gemm_kernel(
             bg = tl.trans(bg_ptr.load([b_row, k0]))
         else:
             bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
-        if DOT_F32:  # interpreter only: its bf16 tl.dot is wrong (triton 3.9), fp32 is exact
-            bg = bg.to(tl.float32)
-        a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(bg.dtype)
-        if SWAP_AB:
-            acc = tl.dot(tl.trans(bg), tl.trans(a), acc)
+        a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+        if W_FP8:
+            a, a_s = fp8_operands(a, A_FP8, DOT_F32)
+            sg = tl.load(sg_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
+            acc += scaled_mma(a, bg, sg, a_s, A_FP8, DOT_F32, SWAP_AB)
         else:
-            acc = tl.dot(a, bg, acc)
+            acc = _mma(acc, a, bg, DOT_F32, SWAP_AB)
         if GATED:
             if B_DESC:
                 bu = tl.trans(bu_ptr.load([b_row, k0]))
             else:
                 bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
-            if DOT_F32:
-                bu = bu.to(tl.float32)
             if EPI == 1:
-                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0).to(bu.dtype)
+                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
+                if W_FP8:
+                    au, au_s = fp8_operands(au, A_FP8, DOT_F32)
             else:
                 au = a
-            if SWAP_AB:
-                acc_u = tl.dot(tl.trans(bu), tl.trans(au), acc_u)
+                if W_FP8:
+                    au_s = a_s
+            if W_FP8:
+                su = tl.load(su_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
+                acc_u += scaled_mma(au, bu, su, au_s, A_FP8, DOT_F32, SWAP_AB)
             else:
-                acc_u = tl.dot(au, bu, acc_u)
+                acc_u = _mma(acc_u, au, bu, DOT_F32, SWAP_AB)
             if not B_DESC:
                 bu_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
@@ -305,23 +328,29 @@ class GemmSpec:
         if self.act not in ACTS:
             raise ValueError(f"grouped_gemm: act={self.act!r} is not one of {', '.join(ACTS)}")
 
-    def shared_memory(self, block_m: int, itemsize: int = 2) -> int:
+    def shared_memory(self, block_m: int, itemsize: int = 2, fp8=None) -> int:
         """A lower bound of the shared memory (bytes) Triton gives this GEMM's kernel at BLOCK_M
         rows, from the tile alone, before compiling.  The MMA reads its operands through shared
         memory, and the software pipeline keeps num_stages - 1 copies (one more for Hopper's
         asynchronous wgmma, taken where the MMA's M side -- BLOCK_M, or BLOCK_N with swap -- is
         >= 64; one copy without pipelining) of A's BLOCK_M x BLOCK_K tile and, with TMA, of
         each weight tile BLOCK_N x BLOCK_K (two when gated); a weight tile loaded without TMA
-        takes one.  All of `itemsize` bytes.  What else the compiler may add (a second A tile
-        for EPI_SWIGLU's up input, the epilogue's scratch, barriers) is left out: a tile set
-        over the device's limit by this count cannot compile, so the search skips it without
-        losing one that would (`bench smem-check` compares it with Triton's own count)."""
+        takes one.  All of `itemsize` bytes.  With FP8 weights (`fp8`, an Fp8Format) the
+        weights' of 1, and of A only what Triton was seen to keep on sm_90: one e4m3 copy
+        (w8a8: A quantised in registers), none (weight-only: A may share the weights'
+        buffers -- the swapped TMA tile keeps no other).  What else the
+        compiler may add (a second A tile for EPI_SWIGLU's up input, the epilogue's scratch,
+        barriers) is left out: a tile set over the device's limit by this count cannot
+        compile, so the search skips it without losing one that would (`bench smem-check`
+        compares it with Triton's own count)."""
         t = self.tile
         wgmma = (t.block_n if t.swap else block_m) >= 64 and t.num_warps % 4 == 0
         copies = 1 if t.num_stages == 1 else t.num_stages - 1 + wgmma
         gated = 1 if self.epi == EPI_ACT else 2
         weights = copies * gated * t.block_n if t.tma else t.block_n
-        return t.block_k * (copies * block_m + weights) * itemsize
+        if fp8 is None:
+            return t.block_k * (copies * block_m + weights) * itemsize
+        return t.block_k * ((block_m if fp8.activations == "fp8" else 0) + weights)
 
     def on(self, tile: TileConfig, **sizes) -> "GemmSpec":
         """This GEMM on `tile`, with the fields a layer knows only from its weights' shapes
@@ -348,50 +377,62 @@ def shared_memory_limit(device) -> int | None:
 
 def grouped_gemm(
     a: torch.Tensor,
-    bg: torch.Tensor,
+    bg: torch.Tensor | Fp8Weight,
     c: torch.Tensor,
     al: Alignment,
     ids: torch.Tensor,
     spec: GemmSpec,
     *,
-    bu: torch.Tensor | None = None,
+    bu: torch.Tensor | Fp8Weight | None = None,
     weights: torch.Tensor | None = None,
     groups: tuple[int, int] | None = None,
     warmup: bool = False,
 ):
-    """Launch the primitive as `spec` says. bg/bu: [G, N, K]; a: rows of width >= K (+ a_up_off);
-    c: output (returned); weights: the routing weight of each pair (WEIGHTED).  groups=(lo, hi):
-    only the blocks of groups lo..hi-1 are computed (the rest exit at once).  warmup: compile
-    for these arguments without launching and return Triton's compiled kernel (its
-    metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
+    """Launch the primitive as `spec` says. bg/bu: [G, N, K] tensors, or block-scaled FP8
+    weights (deamoe.kernels.fp8.Fp8Weight: the scales applied per K block in the main loop,
+    activations quantised per group there too where its format says w8a8); a: rows of width
+    >= K (+ a_up_off); c: output (returned); weights: the routing weight of each pair
+    (WEIGHTED).  groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit
+    at once).  warmup: compile for these arguments without launching and return Triton's
+    compiled kernel (its metadata.shared is the shared memory the kernel needs: `bench
+    smem-check`)."""
     G, N, K = bg.shape
     tile = spec.tile
-    if bg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
+    fp8 = gemm_weights_fp8(bg, bu, tile.block_k)
+    qg, qu = (bg.q, bu.q if bu is not None else None) if fp8 else (bg, bu)
+    if qg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
     if (spec.epi != EPI_ACT) != (bu is not None):
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
-    if bu is not None and (bu.shape != bg.shape or bu.stride() != bg.stride()):
+    if qu is not None and (qu.shape != qg.shape or qu.stride() != qg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
     if spec.atomic and c.dtype not in (torch.float32, torch.bfloat16):
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
-    b_gate, b_up = bg, bg if bu is None else bu
+    b_gate, b_up = qg, qg if qu is None else qu
     if tile.tma:
-        b_gate = _weight_desc(bg, tile)
-        b_up = b_gate if bu is None else _weight_desc(bu, tile)
+        b_gate = _weight_desc(qg, tile)
+        b_up = b_gate if qu is None else _weight_desc(qu, tile)
+    s_gate = bg.scale if fp8 else qg  # (a placeholder pointer where the weights have no scales)
+    s_up = bu.scale if fp8 and bu is not None else s_gate
+    fmt = bg.fmt if fp8 else None
     launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
         else grouped_gemm_kernel[grid]
     kernel = launch(
         a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
+        s_gate, s_up,
         N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
-        a.stride(0), bg.stride(0), bg.stride(1), c.stride(0), spec.a_up_off, spec.c_up_off,
+        a.stride(0), qg.stride(0), qg.stride(1), c.stride(0), spec.a_up_off, spec.c_up_off,
+        s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0,
         A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
         WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast, num_warps=tile.num_warps,
-        num_stages=tile.num_stages,
+        B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
+        W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
+        GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1,
+        num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from deamoe.kernels.fp8 import weight_bytes
+
 
 def _used(ids: torch.Tensor, per_group: int) -> int:
     return int(torch.unique(ids // per_group).numel())
@@ -31,7 +33,7 @@ def stage_times(stages, ids: torch.Tensor, per_group: dict[str, int], reps: int 
         nbytes = 0
         if tensors:
             used = _used(ids, per_group[name])
-            nbytes = used * sum(t[0].numel() * t.element_size() for t in tensors)
+            nbytes = used * sum(weight_bytes(t[0]) for t in tensors)
         rows.append({"stage": name, "us": ms * 1e3, "bytes": nbytes,
                      "tbps": nbytes / (ms * 1e-3) / 1e12 if nbytes else float("nan")})
     return rows

@@ -21,7 +21,7 @@ from deamoe.report.train_throughput import train_throughput
 from deamoe.parse import from_dict
 
 TABLES = ("table1", "figure2", "figure3", "figure3_slo", "figure3_slo_decode", "figure4_5",
-          "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
+          "figure4_5_fp8", "decode_tpot", "vllm_peer", "table2", "table3", "table4", "pretrain", "pretrain_gpu",
           "table2_gpu", "table3_gpu", "table4_gpu", "tokens_axis", "train_throughput")
 PROV_COLUMNS = ("profile", "model_size", "tokens", "device", "versions", "git_sha", "date")
 # per-row provenance columns some stages write into their tables: shown once, in the
@@ -180,7 +180,8 @@ def _index(arts: dict, profile: str | None, claims: list) -> str:
              "| artifact | status | table | figure |", "|---|---|---|---|"]
     fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
               "figure3_slo_decode": "figure3_slo_decode",
-              "figure4_5": "figure4_5_microbench", "table4": "table4_loss_curves",
+              "figure4_5": "figure4_5_microbench", "figure4_5_fp8": "figure4_5_fp8",
+              "table4": "table4_loss_curves",
               "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves"),
               "tokens_axis": tuple(tokens_axis.FIGURES)}
     for key in TABLES:

@@ -19,15 +19,16 @@ import seaborn as sns  # noqa: E402
 from deamoe.io import atomic_path  # noqa: E402
 from deamoe import paper  # noqa: E402
 from deamoe.shapes import SHARED_SUFFIX  # noqa: E402
-from deamoe.report import decode_slo, ladder, tokens_axis  # noqa: E402
+from deamoe.report import decode_slo, fp8_panel, ladder, tokens_axis  # noqa: E402
 from deamoe.report.annotate import footer, not_run_panel  # noqa: E402
 from deamoe.report.artifact import Artifact  # noqa: E402
 from deamoe.report.tables import tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",
+           "figure4_5_fp8",
            "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves",
            *tokens_axis.FIGURES)
-PANEL_MODELS = ("Baseline-7B", "DeepSeek-V3", "Qwen3-235B-A22B")
+PANEL_MODELS = paper.FIG45_MODELS
 
 
 def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
@@ -238,6 +239,7 @@ def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[P
         "figure3_tpot": figure3(arts["figure3"]),
         "figure3_slo_decode": decode_slo.figure(arts["figure3_slo_decode"]),
         "figure4_5_microbench": figure45(arts["figure4_5"]),
+        "figure4_5_fp8": fp8_panel.figure(arts["figure4_5_fp8"]),
         "table4_loss_curves": loss_curves(arts["table4"], "Table 4: ablation variants, training loss", paper_t4),
         "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),
         "quality_gap": quality_gap(arts["pretrain_gpu"]),

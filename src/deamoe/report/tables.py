@@ -65,6 +65,14 @@ def figure2(results: Path, profile: str | None) -> Artifact:
         table = pd.DataFrame({"tokens": [t0, t1], "reproduced": [NOT_RUN, NOT_RUN]})
     notes = [f"paper (text): DeepSeek-V3 ratio within {lo:.1%}..{hi:.1%} for {t0}..{t1} tokens; "
              f"largest reduction {1 - paper.FIG2_MIN_RATIO:.1%}"]
+    if src.ok and "ratio_fp8" in src.frame:
+        f = src.frame
+        notes.append("in FP8 (e4m3 values and a float32 scale per 128 x 128 block, as "
+                     "DeepSeek-V3 ships its experts; the same routings): ratio "
+                     f"{f.ratio_fp8.min():.3f}..{f.ratio_fp8.max():.3f} (bf16 "
+                     f"{f.ratio.min():.3f}..{f.ratio.max():.3f}); FP8 bytes "
+                     f"{(f.baseline_bytes_fp8 / f.baseline_bytes).max():.4f} of bf16's at most "
+                     "(loading.csv: *_bytes_fp8)")
     return Artifact("figure2", "Figure 2: expected loaded expert weights per step, DeaMoE / "
                     "baseline", table, [src], notes, data=src.frame)
 
@@ -339,6 +347,8 @@ def vllm_peer(results: Path, measured: Path, profile: str | None) -> Artifact:
         return Artifact("vllm_peer", "vLLM's fused MoE beside our baseline on the same GPU",
                         pd.DataFrame({"vLLM kernel on the same GPU": [NOT_RUN]}), [src])
     df = src.frame
+    if "weight_dtype" in df:  # FP8 rows: the FP8 panel's (report/fp8_panel.py)
+        df = df[df["weight_dtype"].isna() | (df["weight_dtype"] == "bf16")]
     us = df.pivot_table(index=["model", "batch"], columns="variant", values="us",
                         aggfunc="first", sort=False)
     first = df.groupby(["model", "batch"], sort=False).first()
@@ -392,10 +402,13 @@ def decode_tpot(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 def build_all(results: Path, measured: Path, profile: str | None) -> list[Artifact]:
     from deamoe.report.decode_slo import decode_slo
+    from deamoe.report.fp8_panel import figure45_fp8
+
     results, measured = Path(results), Path(measured)
     return [table1(results, profile), figure2(results, profile), figure3(results, profile),
             figure3_slo(results, profile), decode_slo(results, measured, profile),
             figure45(results, measured, profile),
+            figure45_fp8(results, measured, profile),
             decode_tpot(results, measured, profile), vllm_peer(results, measured, profile),
             table2(results, profile), table3(results, profile), table4(results, profile),
             pretrain(results, profile)]

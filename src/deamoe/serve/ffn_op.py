@@ -21,18 +21,34 @@ import torch
 
 from deamoe.decode import step
 from deamoe.decode.picks import packaged
-from deamoe.decode.weights import layer_weights
+from deamoe.decode.weights import fp8_weights, layer_weights
 from deamoe.model.layers import DeaMoE, MoE
 
 
-def decode_ffn(layer: MoE | DeaMoE, x: torch.Tensor, picks=None) -> torch.Tensor:
+def decode_ffn(layer: MoE | DeaMoE, x: torch.Tensor, picks=None, fp8=None) -> torch.Tensor:
     """layer(x) on the Triton kernels: x [..., h] -> [..., h].
 
-    picks: a deamoe.decode.picks.TilePicks, or None for the packaged H200 picks."""
+    picks: a deamoe.decode.picks.TilePicks, or None for the packaged H200 picks.  fp8: a
+    deamoe.kernels.fp8.Fp8Format: the layer runs on its FFN matrices block-quantised in it
+    (`fp8_layer_weights`, quantised at the first call), with that precision's picks."""
     lead, h = x.shape[:-1], x.shape[-1]
     x = x.reshape(-1, h)
-    tiles = (picks if picks is not None else packaged()).tiles(layer.shape, x.shape[0])
-    return step.ffn_step(layer.shape, layer_weights(layer), x, tiles=tiles).reshape(*lead, h)
+    tiles = (picks if picks is not None else packaged()).tiles(layer.shape, x.shape[0], fp8)
+    w = layer_weights(layer) if fp8 is None else fp8_layer_weights(layer, fp8)
+    return step.ffn_step(layer.shape, w, x, tiles=tiles).reshape(*lead, h)
+
+
+def fp8_layer_weights(layer: MoE | DeaMoE, fmt) -> dict:
+    """The layer's step weights with its FFN matrices in `fmt` (deamoe.decode.weights.
+    fp8_weights), quantised once and kept on the layer for the format and the weights it was
+    made from (a reload of the weights makes it again): call it eagerly before a CUDA graph
+    captures the step, as vLLM's warm-up does, so the capture holds no quantisation."""
+    w = layer_weights(layer)
+    made_from = tuple(t.data_ptr() for t in w.values() if isinstance(t, torch.Tensor))
+    cache = layer.__dict__.setdefault("_fp8_weights", {})
+    if cache.get(fmt, (None,))[0] != made_from:
+        cache[fmt] = (made_from, fp8_weights(w, fmt))
+    return cache[fmt][1]
 
 
 def kernels_available() -> bool:

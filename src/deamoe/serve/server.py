@@ -17,6 +17,7 @@ every vLLM process.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -28,7 +29,7 @@ import urllib.request
 from pathlib import Path
 
 from deamoe.errors import DeaMoEError
-from deamoe.serve.settings import ServeSettings
+from deamoe.serve.settings import FFN_WEIGHTS_KEY, ServeSettings
 
 LOG_TAIL_LINES = 40
 
@@ -84,6 +85,8 @@ def server_command(checkpoint: str | Path, port: int, name: str, s: ServeSetting
         cmd += ["--kv-cache-memory-bytes", s.kv_cache_memory_bytes]
     if needs_eager(s):
         cmd.append("--enforce-eager")
+    if s.ffn_weights != "bf16":  # read by the model's FFN (deamoe.serve.vllm_model)
+        cmd += ["--hf-overrides", json.dumps({FFN_WEIGHTS_KEY: s.ffn_weights})]
     return cmd + list(s.extra_server_args)
 
 

@@ -8,6 +8,8 @@ from deamoe.errors import ConfigError
 
 CLIENTS = ("auto", "vllm", "builtin")
 SLO_METRICS = ("tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms", "tpot_server_mean_ms")
+# the model config key (set by --hf-overrides) that carries serve.ffn_weights to the vLLM model
+FFN_WEIGHTS_KEY = "deamoe_ffn_weights"
 
 
 @dataclass
@@ -34,6 +36,9 @@ class ServeSettings:
     client: str = "auto"  # vllm: vLLM's benchmark client; builtin: deamoe.serve.client
     seed: int = 0
     extra_server_args: list[str] = field(default_factory=list)
+    # the GPU FFN kernels' weights: bf16, or block-scaled FP8 (128 x 128 blocks) weight-only
+    # ("fp8") or with activations quantised per group ("fp8-w8a8"); the PyTorch path stays bf16
+    ffn_weights: str = "bf16"
 
     def __post_init__(self):
         if not self.concurrency or any(c < 1 for c in self.concurrency):
@@ -52,6 +57,12 @@ class ServeSettings:
                 f"serve.slo_metric={self.slo_metric!r} is not one of {', '.join(SLO_METRICS)}")
         if self.client not in CLIENTS:
             raise ConfigError(f"serve.client={self.client!r} is not one of {', '.join(CLIENTS)}")
+        if self.ffn_weights != "bf16":  # (the default imports no kernel code: light imports)
+            from deamoe.kernels.fp8 import PRECISIONS
+
+            if self.ffn_weights not in PRECISIONS:
+                raise ConfigError(f"serve.ffn_weights={self.ffn_weights!r} is not one of "
+                                  f"{', '.join(PRECISIONS)}")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
 

@@ -50,8 +50,10 @@ from vllm.utils.torch_utils import (
     direct_register_custom_op,
 )
 
+from deamoe.kernels.fp8 import Fp8Format
 from deamoe.model.layers import DeaMoE, MoE, build_ffn
 from deamoe.serve.ffn_op import decode_ffn, kernels_available
+from deamoe.serve.settings import FFN_WEIGHTS_KEY
 
 logger = init_logger(__name__)
 
@@ -63,7 +65,7 @@ _QKV = {"q_proj": "q", "k_proj": "k", "v_proj": "v"}
 # --------------------------------------------------------------------------------------------
 
 
-def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
+def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor, fp8=None) -> torch.Tensor | None:
     """GPU path: deamoe.serve.ffn_op.decode_ffn -- the Triton decode kernels with the committed
     H200 tile picks for this layer's shape and batch, routing on the GPU without host
     synchronisation, so the CUDA graphs vLLM captures around this op contain the kernels.
@@ -72,7 +74,7 @@ def _gpu_ffn(layer: MoE | DeaMoE, x: torch.Tensor) -> torch.Tensor | None:
     if not kernels_available():
         logger.warning_once("triton unavailable: PyTorch FFN path on GPU (needs --enforce-eager)")
         return None
-    return decode_ffn(layer, x)  # with the shared experts, if any (ffn_step adds them)
+    return decode_ffn(layer, x, fp8=fp8)  # with the shared experts, if any (ffn_step adds them)
 
 
 def _ffn_op(x: torch.Tensor, layer_name: LayerNameType) -> torch.Tensor:
@@ -97,6 +99,9 @@ class DeaMoEFFN(nn.Module):
         super().__init__()
         config = vllm_config.model_config.hf_config
         self.layer_name = prefix
+        # serve.ffn_weights, passed as --hf-overrides (deamoe.serve.server): the GPU kernels
+        # run on the FFN matrices block-quantised to FP8 (deamoe.kernels.fp8), or bf16
+        self.fp8 = Fp8Format.of(getattr(config, FFN_WEIGHTS_KEY, "bf16"))
         # The checkpoint's weight names are model.layers.N.mlp.<param>: keep the layer's
         # parameters directly on this module (no extra name level).
         layer = build_ffn(config.ffn_shape(), config.init_std)
@@ -128,7 +133,7 @@ class DeaMoEFFN(nn.Module):
 
     def forward_impl(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda:
-            out = _gpu_ffn(self.ffn, x)
+            out = _gpu_ffn(self.ffn, x, self.fp8)
             if out is not None:
                 return out
         return self.ffn(x)  # deamoe.model.layers: route() + two-stage grouped forward

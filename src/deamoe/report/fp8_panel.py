@@ -1,0 +1,130 @@
+"""Figures 4/5 in FP8: both decode layers on block-scaled FP8 weights (deamoe.kernels.fp8), as
+DeepSeek-V3 ships its experts, beside their bf16 rows and vLLM's FP8 fused MoE.
+
+Reads the microbenchmark's FP8 table (microbench_fp8.csv: one row per model, weight precision
+and batch, the columns of microbench.csv) -- this run's, else the committed H200 one, else "not
+run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
+vllm_peer.csv where a peer run made them.  Per row: time of both layers, DeaMoE's speedup, the
+ideal (bytes) speedup of the same routings in FP8 (values + block scales), the fraction of it
+reached, and each layer's fraction of the read roofline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from deamoe import paper
+from deamoe.report.annotate import footer, not_run_panel
+from deamoe.report.artifact import NOT_RUN, Artifact
+from deamoe.report.sources import microbench_source, read_csv
+
+KEY = "figure4_5_fp8"
+TITLE = "Figures 4/5 in FP8: per-layer decode speedup on block-scaled FP8 weights"
+REQUIRED = ("model", "weight_dtype", "batch", "baseline_us", "deamoe_us")
+PANEL_MODELS = paper.FIG45_MODELS
+LABELS = {"fp8": "FP8 weights, bf16 activations", "fp8-w8a8": "FP8 weights and activations (w8a8)"}
+
+
+def _bf16_speedups(results: Path, measured: Path, profile) -> dict:
+    """{(model, batch): (speedup, speedup / ideal)} of the bf16 table beside it."""
+    src = microbench_source(results, measured, "microbench.csv",
+                            ("model", "batch", "baseline_us", "deamoe_us"), profile)
+    if not src.ok or "ideal_speedup" not in src.frame:
+        return {}
+    f = src.frame
+    speed = f["baseline_us"] / f["deamoe_us"]
+    return {(m, int(b)): (s, s / i) for m, b, s, i in zip(f.model, f.batch, speed, f.ideal_speedup)}
+
+
+def _vllm_fp8(results: Path, measured: Path) -> dict:
+    """{(model, batch, precision): (vLLM routed us, ours routed us)} of the peer's FP8 rows."""
+    for path in (results / "microbench" / "vllm_peer.csv", measured / "vllm_peer.csv"):
+        src = read_csv(path, required=("model", "batch", "variant", "us"))
+        if src.ok and "weight_dtype" in src.frame:
+            f = src.frame[src.frame["weight_dtype"].notna()]
+            us = f.pivot_table(index=["model", "batch", "weight_dtype"], columns="variant",
+                               values="us", aggfunc="min")
+            return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed"))
+                    for (m, b, p), r in us.iterrows()}
+    return {}
+
+
+def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact:
+    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile)
+    goals = ("goals on one H200: DeaMoE FP8 speedup >= 0.95 of the ideal (bytes) speedup for "
+             "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
+             "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
+             "the read roofline for DeepSeek-V3 at >= 16 tokens")
+    if not src.ok:
+        table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
+        return Artifact(KEY, TITLE, table, [src], [goals])
+    bf16 = _bf16_speedups(results, measured, profile)
+    peer = _vllm_fp8(results, measured)
+    rows = []
+    for r in src.frame.to_dict("records"):
+        key = (r["model"], int(r["batch"]))
+        speedup = r["baseline_us"] / r["deamoe_us"]
+        row = {"model": r["model"], "weight_dtype": r["weight_dtype"], "batch": key[1],
+               "baseline_us": r["baseline_us"], "deamoe_us": r["deamoe_us"], "speedup": speedup}
+        if "ideal_speedup" in r:
+            row.update({"ideal_speedup": r["ideal_speedup"],
+                        "speedup / ideal": speedup / r["ideal_speedup"]})
+        for kind in ("baseline", "deamoe"):
+            if f"{kind}_frac_peak" in r:
+                row[f"{kind} % read roofline"] = 100 * r[f"{kind}_frac_peak"]
+        if key in bf16:
+            row["bf16 speedup"], row["bf16 speedup / ideal"] = bf16[key]
+        vllm, ours = peer.get((*key, r["weight_dtype"]), (None, None))
+        if vllm is not None and ours is not None:
+            row.update({"vLLM FP8 routed_us": vllm, "ours routed_us": ours,
+                        "ours routed speed vs vLLM FP8": vllm / ours})
+        rows.append(row)
+    notes = ([src.reason] if src.reason else []) + [
+        "FP8: e4m3 values with one float32 scale per 128 x 128 block (DeepSeek-V3's format) for "
+        "every FFN matrix of both layers (experts, departments, private experts, shared "
+        "experts); the router stays bf16; activations bf16 in and out. 'fp8': weight-only, the "
+        "MMA in bf16; 'fp8-w8a8': activations quantised per token and 128 columns, as vLLM's "
+        "block path, the MMA on FP8 operands",
+        "ideal speedup: the ratio of the FP8 bytes (values + scales) the two layers must load "
+        "for the same routings; % read roofline against the streaming read measured in the "
+        "same call",
+        "vLLM FP8: vLLM's fused_moe_kernel on its FP8 block path (use_fp8_w8a8, block_shape "
+        "[128, 128], its per-token-group quantiser before each GEMM) on the same GPU, weights "
+        "and routings (the vllm_peer table's FP8 rows); speed vs vLLM > 1: ours is faster",
+        goals]
+    return Artifact(KEY, TITLE, pd.DataFrame(rows), [src], notes, data=src.frame)
+
+
+def figure(art: Artifact):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(PANEL_MODELS), figsize=(4.4 * len(PANEL_MODELS), 4.4),
+                             sharey=True)
+    t = art.table if art.data is not None else None
+    for ax, model in zip(axes, PANEL_MODELS):
+        if t is not None:
+            d = t[t["model"] == model]
+            for i, (precision, g) in enumerate(d.groupby("weight_dtype", sort=True)):
+                g = g.sort_values("batch")
+                ax.plot(g["batch"], g["speedup"], "o-", color=f"C{2 * i}",
+                        label=f"reproduced, {LABELS.get(precision, precision)}")
+                if "ideal_speedup" in g:
+                    ax.plot(g["batch"], g["ideal_speedup"], "^:", color=f"C{2 * i + 1}",
+                            label=f"ideal (FP8 bytes), {precision}")
+            if "bf16 speedup" in d:
+                b = d.drop_duplicates("batch").sort_values("batch")
+                ax.plot(b["batch"], b["bf16 speedup"], "s--", color="0.6", label="bf16 (Fig. 4/5)")
+        elif model == PANEL_MODELS[0]:
+            not_run_panel(ax, art)
+        ax.axhline(1.0, color="0.7", lw=0.8)
+        ax.set_title(model, fontsize=10)
+        ax.set_xlabel("tokens per decoding step (batch)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6.5)
+    axes[0].set_ylabel("per-layer decode speedup, DeaMoE over baseline")
+    fig.suptitle(art.title, fontsize=11)
+    footer(fig, art, "both layers on the same block-scaled FP8 weights format; the bf16 curve "
+                     "is Figures 4/5's")
+    return fig

@@ -1,0 +1,162 @@
+"""Block-scaled FP8 weights (deamoe.kernels.fp8) and the grouped GEMM / both layers on them, on the
+CPU under Triton's interpreter: it runs e4m3 loads, TMA descriptors of e4m3 weights and tl.dot
+on e4m3 operands (the kernel takes its float32 path there, DOT_F32, as for bf16); its fp32 ->
+fp8 cast is wrong, which `_round_e4m3` works around and the w8a8 tests below would catch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA)
+from deamoe.kernels.battery import Case, check_case, shared_shapes, small_shapes, tolerance
+from deamoe.kernels.fp8 import (E4M3, Fp8Format, Fp8Weight, fake_quantize_activations,
+                                fit_tiles, quantize, quantize_activations, weight_bytes)
+from deamoe.kernels.fused_moe import MoETiles, fused_moe
+from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.routing import route
+from deamoe.shapes import MoEShape
+
+W16 = Fp8Format(16, 32)  # weight-only, several blocks per small matrix (partial ones too)
+W8A8 = Fp8Format(16, 32, activations="fp8")
+
+
+def test_quantize_keeps_each_blocks_maximum_and_bounds_the_error():
+    torch.manual_seed(0)
+    w = torch.randn(3, 40, 72) * torch.logspace(-3, 2, 72)  # partial blocks, uneven scales
+    q = quantize(w, W16)
+    assert q.q.dtype == E4M3 and q.scale.shape == (3, 3, 3) and q.scale.dtype == torch.float32
+    back = q.dequantize()
+    blocks = torch.nn.functional.pad(w.abs(), (0, 24, 0, 8)).view(3, 3, 16, 3, 32)
+    amax = blocks.amax(dim=(2, 4))
+    torch.testing.assert_close(q.scale, amax / 448)
+    # each block's largest element maps to +-448 exactly; every other within half an e4m3
+    # step: 1/16 of its size (3 mantissa bits), or half the subnormal step 2^-9
+    assert (q.q.float().abs().amax(dim=(-1, -2)) == 448).all()
+    scale = q.scale.repeat_interleave(16, 1)[:, :40].repeat_interleave(32, 2)[..., :72]
+    err = (back - w).abs() / scale
+    assert (err <= (w / scale).abs() / 16 + 2 ** -10 + 1e-6).all()
+    assert weight_bytes(q) == 3 * 40 * 72 + 4 * 27 == 3 * W16.matrix_bytes(40, 72)
+    assert weight_bytes(w) == 4 * w.numel()
+    # indexing takes groups; chunked quantisation equals one piece
+    assert q[1].q.shape == (40, 72) and q[None].scale.shape == (1, 3, 3, 3)
+    chunked = quantize(w, W16, chunk_bytes=4 * 40 * 72)
+    assert torch.equal(chunked.q.view(torch.uint8), q.q.view(torch.uint8))
+    assert torch.equal(chunked.scale, q.scale)
+
+
+def test_format_checks_and_tile_fit():
+    with pytest.raises(ValueError, match="activations"):
+        Fp8Format(activations="int8")
+    with pytest.raises(ValueError, match="power of two"):
+        Fp8Format(block_n=96)
+    assert Fp8Format.of("bf16") is None and Fp8Format.of("fp8-w8a8").activations == "fp8"
+    assert Fp8Format.of("fp8").precision == "fp8" and W8A8.precision == "fp8-w8a8"
+    k256 = TileConfig.parse("n64-k256-w4-s3-tma")
+    assert Fp8Format().fit_tile(k256).block_k == 128
+    assert Fp8Format().fits(64) and not Fp8Format(activations="fp8").fits(64)
+    tiles = fit_tiles(MoETiles(w13=k256, w2=TileConfig.parse("n32-k64-w4-s3")), Fp8Format())
+    assert (tiles.w13.block_k, tiles.w2.block_k, tiles.w13.tma) == (128, 64, True)
+    with pytest.raises(ValueError, match="scale shape"):
+        Fp8Weight(torch.zeros(4, 4, dtype=E4M3), torch.ones(2, 2))
+
+
+def test_activation_quantiser_is_vllms_formula():
+    a = torch.randn(5, 80) * 3
+    q, s = quantize_activations(a, 32)
+    assert q.shape == (5, 80) and s.shape == (5, 3)
+    torch.testing.assert_close(s[:, 0], a[:, :32].abs().amax(1) * (1.0 / 448))
+    assert (q.float().abs().amax(1) == 448).all()  # the first group's largest element
+    torch.testing.assert_close(fake_quantize_activations(a, 32), a, rtol=0.07, atol=1e-6)
+
+
+def _layer_inputs(seed=0, T=7):
+    torch.manual_seed(seed)
+    E, f, h, k = 8, 48, 96, 2
+    g, u = torch.randn(E, f, h) / h ** .5, torch.randn(E, f, h) / h ** .5
+    d = torch.randn(E, h, f) / f ** .5
+    x = torch.randn(T, h)
+    ids, w = route(MoEShape(h=h, h_ffn=f, n_expert=E, k_expert=k), torch.randn(T, E))
+    return (g, u, d), x, ids, w
+
+
+def _emulated_moe(mats, x, ids, w, act_quant):
+    """The baseline layer in float32 with every GEMM input through `act_quant`."""
+    g, u, d = mats
+    out = torch.zeros_like(x)
+    for t in range(x.shape[0]):
+        for s in range(ids.shape[1]):
+            e, a = ids[t, s], act_quant(x[t:t + 1])
+            hid = torch.nn.functional.silu(a @ g[e].T) * (a @ u[e].T)
+            out[t] += w[t, s] * (act_quant(hid) @ d[e].T)[0]
+    return out
+
+
+@pytest.mark.parametrize("fmt", [W16, W8A8], ids=["w8a16", "w8a8"])
+@pytest.mark.parametrize("tile", ["n32-k32-w4-s1", "n16-k32-w4-s2-tma", "n32-k32-w4-s1-swap",
+                                  "n16-k32-w4-s2-tma-swap-nf"])
+def test_gemm_scales_each_k_block_exactly(fmt, tile):
+    # the GEMM against float32 math on the dequantised weights -- with w8a8 also on the
+    # activations quantised per 32-column group as vLLM's per_token_group_quant_fp8 does:
+    # equal to rounding, so each scale is applied to its own K block and N rows (K = 48 and
+    # 96: a partial last block; N tiles of 16 against 16-row blocks, of 32 across two)
+    mats, x, ids, w = _layer_inputs()
+    q = [quantize(m, fmt) for m in mats]
+    t = TileConfig.parse(tile)
+    got = fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))
+    act = (lambda a: fake_quantize_activations(a, 32)) if fmt.activations == "fp8" else (lambda a: a)
+    ref = _emulated_moe([m.dequantize() for m in q], x, ids, w, act)
+    assert ((got - ref).norm() / ref.norm()) < 1e-5
+
+
+def test_gemm_refuses_a_tile_that_straddles_scale_blocks():
+    mats, x, ids, w = _layer_inputs()
+    q = [quantize(m, W8A8) for m in mats]
+    t = TileConfig.parse("n32-k16-w4-s1")  # w8a8 needs BLOCK_K = block_k
+    with pytest.raises(ValueError, match="does not fit"):
+        fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))
+    with pytest.raises(ValueError, match="both be FP8"):
+        fused_moe(x, q[0], mats[1], q[2], ids, w, MoETiles(w13=t, w2=t))
+
+
+@pytest.mark.parametrize("fmt", [Fp8Format(32, 32), Fp8Format(32, 32, "fp8")],
+                         ids=["w8a16", "w8a8"])
+@pytest.mark.parametrize("name", sorted(small_shapes()) + sorted(shared_shapes()))
+def test_layers_on_fp8_weights_match_the_dequantised_reference(fmt, name):
+    # the battery's cases: both layers, shared experts, routed and poisoned buffers, the
+    # reference on the dequantised weights; w8a16 within float32 rounding (1e-4), w8a8
+    # within its stated tolerance (its activations are quantised, the reference's are not)
+    shape = {**small_shapes(), **shared_shapes()}[name]
+    for seed, (tokens, pattern) in enumerate([(1, "random"), (23, "same"), (9, "empty")]):
+        row = check_case(Case(name, shape, tokens, pattern, seed=seed), fp8=fmt)
+        assert row["finite"] and row["ok"], row
+        assert row["weights"] == fmt.precision
+        if fmt.activations == "bf16":
+            assert row["rel_err"] < 1e-4, row
+        else:  # the activations' quantisation is there: not the weight-only path
+            assert 5e-3 < row["rel_err"] < tolerance("cpu", torch.float32, fmt), row
+
+
+def test_fp8_stream_options_and_dense_department_gemm():
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    shape = small_shapes()["deamoe-small"]
+    t = TileConfig.parse("n32-k32-w4-s1-tma")
+    tiles = DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t, split_launches=2,
+                        dense_dept_up=True, dense_parts=1)
+    for fmt in (Fp8Format(32, 32), Fp8Format(32, 32, "fp8")):
+        row = check_case(Case("deamoe-small", shape, 13, "random", seed=4), tiles=tiles, fp8=fmt)
+        assert row["ok"], row
+
+
+def test_fp8_shared_memory_counts_one_byte_weights():
+    t = TileConfig.parse("n128-k128-w4-s4-tma")
+    tiles = MoETiles(w13=t, w2=t, block_m=64)
+    assert tiles.shared_memory(2, Fp8Format()) < tiles.shared_memory(2)
+    w13 = dataclasses.replace(tiles, w2=TileConfig(16, 16))
+    copies = 4  # num_stages - 1, one more for wgmma (BLOCK_M 64)
+    assert w13.shared_memory(2, Fp8Format()) == 128 * copies * 2 * 128
+    # w8a8: A quantised in registers, one e4m3 copy of it
+    assert w13.shared_memory(2, W8A8) == 128 * (64 + copies * 2 * 128)

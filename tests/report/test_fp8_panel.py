@@ -1,0 +1,60 @@
+"""Figures 4/5 in FP8 (deamoe.report.fp8_panel): "not run" until an FP8 table exists; from one,
+each row's speedup, ideal and roofline fractions beside the bf16 speedup and vLLM's FP8 time;
+the bf16 vLLM table keeps only its own rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from deamoe.report import fp8_panel, tables
+
+ROW = {"model": "DeepSeek-V3", "batch": 16, "baseline_us": 1000.0, "deamoe_us": 560.0,
+       "ideal_speedup": 1.85, "baseline_frac_peak": 0.95, "deamoe_frac_peak": 0.9,
+       "peak_read_tbps": 4.6, "gpu": "NVIDIA H200", "date": "2027-01-01T00:00:00Z",
+       "git_sha": "abc"}
+
+
+def test_not_run_without_an_fp8_table(results, tmp_path):
+    art = fp8_panel.figure45_fp8(results, tmp_path / "nothing", "tiny")
+    assert art.status != "ok" and (art.table["speedup"] == "not run").all()
+    assert any(">= 0.95 of the ideal" in n for n in art.notes)
+    fp8_panel.figure(art)  # a "not run" panel, no error
+
+
+def test_fp8_rows_beside_bf16_and_vllm(results, measured):
+    folder = measured / "h200"
+    pd.DataFrame([{**ROW, "weight_dtype": p, "deamoe_us": us}
+                  for p, us in (("fp8", 560.0), ("fp8-w8a8", 540.0))]).to_csv(
+        folder / "microbench_fp8.csv", index=False)
+    peer = {"model": "DeepSeek-V3", "batch": 16, "bytes": 4.5e9, "peak_read_tbps": 4.6,
+            "tile": "x", "peer_rel_err": 0.03, "gpu": "NVIDIA H200", "date": "d", "git_sha": "a"}
+    rows = [{**peer, "variant": v, "us": us} for v, us in
+            (("ours logits", 2010.0), ("ours routed", 2000.0), ("vllm routed", 2050.0))]
+    rows += [{**peer, "variant": v, "us": us, "weight_dtype": "fp8-w8a8",
+              "vllm_path": "fused_moe fp8_w8a8 block"} for v, us in
+             (("ours logits", 1010.0), ("ours routed", 1000.0), ("vllm routed", 1100.0))]
+    pd.DataFrame(rows).to_csv(folder / "vllm_peer.csv", index=False)
+    art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    t = art.table.set_index("weight_dtype")
+    assert t.loc["fp8", "speedup"] == pytest.approx(1000 / 560)
+    assert t.loc["fp8", "speedup / ideal"] == pytest.approx(1000 / 560 / 1.85)
+    assert t.loc["fp8", "baseline % read roofline"] == pytest.approx(95.0)
+    assert t.loc["fp8-w8a8", "ours routed speed vs vLLM FP8"] == pytest.approx(1.1)
+    assert pd.isna(t.loc["fp8"].get("vLLM FP8 routed_us"))  # no peer row of that precision
+    bf16 = pd.read_csv(folder / "microbench.csv").set_index(["model", "batch"]).loc[
+        ("DeepSeek-V3", 16)]
+    assert t.loc["fp8", "bf16 speedup"] == pytest.approx(bf16.baseline_us / bf16.deamoe_us)
+    fp8_panel.figure(art)
+    peer_table = tables.vllm_peer(results, measured / "h200", "tiny").table
+    assert len(peer_table) == 1 and peer_table["vLLM routed_us"].iloc[0] == 2050.0
+
+
+def test_figure2_notes_the_fp8_bytes(results):
+    from deamoe.analysis.loading import loading_table
+
+    loading_table(["DeepSeek-V3"], [4, 64], trials=4).to_csv(
+        results / "analysis" / "loading.csv", index=False)
+    notes = " ".join(tables.figure2(results, "tiny").notes)
+    assert "in FP8 (e4m3 values and a float32 scale per 128 x 128 block" in notes
+    assert "FP8 bytes 0.50" in notes
