@@ -127,3 +127,19 @@ def test_the_headline_gives_each_line_at_its_longest_length(tmp_path):
     assert headline.longer_training({"tokens_axis": art}).verdict.startswith("reproduced")
     empty = tokens_axis.tokens_axis(tmp_path / "none", tmp_path / "none", "gpu")
     assert headline.longer_training({"tokens_axis": empty}).reproduced == "not run"
+
+
+def test_the_training_loss_gap_stands_beside_the_held_out_one(tmp_path):
+    # past one pass the two can part: here the training-loss gap is half the held-out one
+    frame = axis_frame()
+    half = frame["model"].eq("deamoe") * frame["steps"].map(GAP) / 2
+    frame["loss_last_n"] = frame["val_loss"] - half
+    table = tokens_axis.axis_table(frame).set_index("steps")
+    for n in STEPS:
+        assert table.loc[n, "train diff DeaMoE - baseline"] == pytest.approx(GAP[n] / 2, abs=1e-12)
+        assert table.loc[n, "train diff 2 se"] == pytest.approx(2 / 64 / math.sqrt(3), abs=1e-12)
+    assert "training-loss gap there +0.031 +- 0.018" in tokens_axis.verdict_text(table.reset_index())
+    # rows without the column give no training-loss figures rather than an error
+    bare = tokens_axis.axis_table(axis_frame())
+    assert bare["train diff DeaMoE - baseline"].isna().all()
+    assert "training-loss gap" not in tokens_axis.verdict_text(bare)

@@ -64,6 +64,10 @@ def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
     rows = rows.assign(tokens_per_param=rows["tokens"] / rows.groupby("size")["params"].transform("max"))
     spread = seed_spread(rows, "val_loss", by=(*by, "model")).set_index([*by, "model"])
     diff = paired_difference(rows, "val_loss", by=tuple(by)).set_index(by)
+    # The training loss (last steps' batches) beside it: past one pass over the text the held-out
+    # gap also measures how each model generalises from text it has seen more than once.
+    train = (paired_difference(rows, "loss_last_n", by=tuple(by)).set_index(by)
+             if "loss_last_n" in rows else pd.DataFrame())
     for (size, tokens), g in rows.groupby(by, sort=False):
         d = diff.loc[(size, tokens)] if (size, tokens) in diff.index else None
         m = lambda model, col: spread[col].get((size, tokens, model), math.nan)  # noqa: E731
@@ -79,6 +83,9 @@ def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
             "diff std": d["std"] if d is not None else math.nan,
             "diff 2 se": 2 * d["se"] if d is not None else math.nan,
             "verdict": verdict(d["mean"], d["se"], n) if d is not None else NOT_RUN,
+            "train diff DeaMoE - baseline": train["mean"].get((size, tokens), math.nan) if len(train)
+            else math.nan,
+            "train diff 2 se": 2 * train["se"].get((size, tokens), math.nan) if len(train) else math.nan,
         })
     table = pd.DataFrame(out)
     order = table.groupby("size")["tokens per param"].transform("min")
@@ -124,6 +131,9 @@ def verdict_text(table: pd.DataFrame) -> str:
                 f"+- {last['diff 2 se']:.3f} (2 se, {int(last['seeds'])} seeds) at "
                 f"{last['tokens per param']:.2g} ({last['passes over corpus']:.1f} passes over its text): "
                 f"{last['verdict']}")
+        if math.isfinite(last["train diff DeaMoE - baseline"]):
+            text += (f" (training-loss gap there {last['train diff DeaMoE - baseline']:+.3f} "
+                     f"+- {last['train diff 2 se']:.3f})")
         if len(line) > 1:
             change = last["diff DeaMoE - baseline"] - first["diff DeaMoE - baseline"]
             noise = math.hypot(first["diff 2 se"], last["diff 2 se"])  # 2 se of the change
@@ -152,7 +162,8 @@ def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
     notes = [verdict_text(table),
              "diff: DeaMoE minus baseline held-out loss on the same seed (same initialisation "
              "stream and batch order), mean, std and 2 standard errors over seeds; within seed "
-             "noise: |mean diff| <= 2 standard errors. Every length is a complete cosine schedule "
+             "noise: |mean diff| <= 2 standard errors; train diff: the same of the training loss "
+             "over each run's last steps (past one pass, text the run has seen before). Every length is a complete cosine schedule "
              "of the same recipe; passes over corpus = training tokens / training corpus tokens "
              "(batches are windows at uniform random offsets); the held-out text is whole books "
              "no run trains on where val_split is documents",
