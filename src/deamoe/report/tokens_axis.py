@@ -163,8 +163,8 @@ def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
              "diff: DeaMoE minus baseline held-out loss on the same seed (same initialisation "
              "stream and batch order), mean, std and 2 standard errors over seeds; within seed "
              "noise: |mean diff| <= 2 standard errors; train diff: the same of the training loss "
-             "over each run's last steps (past one pass, text the run has seen before). Every length is a complete cosine schedule "
-             "of the same recipe; passes over corpus = training tokens / training corpus tokens "
+             "over each run's last steps (past one pass, text the run has seen before). Every "
+             "length is a complete cosine schedule of the same recipe; passes over corpus = training tokens / training corpus tokens "
              "(batches are windows at uniform random offsets); the held-out text is whole books "
              "no run trains on where val_split is documents",
              f"paper: 7.3B models on 110B tokens, about {PAPER_TOKENS_PER_PARAM:.0f} tokens per "
