@@ -21,8 +21,11 @@ def footer(fig, art: Artifact, extra: str = "") -> None:
         lines.append(extra)
     width = int(fig.get_figwidth() * 19)  # characters of 6.5-pt text that fit across the figure
     text = "\n".join(textwrap.fill(line, width) for line in lines)
+    # The figure grows by the footer's height, so a long list of sources never eats the plot
+    footer_in = (text.count("\n") + 1) * 6.5 * 1.25 / 72 + 0.08
+    fig.set_figheight(fig.get_figheight() + footer_in)
     fig.text(0.01, 0.005, text, fontsize=6.5, va="bottom", ha="left", color="0.3")
-    fig.tight_layout(rect=(0, 0.03 + 0.022 * text.count("\n"), 1, 1))
+    fig.tight_layout(rect=(0, footer_in / fig.get_figheight(), 1, 1))
 
 
 def not_run_panel(ax, art: Artifact) -> None:

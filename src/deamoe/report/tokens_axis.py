@@ -176,12 +176,15 @@ def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 
 def _plain_log_ticks(axis) -> None:
-    """Tick labels of a log axis as plain numbers (18, 36; 131M), not powers of ten."""
+    """Tick labels of a log axis as plain numbers (18, 36; 131M), not powers of ten; between the
+    decades only 2, 3 and 5 times one are labelled, so neighbours do not overlap."""
     from matplotlib.ticker import FuncFormatter
 
-    fmt = FuncFormatter(lambda v, _: human(v) if v >= 1e4 else f"{v:g}")
-    axis.set_major_formatter(fmt)
-    axis.set_minor_formatter(fmt)
+    plain = lambda v: human(v) if v >= 1e4 else f"{v:g}"  # noqa: E731
+    major = FuncFormatter(lambda v, _: plain(v))
+    minor = FuncFormatter(lambda v, _: plain(v) if round(v / 10 ** math.floor(math.log10(v))) in (2, 3, 5) else "")
+    axis.set_major_formatter(major)
+    axis.set_minor_formatter(minor)
 
 
 def _line_label(size: str, op: str) -> str:
@@ -190,7 +193,8 @@ def _line_label(size: str, op: str) -> str:
 
 def gap_figure(art: Artifact):
     """The held-out gap against tokens per parameter (log axis), one line per size and operator,
-    bars of 2 standard errors over seeds."""
+    bars of 2 standard errors over seeds; the training-loss gap of the same runs beside each line,
+    dashed and hollow (past one pass the two can part)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
@@ -199,8 +203,14 @@ def gap_figure(art: Artifact):
         for i, ((size, op), line) in enumerate(t.groupby(["size", "DeaMoE operator"], sort=False)):
             line = line.sort_values("tokens per param")
             dodge = 1.015 ** i  # lines at the same lengths side by side, not on top of each other
-            ax.errorbar(line["tokens per param"] * dodge, line["diff DeaMoE - baseline"], yerr=line["diff 2 se"],
-                        marker="o", ms=4, capsize=3, lw=1.2, label=_line_label(size, op))
+            bars = ax.errorbar(line["tokens per param"] * dodge, line["diff DeaMoE - baseline"],
+                               yerr=line["diff 2 se"], marker="o", ms=4, capsize=3, lw=1.2,
+                               label=_line_label(size, op))
+            train = line.dropna(subset=["train diff DeaMoE - baseline"])
+            if len(train):
+                ax.errorbar(train["tokens per param"] * dodge * 1.03, train["train diff DeaMoE - baseline"],
+                            yerr=train["train diff 2 se"], marker="o", ms=4, mfc="none", capsize=2, lw=0.9,
+                            ls="--", color=bars[0].get_color(), label=f"{_line_label(size, op)}, training loss")
         ax.set_xscale("log")
         _plain_log_ticks(ax.xaxis)
         ax.axvline(PAPER_TOKENS_PER_PARAM, color="0.55", lw=0.9, ls=":",
@@ -209,10 +219,10 @@ def gap_figure(art: Artifact):
         not_run_panel(ax, art)
     ax.axhline(0.0, color="0.4", lw=0.9, ls="--", label="equal quality")
     ax.set_xlabel("training tokens per parameter (log)")
-    ax.set_ylabel("held-out loss, DeaMoE - baseline (nats)")
-    ax.set_title("Held-out gap against training length (each length a full cosine schedule;\n"
-                 "bars: 2 standard errors over seeds)", fontsize=10)
-    ax.legend(fontsize=7)
+    ax.set_ylabel("loss, DeaMoE - baseline (nats)")
+    ax.set_title("Gap against training length: held-out (solid), training loss (dashed);\n"
+                 "each length a full cosine schedule, bars: 2 standard errors over seeds", fontsize=10)
+    ax.legend(fontsize=7, loc="upper right")
     footer(fig, art)
     return fig
 
