@@ -178,3 +178,13 @@ def test_gap_figure_draws_each_pair_of_the_rows_and_says_not_run_without_rows(tm
     assert not any("not run" in t.get_text() for t in ax.texts)
     empty = figures.quality_gap(ladder.pretrain_gpu(tmp_path / "r", tmp_path / "none" / "h200", None, ("small",)))
     assert any("not run" in t.get_text() for t in empty.axes[0].texts)
+
+
+def test_the_table_states_the_text_each_size_trained_on():
+    from deamoe.report.ladder import text_of
+
+    stated = pd.DataFrame({"corpus_tokens": [78_572_563, 78_572_563], "val_split": ["documents"] * 2})
+    assert text_of(stated) == {"corpus tokens": 78_572_563, "held-out text": "whole books"}
+    assert text_of(stated.assign(val_split="tail"))["held-out text"] == "each book's tail"
+    old = text_of(pd.DataFrame({"val_loss": [4.0]}))  # rows made before they recorded it
+    assert old["held-out text"] == "not recorded" and math.isnan(old["corpus tokens"])

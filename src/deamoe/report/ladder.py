@@ -149,6 +149,7 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
             "params baseline": base["params"].max(), "params DeaMoE": dea["params"].max(),
             "ffn params ratio": r["params_ratio"].iloc[0], "ffn flops ratio": r["flops_ratio"].iloc[0],
             "tokens per run": r["tokens"].max(), "tokens per param": r["tokens"].max() / r["params"].max(),
+            **text_of(r),
             "seeds": int(d["n"]),
             "baseline held-out": b_mean, "baseline std": spread["std"].get("baseline", math.nan),
             "DeaMoE held-out": spread["mean"].get("deamoe", math.nan),
@@ -163,6 +164,9 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
     notes = [claim_text(table), "std: sample standard deviation over seeds; diff: DeaMoE minus "
              "baseline on the same seed (same initialisation stream and batch order), its mean and "
              "std over seeds; within seed noise: |mean diff| <= 2 standard errors",
+             "corpus tokens, held-out text: the text the size's runs trained on and how its held-out "
+             "part was chosen, as the rows state it (not recorded: rows made before they did, on "
+             "the first 60 MB of text with each book's tail held out)",
              "paper: FFN params ratio 1.017, FLOPs ratio 1.014 (Baseline-7B row); 7.3B models, "
              "110B tokens; the paper reports no seed spread",
              "training path: torch, the layers' own FFN; fast+compile, the fast FFN with compiled "
@@ -171,6 +175,16 @@ def pretrain_gpu(results: Path, measured: Path, profile: str | None,
              "inductor, which at times inflated its x-gradients (docs/training-h200.md)"]
     return Artifact("pretrain_gpu", "Pre-training at GPU scale: held-out loss, mean and spread over "
                     "seeds", table, sources or [_missing(measured)], notes, data=curves, rows=rows)
+
+
+def text_of(rows: pd.DataFrame) -> dict:
+    """The text a size's runs trained on, as its rows state it: corpus tokens and how the
+    held-out text was chosen; rows made before the rows recorded it say so."""
+    tokens = rows["corpus_tokens"].dropna() if "corpus_tokens" in rows else pd.Series(dtype=float)
+    split = rows["val_split"].dropna() if "val_split" in rows else pd.Series(dtype=object)
+    return {"corpus tokens": tokens.max() if len(tokens) else math.nan,
+            "held-out text": {"documents": "whole books", "tail": "each book's tail"}.get(
+                split.iloc[0], split.iloc[0]) if len(split) else "not recorded"}
 
 
 def claim_text(table: pd.DataFrame) -> str:
