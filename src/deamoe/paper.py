@@ -56,6 +56,11 @@ FIG45_NOTE = (
 )
 FIG45_PEAKS = {("A40", "DeepSeek-V3"): 2.00, ("A40", "Qwen3-235B-A22B"): 1.74}
 
+# The pre-training recipe of Tables 2-3: 7.3B-parameter models on 110B tokens (about 15 a parameter).
+PRETRAIN_PARAMS = 7.3e9
+PRETRAIN_TOKENS = 110e9
+PRETRAIN_TOKENS_PER_PARAM = PRETRAIN_TOKENS / PRETRAIN_PARAMS
+
 # Table 2: downstream accuracy (%), 7.3B models, 110B tokens of RedPajama-v1.
 TABLE2_TASKS = ("boolq", "piqa", "siqa", "hellaswag", "winogrande", "race_high",
                 "anli_r1", "anli_r2", "anli_r3", "openbookqa")

@@ -27,9 +27,9 @@ def fp8_weights(w: dict, fmt) -> dict:
     Fp8Format; None: w itself), one at a time; the router and the selection bias as given."""
     if fmt is None:
         return w
-    from deamoe.kernels.fp8 import quantize
+    from deamoe.kernels.fp8 import quantize_weights
 
-    return {k: quantize(v, fmt) if k in FFN_WEIGHTS else v for k, v in w.items()}
+    return quantize_weights(w, FFN_WEIGHTS, fmt)
 
 
 def layer_weights(layer) -> dict:
@@ -68,6 +68,9 @@ def random_weights(shape: MoEShape | DeaMoEShape, device, dtype=torch.bfloat16, 
     if shape.n_shared:  # the shared experts, fused (deamoe.model.layers.SharedExperts)
         S = shape.shared_ffn
         w.update(shared_gate=mat(S, h), shared_up=mat(S, h), shared_down=mat(h, S))
-    for name in [k for k in w if k in FFN_WEIGHTS and fp8 is not None]:
-        w[name] = fp8_weights({name: w.pop(name)}, fp8)[name]
+    if fp8 is not None:  # one matrix at a time, so a bf16 stack and its FP8 copy never all coexist
+        from deamoe.kernels.fp8 import quantize
+
+        for name in [k for k in w if k in FFN_WEIGHTS]:
+            w[name] = quantize(w.pop(name), fp8)
     return w

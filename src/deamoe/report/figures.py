@@ -28,7 +28,6 @@ FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_m
            "figure4_5_fp8",
            "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves",
            *tokens_axis.FIGURES)
-PANEL_MODELS = paper.FIG45_MODELS
 
 
 def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
@@ -111,8 +110,8 @@ def figure45(art: Artifact):
     extra = []  # models measured only with their shared experts get a panel of their own
     if data is not None:
         extra = [m.removesuffix(SHARED_SUFFIX) for m in dict.fromkeys(data["model"])
-                 if m.endswith(SHARED_SUFFIX) and m.removesuffix(SHARED_SUFFIX) not in PANEL_MODELS]
-    panels = PANEL_MODELS + tuple(extra)
+                 if m.endswith(SHARED_SUFFIX) and m.removesuffix(SHARED_SUFFIX) not in paper.FIG45_MODELS]
+    panels = paper.FIG45_MODELS + tuple(extra)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 4.4), sharey=True)
     gpu = "measured"
     if data is not None and "gpu" in data.columns and len(data):
@@ -134,7 +133,7 @@ def figure45(art: Artifact):
                     ax.plot(d["batch"], d["ideal_speedup"], "^:", color="C1",
                             label="ideal (bytes ratio), same routing")
             _shared_curve(ax, data, model)
-        elif model == PANEL_MODELS[0]:
+        elif model == paper.FIG45_MODELS[0]:
             not_run_panel(ax, art)
         ax.axhline(1.0, color="0.7", lw=0.8)
         ax.set_title(model, fontsize=10)

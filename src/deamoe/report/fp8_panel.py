@@ -23,7 +23,6 @@ from deamoe.report.sources import microbench_source, read_csv
 KEY = "figure4_5_fp8"
 TITLE = "Figures 4/5 in FP8: per-layer decode speedup on block-scaled FP8 weights"
 REQUIRED = ("model", "weight_dtype", "batch", "baseline_us", "deamoe_us")
-PANEL_MODELS = paper.FIG45_MODELS
 LABELS = {"fp8": "FP8 weights, bf16 activations", "fp8-w8a8": "FP8 weights and activations (w8a8)"}
 
 
@@ -100,10 +99,10 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
 def figure(art: Artifact):
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(PANEL_MODELS), figsize=(4.4 * len(PANEL_MODELS), 4.4),
+    fig, axes = plt.subplots(1, len(paper.FIG45_MODELS), figsize=(4.4 * len(paper.FIG45_MODELS), 4.4),
                              sharey=True)
     t = art.table if art.data is not None else None
-    for ax, model in zip(axes, PANEL_MODELS):
+    for ax, model in zip(axes, paper.FIG45_MODELS):
         if t is not None:
             d = t[t["model"] == model]
             for i, (precision, g) in enumerate(d.groupby("weight_dtype", sort=True)):
@@ -116,7 +115,7 @@ def figure(art: Artifact):
             if "bf16 speedup" in d:
                 b = d.drop_duplicates("batch").sort_values("batch")
                 ax.plot(b["batch"], b["bf16 speedup"], "s--", color="0.6", label="bf16 (Fig. 4/5)")
-        elif model == PANEL_MODELS[0]:
+        elif model == paper.FIG45_MODELS[0]:
             not_run_panel(ax, art)
         ax.axhline(1.0, color="0.7", lw=0.8)
         ax.set_title(model, fontsize=10)

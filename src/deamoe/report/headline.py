@@ -195,11 +195,11 @@ def longer_training(arts: dict) -> Claim:
     length nearest the paper's tokens per parameter (within PAPER_RATIO_BAND of it), else at the
     line's longest; the longest length is shown beside it, and where the gap closes later, from
     which length on."""
-    from deamoe.report.tokens_axis import PAPER_TOKENS_PER_PARAM as PAPER_TPP
-
     art = arts["tokens_axis"]
+    ratio = paper.PRETRAIN_TOKENS_PER_PARAM
     claim = "The same along training length (tokens axis)"
-    want = f"comparable quality at about {PAPER_TPP:.0f} tokens per parameter (7.3B, 110B tokens)"
+    want = (f"comparable quality at about {ratio:.0f} tokens per parameter "
+            f"({paper.PRETRAIN_PARAMS / 1e9:.1f}B, {paper.PRETRAIN_TOKENS / 1e9:.0f}B tokens)")
     t = art.table
     if art.status != "ok" or "diff DeaMoE - baseline" not in t.columns:
         return _not_run(claim, want, art)
@@ -212,7 +212,7 @@ def longer_training(arts: dict) -> Claim:
     got, behind, closes, short, longest = [], [], [], [], []
     for (size, op), line in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
         name, line = f"{size} ({op})", line.reset_index(drop=True)
-        distance = (line["tokens per param"] / PAPER_TPP).map(lambda x: abs(math.log(x)))
+        distance = (line["tokens per param"] / ratio).map(lambda x: abs(math.log(x)))
         near, last = line.loc[distance.idxmin()], line.iloc[-1]
         at_paper = distance.min() <= math.log(PAPER_RATIO_BAND)
         got.append(f"{name} {at(near)}, {at(last)}" if at_paper and near.name != last.name
@@ -222,15 +222,17 @@ def longer_training(arts: dict) -> Claim:
         longest.append(last)
         if not fine(judged):
             behind.append(name)
-            ok_from = [i for i in range(len(line)) if all(fine(line.loc[j]) for j in range(i, len(line)))]
-            if ok_from:
-                closes.append(f"{name} from {line.loc[ok_from[0], 'tokens per param']:.0f} tokens/param")
+            start = len(line)  # the first length from which every longer one is fine
+            while start and fine(line.loc[start - 1]):
+                start -= 1
+            if start < len(line):
+                closes.append(f"{name} from {line.loc[start, 'tokens per param']:.0f} tokens/param")
     verdict = ("reproduced (within seed noise or ahead)" if not behind else "not reproduced: DeaMoE behind"
                if len(behind) == len(got) else "partly: behind at " + ", ".join(behind))
     if closes:
         verdict += "; within seed noise with longer training: " + ", ".join(closes)
     if short:
-        verdict += f"; judged at the longest length, short of {PAPER_TPP:.0f} tokens/param: " + ", ".join(short)
+        verdict += f"; judged at the longest length, short of {ratio:.0f} tokens/param: " + ", ".join(short)
     last = pd.DataFrame(longest)
     params = last["tokens"] / last["tokens per param"]
     scale = (f"{params.min() / 1e6:.1f}M-{params.max() / 1e6:.1f}M params, up to "

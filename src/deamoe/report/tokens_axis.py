@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from deamoe.paper import PRETRAIN_TOKENS_PER_PARAM as PAPER_TOKENS_PER_PARAM
 from deamoe.report.annotate import footer, not_run_panel
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_rows, operator_of,
@@ -25,7 +26,6 @@ from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_
 from deamoe.report.sources import human, not_run
 
 TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
-PAPER_TOKENS_PER_PARAM = 110e9 / 7.3e9  # the paper's 7.3B models on 110B tokens: about 15
 REQUIRED = ("size", "model", "seed", "val_loss", "tokens", "params", "corpus_tokens", "data_sha256")
 
 
