@@ -45,7 +45,13 @@ def test_fp8_rows_beside_bf16_and_vllm(results, measured):
     bf16 = pd.read_csv(folder / "microbench.csv").set_index(["model", "batch"]).loc[
         ("DeepSeek-V3", 16)]
     assert t.loc["fp8", "bf16 speedup"] == pytest.approx(bf16.baseline_us / bf16.deamoe_us)
-    fp8_panel.figure(art)
+    fig = fp8_panel.figure(art)
+    shown = {ax.get_title(): ax for ax in fig.axes}
+    assert shown["DeepSeek-V3"].lines  # the measured model's curves
+    empty = shown["Qwen3-235B-A22B"]  # a model the table has no rows of says so, no stray legend
+    assert not [ln for ln in empty.lines if not ln.get_label().startswith("_")]
+    assert empty.get_legend() is None
+    assert any("not measured in FP8" in t.get_text() for t in empty.texts)
     peer_table = tables.vllm_peer(results, measured / "h200", "tiny").table
     assert len(peer_table) == 1 and peer_table["vLLM routed_us"].iloc[0] == 2050.0
 

@@ -30,6 +30,21 @@ def test_writes_every_declared_file(results, measured, tmp_path):
         assert b"<svg" in (out / "figures" / f"{f}.svg").read_bytes()[:2000]
 
 
+def test_snakemake_rule_declares_every_file_the_report_writes():
+    """The report rule's outputs are the files the command writes: an undeclared one is never
+    cleaned by Snakemake and is missing from the HTML report."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    rule = (root / "workflow" / "rules" / "report.smk").read_text()
+    lists = {name: re.findall(r'^    \("(\w+)",', body, re.M)
+             for name, body in re.findall(r"^(REPORT_\w+) = \[\n(.*?)^\]", rule, re.M | re.S)}
+    assert lists["REPORT_TABLES"] == list(TABLES)
+    assert sorted(lists["REPORT_FIGURES"]) == sorted(FIGURES)
+    for stem in lists["REPORT_TABLES"]:
+        assert (root / "workflow" / "report" / f"{stem}.rst").is_file(), stem
+
+
 def test_table2_reproduced_in_percent_beside_paper(results, measured, tmp_path):
     _build(results, measured, tmp_path / "r")
     t2 = pd.read_csv(tmp_path / "r" / "tables" / "table2.csv").set_index("task")

@@ -25,6 +25,7 @@ REPORT_TABLES = [
     ("table3_gpu", "Quality at GPU scale", "Table 3 at GPU scale"),
     ("table4_gpu", "Quality at GPU scale", "Table 4 at GPU scale"),
     ("tokens_axis", "Quality at GPU scale", "Tokens axis: gap against training length"),
+    ("train_throughput", "Pre-training", "Training throughput on one GPU"),
 ]
 REPORT_FIGURES = [
     ("figure2_loading", "Figure 2 - weight loading", "figure2", "Figure 2"),

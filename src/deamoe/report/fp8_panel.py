@@ -103,7 +103,11 @@ def figure(art: Artifact):
                              sharey=True)
     t = art.table if art.data is not None else None
     for ax, model in zip(axes, paper.FIG45_MODELS):
-        if t is not None:
+        if t is not None and not (t["model"] == model).any():
+            ax.text(0.5, 0.5, "not measured in FP8\n(no rows for this model)", ha="center",
+                    va="center", transform=ax.transAxes, fontsize=9, color="0.4")
+            ax.set_xticks([])
+        elif t is not None:
             d = t[t["model"] == model]
             for i, (precision, g) in enumerate(d.groupby("weight_dtype", sort=True)):
                 g = g.sort_values("batch")

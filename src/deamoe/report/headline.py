@@ -207,7 +207,7 @@ def longer_training(arts: dict) -> Claim:
     if done.empty:
         return _not_run(claim, want, art)
     at = lambda r: (f"{r['diff DeaMoE - baseline']:+.3f} +- {r['diff 2 se']:.3f} at "  # noqa: E731
-                    f"{r['tokens per param']:.0f} tokens/param")
+                    f"{r['tokens per param']:.2g} tokens/param")
     fine = lambda r: r["verdict"].startswith(("within", "DeaMoE ahead"))  # noqa: E731
     got, behind, closes, short, longest = [], [], [], [], []
     for (size, op), line in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
@@ -226,7 +226,7 @@ def longer_training(arts: dict) -> Claim:
             while start and fine(line.loc[start - 1]):
                 start -= 1
             if start < len(line):
-                closes.append(f"{name} from {line.loc[start, 'tokens per param']:.0f} tokens/param")
+                closes.append(f"{name} from {line.loc[start, 'tokens per param']:.2g} tokens/param")
     verdict = ("reproduced (within seed noise or ahead)" if not behind else "not reproduced: DeaMoE behind"
                if len(behind) == len(got) else "partly: behind at " + ", ".join(behind))
     if closes:
