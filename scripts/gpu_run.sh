@@ -53,15 +53,8 @@ if [ -f .gpu_data/corpus.tsv ]; then  # every book there, at its size: else name
 elif [ $stage = 1 ]; then
     echo "gpu_run: --stage: no .gpu_data/corpus.tsv carried" >&2; exit 2
 fi
-if compgen -G ".whl/*.whl" >/dev/null; then
-    wanted=$(ls .whl | sha256sum | cut -c1-16)
-    if [ "$(cat /tmp/site/.deamoe-wheels 2>/dev/null)" != "$wanted" ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site .whl/*.whl && echo "$wanted" > /tmp/site/.deamoe-wheels || exit 1
-    fi
-fi
-[ -d /tmp/site ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}
+source scripts/gpu_site.sh
+gpu_site || exit 1
 echo "gpu_run: setup $(( $(date +%s) - start )) s; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
 # GPU_RUN_LIMIT=SECONDS stops Snakemake (SIGINT: running jobs are cancelled and marked incomplete;
 # a training run keeps its last periodic checkpoint and resumes from it on the next call) in time

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU run behind reports/measured/h200/{microbench,decode_tpot}.csv: the full microbenchmark
 # (scripts/h200_tables.yaml) on one H200, its log in $OUT/log.txt.  The device's copy of the
-# tree has no .git: pass the local commit the tree matches as DEAMOE_GIT_SHA.
+# tree has no .git: pass the local commit the tree matches as DEAMOE_GIT_SHA.  Carry .whl
+# (scripts/gpu_wheels.sh) with the first call on a bare machine.
 #   MODELS=a,b      those models only; SKIP=battery,decode  skip parts.  The three models' full
 #                   search takes ~14 minutes, so run it as two calls (MODELS=DeepSeek-V3
 #                   SKIP=battery,decode, then MODELS=Baseline-7B,Qwen3-235B-A22B) and merge
@@ -18,7 +19,9 @@ set -uo pipefail
 : "${DEAMOE_GIT_SHA:?set DEAMOE_GIT_SHA to the local commit the working tree matches}"
 OUT=${OUT:-results/h200_microbench}
 mkdir -p "$OUT"
-export PYTHONPATH=src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TQDM_DISABLE=1
+source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
+gpu_site || exit 1
+export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 {
   SECONDS=0
