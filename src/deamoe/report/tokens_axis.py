@@ -197,7 +197,7 @@ def gap_figure(art: Artifact):
     dashed and hollow (past one pass the two can part)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    fig, ax = plt.subplots(figsize=(10, 4.6))
     t = art.table[art.table.get("seeds", pd.Series(dtype=float)).fillna(0) > 0] if art.rows is not None else None
     if t is not None and len(t):
         for i, ((size, op), line) in enumerate(t.groupby(["size", "DeaMoE operator"], sort=False)):
@@ -210,7 +210,7 @@ def gap_figure(art: Artifact):
             if len(train):
                 ax.errorbar(train["tokens per param"] * dodge * 1.03, train["train diff DeaMoE - baseline"],
                             yerr=train["train diff 2 se"], marker="o", ms=4, mfc="none", capsize=2, lw=0.9,
-                            ls="--", color=bars[0].get_color(), label=f"{_line_label(size, op)}, training loss")
+                            ls="--", color=bars[0].get_color(), label="_training loss")  # the title says dashed
         ax.set_xscale("log")
         _plain_log_ticks(ax.xaxis)
         ax.axvline(PAPER_TOKENS_PER_PARAM, color="0.55", lw=0.9, ls=":",
@@ -222,7 +222,7 @@ def gap_figure(art: Artifact):
     ax.set_ylabel("loss, DeaMoE - baseline (nats)")
     ax.set_title("Gap against training length: held-out (solid), training loss (dashed);\n"
                  "each length a full cosine schedule, bars: 2 standard errors over seeds", fontsize=10)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)  # beside the data
     footer(fig, art)
     return fig
 
