@@ -105,9 +105,12 @@ def _register_bench(sub) -> None:
              "every tile at every BLOCK_M, Triton's shared memory beside the estimate the search "
              "skips knob sets by -> OUT/smem_check.csv; exit 1 where the estimate exceeds it")
     t.add_argument("--tiles", help="comma-separated tile names (default: microbench.tiles' "
-                   "defaults)")
+                   "defaults; for FP8 weights microbench.fp8_tiles')")
     t.add_argument("--gemms", default="w13,w2,dept_up,expert_up,expert_down,dept_down",
                    help="comma-separated GEMMs of the two layers")
+    t.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
+                   help="comma-separated weight precisions: bf16, fp8, fp8-w8a8 (FP8: "
+                   "microbench.fp8_block's scale blocks)")
     t = tool("variants", _variants, "CUDA: knob sets timed on the committed picks -> "
              "OUT/variants.csv")
     t.add_argument("items", nargs="+", metavar="VARIANT|POINT",
@@ -232,8 +235,11 @@ def _smem_check(args) -> int:
     from deamoe.bench.smem import GEMMS, smem_check
     from deamoe.errors import ConfigError
 
-    tiles = args.tiles.split(",") if args.tiles else MicrobenchSettings().tiles
-    MicrobenchSettings(tiles=tiles)  # a bad tile name: its one-line error
+    # --tiles for every precision; the settings name a bad tile, or one FP8 weights cannot take
+    given = {"tiles": args.tiles.split(","), "fp8_tiles": args.tiles.split(",")} \
+        if args.tiles else {}
+    s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
+    tiles = {p: s.tiles if p == "bf16" else s.fp8_tiles for p in args.weight_dtype}
     gemms = args.gemms.split(",")
     if set(gemms) - set(GEMMS):
         raise ConfigError(f"--gemms: {', '.join(sorted(set(gemms) - set(GEMMS)))} not among "

@@ -1,11 +1,13 @@
 """`bench smem-check`: the shared-memory estimate the search skips tile sets by, against Triton's.
 
-For each GEMM of both layers (their GemmSpecs), each tile of microbench.tiles and each BLOCK_M a
-grouping can take, the kernel is compiled for the device (no launch: grouped_gemm's warmup) and
-Triton's own count of the shared memory it needs is put beside GemmSpec.shared_memory, the
-estimate the microbenchmark skips knob sets by before compiling them.  The estimate must never
-exceed Triton's count (else the search would skip a set that compiles) -> OUT/smem_check.csv,
-exit status 1 where it does.  CUDA only.
+For each weight precision (bf16, or block-scaled FP8 weights of microbench.fp8_block: fp8,
+fp8-w8a8), each GEMM of both layers (their GemmSpecs), each tile (microbench.tiles, for FP8
+microbench.fp8_tiles) and each BLOCK_M a grouping can take, the kernel is compiled for the device
+(no launch: grouped_gemm's warmup) and Triton's own count of the shared memory it needs is put
+beside GemmSpec.shared_memory, the estimate the microbenchmark skips knob sets by before
+compiling them.  The estimate must never exceed Triton's count (else the search would skip a set
+that compiles) -> OUT/smem_check.csv (a weight_dtype column), exit status 1 where it does.  CUDA
+only.
 """
 
 from __future__ import annotations
@@ -27,13 +29,15 @@ def _specs() -> dict:
     return dict(zip(GEMMS, (W13, W2, DEPT_UP, EXPERT_UP, EXPERT_DOWN, DEPT_DOWN)))
 
 
-def compiled_shared_memory(spec, block_m: int) -> int:
+def compiled_shared_memory(spec, block_m: int, fp8=None) -> int:
     """Triton's shared memory (bytes) for `spec` (its tile) at BLOCK_M rows, compiled for the
     current CUDA device on small bf16 operands (rows of every mode, the routing of TOKENS
-    tokens over GROUPS groups)."""
+    tokens over GROUPS groups); fp8 (an Fp8Format): the weights block-quantised in it
+    (deamoe.kernels.fp8.quantize, as the decode path's weights are)."""
     import torch
 
     from deamoe.kernels.align import AlignSpec, align
+    from deamoe.kernels.fp8 import quantize
     from deamoe.kernels.grouped_gemm import EPI_ACT, EPI_BOTH, EPI_SWIGLU, grouped_gemm
 
     dev, bf16 = "cuda", torch.bfloat16
@@ -45,38 +49,48 @@ def compiled_shared_memory(spec, block_m: int) -> int:
     spec = spec.on(spec.tile, n_dept=GROUPS, per_group=1, a_up_off=up_in, c_up_off=up_out)
     a = torch.zeros(rows, WIDTH + up_in, device=dev, dtype=bf16)
     c = torch.zeros(rows, WIDTH + up_out, device=dev, dtype=bf16)
-    w = torch.zeros(GROUPS, WIDTH, WIDTH, device=dev, dtype=bf16)
-    kernel = grouped_gemm(a, w, c, al, ids, spec, bu=None if spec.epi == EPI_ACT else w.clone(),
+
+    def weight():
+        w = torch.zeros(GROUPS, WIDTH, WIDTH, device=dev, dtype=bf16)
+        return w if fp8 is None else quantize(w, fp8)
+
+    bu = None if spec.epi == EPI_ACT else weight()
+    kernel = grouped_gemm(a, weight(), c, al, ids, spec, bu=bu,
                           weights=torch.ones(TOKENS, TOP_K, device=dev) if spec.atomic else None,
                           warmup=True)
     return int(kernel.metadata.shared)
 
 
-def smem_check(out: Path, tiles: list[str], gemms: list[str]) -> int:
-    """Every (GEMM, tile, BLOCK_M) -> out/smem_check.csv; 1 if the estimate exceeds Triton's
-    count anywhere."""
+def smem_check(out: Path, tiles: dict[str, list[str]], gemms: list[str]) -> int:
+    """Every (weight precision, GEMM, tile, BLOCK_M) -> out/smem_check.csv; tiles: {precision
+    (deamoe.kernels.fp8.PRECISIONS): its tile names}.  1 if the estimate exceeds Triton's count
+    anywhere."""
     import pandas as pd
 
     from deamoe.bench.search import BLOCK_M_KNOBS
+    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.io import write_csv
     from deamoe.kernels.grouped_gemm import TileConfig, shared_memory_limit
 
     limit = shared_memory_limit("cuda")
     block_ms = sorted({m for knobs in BLOCK_M_KNOBS.values() for ms in knobs.values() for m in ms})
     rows, t0 = [], time.time()
-    for name in gemms:
-        for tile in tiles:
-            for block_m in block_ms:
-                spec = _specs()[name].on(TileConfig.parse(tile))
-                estimate = spec.shared_memory(block_m)
-                triton_bytes = compiled_shared_memory(spec, block_m)
-                rows.append({"gemm": name, "tile": tile, "block_m": block_m,
-                             "estimate": estimate, "triton": triton_bytes, "limit": limit,
-                             "over_limit": triton_bytes > limit, "skipped": estimate > limit,
-                             "ok": estimate <= triton_bytes})
-        write_csv(Path(out) / "smem_check.csv", pd.DataFrame(rows))  # a call cut short keeps it
-        print(f"{name}: {len(tiles) * len(block_ms)} kernels compiled ({time.time() - t0:.0f} s)",
-              flush=True)
+    for precision, names in tiles.items():
+        fmt = MicrobenchSettings().fp8_format(precision)  # the microbenchmark's scale blocks
+        for name in gemms:
+            for tile in names:
+                for block_m in block_ms:
+                    spec = _specs()[name].on(TileConfig.parse(tile))
+                    estimate = spec.shared_memory(block_m, 2, fmt)
+                    triton_bytes = compiled_shared_memory(spec, block_m, fmt)
+                    rows.append({"weight_dtype": precision, "gemm": name, "tile": tile,
+                                 "block_m": block_m, "estimate": estimate,
+                                 "triton": triton_bytes, "limit": limit,
+                                 "over_limit": triton_bytes > limit,
+                                 "skipped": estimate > limit, "ok": estimate <= triton_bytes})
+            write_csv(Path(out) / "smem_check.csv", pd.DataFrame(rows))  # a cut call keeps it
+            print(f"{precision} {name}: {len(names) * len(block_ms)} kernels compiled "
+                  f"({time.time() - t0:.0f} s)", flush=True)
     df = pd.DataFrame(rows)
     over = df[df.over_limit]
     print(f"smem-check: estimate <= Triton's count at {int(df.ok.sum())}/{len(df)} kernels; "
