@@ -25,10 +25,16 @@ from deamoe.errors import ConfigError, DataError
 
 MOE = MoEShape(h=64, h_ffn=32, n_expert=16, k_expert=4)
 DEA = DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2, k_expert=5)
+# the layers the timing tests run step after step: an interpreted GEMM costs a program per routed
+# group and BLOCK_N columns, so few experts a token (and 1-token batches) and wide tiles
+MOE_2 = MoEShape(h=64, h_ffn=32, n_expert=6, k_expert=2)
+DEA_2 = DeaMoEShape(h=64, h_ffn=32, n_dept=2, n_expert=6, k_dept=1, k_expert=2)
 # interpreted kernels cost seconds per layer step: reported graphs of 4 steps (2 copies x 2 passes)
-TINY = MicrobenchSettings(tiles=["n32-k32-w4-s1", "n16-k32-w4-s1"], select_replays=1, replays=1,
+TINY = MicrobenchSettings(tiles=["n64-k32-w4-s1", "n32-k32-w4-s1"], select_replays=1, replays=1,
                           rotate_bytes=1e9, max_copies=2, min_layers_per_graph=4,
                           coordinate_search=False, stage_batches=[])
+# the A/B timing tests, which assert no graph size: one layer step per timed call
+ONE_STEP = dataclasses.replace(TINY, max_copies=1, min_layers_per_graph=1)
 
 
 def test_step_bytes_counts_distinct_experts_and_departments():
@@ -40,7 +46,7 @@ def test_step_bytes_counts_distinct_experts_and_departments():
     assert layer_bytes(MOE) == 2 * 16 * 64 + 16 * 2 * 3 * 32 * 64
 
 
-@pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])
+@pytest.mark.parametrize("shape", [MOE_2, DEA_2], ids=["moe", "deamoe"])
 def test_bench_impl_rows(shape, monkeypatch):
     import deamoe.bench.microbench as mb
 
@@ -51,10 +57,10 @@ def test_bench_impl_rows(shape, monkeypatch):
         calls.append((per_call, prepare is not None))
         return real(fn, replays, per_call, graph, prepare)
     monkeypatch.setattr(mb, "time_fn", recording)
-    rows = bench_impl(shape, [3], TINY, device="cpu")
+    rows = bench_impl(shape, [1], TINY, device="cpu")
     (row,) = rows
     knobs = parse_knobs(row["tile"])
-    assert row["batch"] == 3 and row["us"] > 0
+    assert row["batch"] == 1 and row["us"] > 0
     assert set(knobs) == set(GEMM_STAGES[shape.kind]) | set(BLOCK_M_KNOBS[shape.kind])
     assert all(knobs[st] in TINY.tiles for st in GEMM_STAGES[shape.kind])
     assert row["copies"] == 2 and row["bytes"] > 2 * shape.n_expert * shape.h
@@ -173,16 +179,17 @@ def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
 
     from deamoe.bench.microbench import layer_copies, point_inputs, time_knob_sets
 
-    weights = layer_copies(DEA, TINY, "cpu")
-    inputs, _, _ = point_inputs(DEA, weights, 3, TINY, "cpu")
+    weights = layer_copies(DEA_2, ONE_STEP, "cpu")
+    inputs, _, _ = point_inputs(DEA_2, weights, 1, ONE_STEP, "cpu")
     base = {"dept_up": "n32-k32-w4-s1", "expert_up": "n32-k32-w4-s1",
             "expert_down": "n32-k32-w4-s1", "dept_down": "n32-k32-w4-s1", "dept_block_m": 16,
             "expert_block_m": 16}
     sets = {"plain": base, "bad tile": {**base, "dept_down": "n24-k32-w4-s1"}}
-    runs = time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=2, replays=1, label="tiny 3")
+    runs = time_knob_sets(DEA_2, weights, inputs, sets, ONE_STEP, rounds=2, replays=1,
+                          label="tiny 1")
     assert len(runs["plain"]) == 2 and all(v > 0 for v in runs["plain"])
     assert len(runs["bad tile"]) == 2 and all(math.isnan(v) for v in runs["bad tile"])
-    assert "tiny 3 deamoe bad tile" in capsys.readouterr().out
+    assert "tiny 1 deamoe bad tile" in capsys.readouterr().out
 
 
 def test_time_knob_sets_pass_a_switch_knob_as_a_tiles_field(monkeypatch):
@@ -199,11 +206,12 @@ def test_time_knob_sets_pass_a_switch_knob_as_a_tiles_field(monkeypatch):
         seen.append(tiles.s_bf16)
         return real(shape, weights, xs, tiles, *args, **kw)
     monkeypatch.setattr(microbench, "layer_steps", spy)
-    weights = microbench.layer_copies(DEA, TINY, "cpu")
-    inputs, _, _ = microbench.point_inputs(DEA, weights, 3, TINY, "cpu")
+    weights = microbench.layer_copies(DEA_2, ONE_STEP, "cpu")
+    inputs, _, _ = microbench.point_inputs(DEA_2, weights, 1, ONE_STEP, "cpu")
     base = {"split_launches": 2}
     sets = {"on": base, "off": {**base, "s_bf16": 0}, "typo": {**base, "s_bf16x": 0}}
-    runs = microbench.time_knob_sets(DEA, weights, inputs, sets, TINY, rounds=1, replays=1)
+    runs = microbench.time_knob_sets(DEA_2, weights, inputs, sets, ONE_STEP, rounds=1,
+                                     replays=1)
     assert seen == [True, False]
     assert runs["off"][0] > 0 and math.isnan(runs["typo"][0])
 

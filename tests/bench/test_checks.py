@@ -18,9 +18,12 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     import deamoe.shapes as shapes
     from deamoe.bench.checks import fp8_check
 
+    # as small as the interpreter allows in time: the graph rows' 64-token steps cost one
+    # program per 16-row block (2 experts a token: 12 blocks); each matrix is one partial
+    # block of the 128 x 128 FP8 scales, as the 128-wide layers' were one whole block
     small = types.SimpleNamespace(
-        baseline=MoEShape(h=128, h_ffn=128, n_expert=8, k_expert=2),
-        deamoe=DeaMoEShape(h=128, h_ffn=128, n_dept=4, n_expert=8, k_dept=2, k_expert=3,
+        baseline=MoEShape(h=64, h_ffn=32, n_expert=4, k_expert=2),
+        deamoe=DeaMoEShape(h=64, h_ffn=32, n_dept=2, n_expert=4, k_dept=1, k_expert=2,
                            expert_init="random"))
     monkeypatch.setattr(shapes, "table1_row", lambda model: small)
     monkeypatch.setattr(battery, "full_battery", lambda *a, **kw: [])  # its own test: test_fp8
