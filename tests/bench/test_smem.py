@@ -1,6 +1,7 @@
 """`bench smem-check` on the CPU, the compiler stood in for: one row per (weight precision, GEMM,
-tile, BLOCK_M), written as each GEMM finishes, FP8 rows against the FP8 estimate, and exit status 1 where the estimate exceeds Triton's count (the
-search would skip a knob set that compiles).  Against the real compiler: tests/kernels/
+tile, BLOCK_M), written as each GEMM finishes, FP8 rows against the FP8 estimate, and exit
+status 1 where the estimate exceeds Triton's count (the search would skip a knob set that
+compiles).  Against the real compiler: tests/kernels/
 test_gemm_smem.py (sm_90 on the CPU) and the command itself on a GPU."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from deamoe.bench import smem
+from deamoe.bench.settings import MicrobenchSettings
 
 
 def test_rows_and_the_verdict(tmp_path, monkeypatch, capsys):
@@ -24,8 +26,8 @@ def test_rows_and_the_verdict(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(smem, "compiled_shared_memory", triton_count)
     tiles = ["n64-k64-w4-s3", "n128-k128-w4-s3-tma"]
-    assert smem.smem_check(tmp_path, {"bf16": tiles, "fp8-w8a8": tiles[1:]},
-                           ["w2", "dept_up"]) == 1
+    s = MicrobenchSettings(weight_dtype=["bf16", "fp8-w8a8"], tiles=tiles, fp8_tiles=tiles[1:])
+    assert smem.smem_check(tmp_path, s, ["w2", "dept_up"]) == 1
     df = pd.read_csv(tmp_path / "smem_check.csv")
     assert len(df) == 2 * 2 * 4 + 2 * 4 and sorted(set(df.block_m)) == [16, 32, 64, 128]
     assert df.weight_dtype.value_counts().to_dict() == {"bf16": 16, "fp8-w8a8": 8}
@@ -43,18 +45,19 @@ def test_rows_and_the_verdict(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "estimate <= Triton's count at 23/24 kernels" in out
     assert "fp8-w8a8 dept_up: 4 kernels compiled" in out
-    assert smem.smem_check(tmp_path, {"fp8": tiles[1:]}, ["w2"]) == 0
+    s = MicrobenchSettings(weight_dtype=["fp8"], fp8_tiles=tiles[1:])
+    assert smem.smem_check(tmp_path, s, ["w2"]) == 0
     assert set(pd.read_csv(tmp_path / "smem_check.csv").weight_dtype) == {"fp8"}
 
 
 def test_the_command_gives_each_precision_its_tiles(tmp_path, monkeypatch, capsys):
     from deamoe.bench import cli
-    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.cli import main
 
     calls = []
     monkeypatch.setattr(cli, "_needs_cuda", lambda what: None)
-    monkeypatch.setattr(smem, "smem_check", lambda out, tiles, gemms: calls.append(tiles) or 0)
+    monkeypatch.setattr(smem, "smem_check", lambda out, s, gemms: calls.append(
+        {p: s.tiles_for(p) for p in s.weight_dtype}) or 0)
     assert main(["bench", "smem-check", str(tmp_path)]) == 0
     assert main(["bench", "smem-check", str(tmp_path), "--weight-dtype", "bf16,fp8-w8a8"]) == 0
     assert main(["bench", "smem-check", str(tmp_path), "--weight-dtype", "fp8",

@@ -239,13 +239,12 @@ def _smem_check(args) -> int:
     given = {"tiles": args.tiles.split(","), "fp8_tiles": args.tiles.split(",")} \
         if args.tiles else {}
     s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
-    tiles = {p: s.tiles if p == "bf16" else s.fp8_tiles for p in args.weight_dtype}
     gemms = args.gemms.split(",")
     if set(gemms) - set(GEMMS):
         raise ConfigError(f"--gemms: {', '.join(sorted(set(gemms) - set(GEMMS)))} not among "
                           f"{', '.join(GEMMS)}")
     _needs_cuda("smem-check")
-    return smem_check(args.out, tiles, gemms)
+    return smem_check(args.out, s, gemms)
 
 
 def _variants(args) -> int:

@@ -89,6 +89,10 @@ class MicrobenchSettings:
 
         return Fp8Format.of(precision, tuple(self.fp8_block))
 
+    def tiles_for(self, precision: str) -> list[str]:
+        """The tiles the search tries for weights of `precision`: fp8_tiles for FP8, else tiles."""
+        return self.tiles if self.fp8_format(precision) is None else self.fp8_tiles
+
     def __post_init__(self):
         from deamoe.kernels.grouped_gemm import TileConfig
 

@@ -61,22 +61,21 @@ def compiled_shared_memory(spec, block_m: int, fp8=None) -> int:
     return int(kernel.metadata.shared)
 
 
-def smem_check(out: Path, tiles: dict[str, list[str]], gemms: list[str]) -> int:
-    """Every (weight precision, GEMM, tile, BLOCK_M) -> out/smem_check.csv; tiles: {precision
-    (deamoe.kernels.fp8.PRECISIONS): its tile names}.  1 if the estimate exceeds Triton's count
-    anywhere."""
+def smem_check(out: Path, s, gemms: list[str]) -> int:
+    """Every (weight precision of s.weight_dtype, GEMM, tile of that precision, BLOCK_M) ->
+    out/smem_check.csv; s: the MicrobenchSettings whose search the estimate serves.  1 if the
+    estimate exceeds Triton's count anywhere."""
     import pandas as pd
 
     from deamoe.bench.search import BLOCK_M_KNOBS
-    from deamoe.bench.settings import MicrobenchSettings
     from deamoe.io import write_csv
     from deamoe.kernels.grouped_gemm import TileConfig, shared_memory_limit
 
     limit = shared_memory_limit("cuda")
     block_ms = sorted({m for knobs in BLOCK_M_KNOBS.values() for ms in knobs.values() for m in ms})
     rows, t0 = [], time.time()
-    for precision, names in tiles.items():
-        fmt = MicrobenchSettings().fp8_format(precision)  # the microbenchmark's scale blocks
+    for precision in s.weight_dtype:
+        fmt, names = s.fp8_format(precision), s.tiles_for(precision)
         for name in gemms:
             for tile in names:
                 for block_m in block_ms:
