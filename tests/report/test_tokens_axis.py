@@ -140,7 +140,7 @@ def test_the_headline_judges_each_line_at_the_papers_tokens_per_parameter(tmp_pa
     commit(tmp_path / "short", short)
     art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "short", "gpu")
     assert headline.longer_training({"tokens_axis": art}).verdict.endswith(
-        "judged at the longest length, short of 15 tokens/param: small (silu)")
+        "judged at the longest length, short of 15 tokens/param: small (silu) at 9.4")
     empty = tokens_axis.tokens_axis(tmp_path / "none", tmp_path / "none", "gpu")
     assert headline.longer_training({"tokens_axis": empty}).reproduced == "not run"
 

@@ -218,7 +218,7 @@ def longer_training(arts: dict) -> Claim:
         got.append(f"{name} {at(near)}, {at(last)}" if at_paper and near.name != last.name
                    else f"{name} {at(last)}")
         judged = near if at_paper else last
-        short += [] if at_paper else [name]
+        short += [] if at_paper else [f"{name} at {last['tokens per param']:.2g}"]
         longest.append(last)
         if not fine(judged):
             behind.append(name)
