@@ -117,7 +117,7 @@ def test_a_points_table_read_back_gives_the_same_rows(tmp_path):
 def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, monkeypatch):
     from deamoe.decode.knobs import make_tiles, parse_knobs
 
-    # at 16 rows, by the estimate: 3072 B and 8192 B (GemmSpec.shared_memory)
+    # at 16 rows, by the estimate: 6144 B and 24576 B (GemmSpec.shared_memory; SwiGLU's GEMM)
     small, large = "n32-k32-w4-s1", "n32-k64-w4-s3"
     s = MicrobenchSettings(tiles=[large, small], select_replays=1, replays=1, rotate_bytes=1e9,
                            max_copies=1, min_layers_per_graph=1, coordinate_search=False,
@@ -129,14 +129,14 @@ def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, mon
         ran.append(tiles)
         return real(shape, weights, xs, tiles, *args, **kw)
     monkeypatch.setattr(microbench, "layer_steps", spy)
-    monkeypatch.setattr(microbench, "shared_memory_limit", lambda device: 5000)
+    monkeypatch.setattr(microbench, "shared_memory_limit", lambda device: 10000)
     (row,) = microbench.bench_impl(shape, [3], s, device="cpu")
     knobs = parse_knobs(row["tile"])
     assert all(v == small for k, v in knobs.items() if "block_m" not in k)
     assert row["smem_skipped"] == 1 and row["us"] > 0
     assert make_tiles(shape, {k: large if "block_m" not in k else v
                               for k, v in knobs.items()}) not in ran
-    assert all(t is not None and t.shared_memory() <= 5000 for t in ran)
+    assert all(t is not None and t.shared_memory() <= 10000 for t in ran)
 
 
 def test_fp8_points_go_to_their_own_table_and_resume_alike(tmp_path, monkeypatch, capsys):

@@ -330,27 +330,36 @@ class GemmSpec:
 
     def shared_memory(self, block_m: int, itemsize: int = 2, fp8=None) -> int:
         """A lower bound of the shared memory (bytes) Triton gives this GEMM's kernel at BLOCK_M
-        rows, from the tile alone, before compiling.  The MMA reads its operands through shared
-        memory, and the software pipeline keeps num_stages - 1 copies (one more for Hopper's
-        asynchronous wgmma, taken where the MMA's M side -- BLOCK_M, or BLOCK_N with swap -- is
-        >= 64; one copy without pipelining) of A's BLOCK_M x BLOCK_K tile and, with TMA, of
-        each weight tile BLOCK_N x BLOCK_K (two when gated); a weight tile loaded without TMA
-        takes one.  All of `itemsize` bytes.  With FP8 weights (`fp8`, an Fp8Format) the
-        weights' of 1, and of A only what Triton was seen to keep on sm_90: one e4m3 copy
-        (w8a8: A quantised in registers), none (weight-only: A may share the weights'
-        buffers -- the swapped TMA tile keeps no other).  What else the
-        compiler may add (a second A tile for EPI_SWIGLU's up input, the epilogue's scratch,
-        barriers) is left out: a tile set over the device's limit by this count cannot
-        compile, so the search skips it without losing one that would (`bench smem-check`
-        compares it with Triton's own count)."""
+        rows, from the tile alone, before compiling: a tile set over the device's limit by this
+        count cannot compile, so the search skips it without losing one that would.
+
+        The MMA reads its operands through shared memory, and the software pipeline keeps
+        `copies` = num_stages - 1 of every tile it loads (one without pipelining): A's BLOCK_M x
+        BLOCK_K tile per A input (two for EPI_SWIGLU, whose up input is a second load) and the
+        BLOCK_N x BLOCK_K weight tile per weight input (two when gated), TMA or not.  Hopper's
+        asynchronous wgmma, taken where the MMA's M side (BLOCK_M, or BLOCK_N with swap) is >= 64,
+        keeps one more.  bf16: all of `itemsize` bytes, one more copy of everything under wgmma.
+        FP8 weights (`fp8`, an Fp8Format) are e4m3 (1 byte); A stays bf16 in shared memory.
+        w8a8 quantises A in the main loop: one more copy of the weights under wgmma, and one of
+        the quantised A (e4m3 under wgmma, bf16-wide without).  Weight-only: one more copy of A
+        under wgmma, and, with the weights on wgmma's B side (not swapped), one weight tile
+        widened to bf16.  Counted against Triton 3.6's own figure for sm_90 (`bench smem-check`
+        on the H200, and the same compile on the CPU: tests/kernels/test_gemm_smem.py) at every
+        GEMM x tile x BLOCK_M of the search: bf16 288 kernels, each precision of FP8 240, within
+        1.1 KB below it (barriers, the epilogue's scratch), never above."""
         t = self.tile
         wgmma = (t.block_n if t.swap else block_m) >= 64 and t.num_warps % 4 == 0
-        copies = 1 if t.num_stages == 1 else t.num_stages - 1 + wgmma
-        gated = 1 if self.epi == EPI_ACT else 2
-        weights = copies * gated * t.block_n if t.tma else t.block_n
+        copies = 1 if t.num_stages == 1 else t.num_stages - 1
+        a_rows = (2 if self.epi == EPI_SWIGLU else 1) * block_m
+        w_rows = (1 if self.epi == EPI_ACT else 2) * t.block_n
         if fp8 is None:
-            return t.block_k * (copies * block_m + weights) * itemsize
-        return t.block_k * ((block_m if fp8.activations == "fp8" else 0) + weights)
+            copies += wgmma and t.num_stages > 1
+            return t.block_k * copies * (a_rows + w_rows) * itemsize
+        if fp8.activations == "fp8":  # w8a8
+            quantised_a = block_m * (1 if wgmma else 2)
+            return t.block_k * (copies * 2 * a_rows + quantised_a + (copies + wgmma) * w_rows)
+        widened = 2 * t.block_n if wgmma and not t.swap else 0  # wgmma's B, e4m3 -> bf16
+        return t.block_k * ((copies + wgmma) * 2 * a_rows + copies * w_rows + widened)
 
     def on(self, tile: TileConfig, **sizes) -> "GemmSpec":
         """This GEMM on `tile`, with the fields a layer knows only from its weights' shapes
