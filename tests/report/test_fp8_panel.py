@@ -36,6 +36,8 @@ def test_fp8_rows_beside_bf16_and_vllm(results, measured):
              (("ours logits", 1010.0), ("ours routed", 1000.0), ("vllm routed", 1100.0))]
     pd.DataFrame(rows).to_csv(folder / "vllm_peer.csv", index=False)
     art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    fp8_source = next(s for s in art.sources if s.path.name == "microbench_fp8.csv")
+    assert fp8_source.prov.model_size.endswith("random bf16 weights quantised to block-scaled FP8")
     t = art.table.set_index("weight_dtype")
     assert t.loc["fp8", "speedup"] == pytest.approx(1000 / 560)
     assert t.loc["fp8", "speedup / ideal"] == pytest.approx(1000 / 560 / 1.85)

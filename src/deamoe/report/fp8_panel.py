@@ -18,7 +18,7 @@ import pandas as pd
 from deamoe import paper
 from deamoe.report.annotate import footer, not_run_panel
 from deamoe.report.artifact import NOT_RUN, Artifact
-from deamoe.report.sources import microbench_source, read_csv
+from deamoe.report.sources import KERNEL_FP8, microbench_source, read_csv
 
 KEY = "figure4_5_fp8"
 TITLE = "Figures 4/5 in FP8: per-layer decode speedup on block-scaled FP8 weights"
@@ -51,7 +51,7 @@ def _vllm_fp8(results: Path, measured: Path) -> dict:
 
 
 def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile)
+    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile, KERNEL_FP8)
     goals = ("goals on one H200: DeaMoE FP8 speedup >= 0.95 of the ideal (bytes) speedup for "
              "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
              "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "

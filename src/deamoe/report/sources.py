@@ -204,15 +204,18 @@ def resolved_profile(results: Path) -> str | None:
 # the scale of numbers that come from no trained model (the `scale` of read_csv)
 ANALYTIC = {"model_size": "Table 1 shapes (analytic, no trained model)", "tokens": "n/a"}
 KERNEL = {"model_size": "Table 1 layer shapes, random bf16 weights", "tokens": "n/a"}
+KERNEL_FP8 = {"model_size": "Table 1 layer shapes, random bf16 weights quantised to block-scaled FP8",
+              "tokens": "n/a"}
 
 
-def microbench_source(results: Path, measured: Path, name: str, required, profile) -> Loaded:
+def microbench_source(results: Path, measured: Path, name: str, required, profile,
+                      scale: dict = KERNEL) -> Loaded:
     """This run's GPU numbers if it had a GPU, else the committed ones, else not run."""
     status = read_json(results / "microbench" / "status.json") or {}
     here = results / "microbench" / name
     if here.exists():
-        return read_csv(here, required=required, profile=profile, scale=KERNEL)
-    committed = read_csv(measured / name, required=required, scale=KERNEL)
+        return read_csv(here, required=required, profile=profile, scale=scale)
+    committed = read_csv(measured / name, required=required, scale=scale)
     if committed.ok:
         why = status.get("reason", "no microbenchmark result in this run")
         committed.reason = f"this run: not run ({why}); showing committed {measured / name}"
