@@ -57,10 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
+    """Run `argv` (default: sys.argv) through `parser` (default: every stage's commands)."""
     import signal
 
-    args = build_parser().parse_args(argv)
+    parser = parser or build_parser()
+    args = parser.parse_args(argv)
+    args.prog = parser.prog
     previous = None
     with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker): leave it
         previous = signal.signal(signal.SIGTERM, _terminate)
@@ -80,10 +83,10 @@ def _run(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except Terminated:
-        print(f"terminated: python -m deamoe {args.command}", file=sys.stderr)
+        print(f"terminated: {_prog(args)} {args.command}", file=sys.stderr)
         return 143
     except KeyboardInterrupt:  # Ctrl-C: outputs are atomic, a training run keeps its last checkpoint
-        print(f"interrupted: python -m deamoe {args.command}", file=sys.stderr)
+        print(f"interrupted: {_prog(args)} {args.command}", file=sys.stderr)
         return 130
     except OSError as exc:  # a path the user gave that cannot be read or written
         if exc.filename is None:
@@ -96,12 +99,16 @@ def _run(args) -> int:
 
 
 def _unexpected(args, exc: BaseException) -> int:
-    if args.traceback:
+    if getattr(args, "traceback", False):
         raise exc
     first = str(exc).splitlines()[0][:300] if str(exc).strip() else ""
-    print(f"error: python -m deamoe {args.command} failed unexpectedly ({type(exc).__name__}: {first}); "
-          "rerun with `python -m deamoe --traceback ...` to see where", file=sys.stderr)
+    print(f"error: {_prog(args)} {args.command} failed unexpectedly ({type(exc).__name__}: {first}); "
+          f"rerun with `{_prog(args)} --traceback ...` to see where", file=sys.stderr)
     return 1
+
+
+def _prog(args) -> str:
+    return getattr(args, "prog", "python -m deamoe")
 
 
 if __name__ == "__main__":

@@ -114,9 +114,13 @@ def _in_staging(path: Path) -> bool:
     return any((folder / STAGING_MARK).is_file() for folder in path.parents)
 
 
-def _committed(path: Path) -> bool:
+def is_committed(path: str | os.PathLike) -> bool:
+    """Whether `path` lies under reports/measured/ (committed measurements)."""
     parts = Path(os.path.abspath(path)).parts
     return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
+
+
+_committed = is_committed
 
 
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:

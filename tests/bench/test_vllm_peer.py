@@ -59,6 +59,18 @@ def test_missing_kernel_file_says_how_to_make_it(tmp_path):
         vllm_peer.load_peer(tmp_path / "none.py")
 
 
+@pytest.mark.parametrize("text, why", [
+    ("def broken(:\n", "SyntaxError"),
+    ("raise RuntimeError('half-copied')\n", "RuntimeError: half-copied"),
+    ("VLLM_VERSION = '0'\n", "no write_zeros_to_output, fused_moe_kernel, get_default_config"),
+])
+def test_a_file_that_is_not_the_extracted_kernel_is_named(tmp_path, text, why):
+    (tmp_path / "k.py").write_text(text)
+    with pytest.raises(vllm_peer.PeerError, match=f"k.py: not a kernel file of `bench peer extract` "
+                       f"\\(.*{why}"):
+        vllm_peer.load_peer(tmp_path / "k.py")
+
+
 def test_extract_names_what_vllm_no_longer_has(tmp_path, monkeypatch):
     fake = tmp_path / "fused_moe.py"
     fake.write_text("def get_default_config():\n    return {}\n")

@@ -69,6 +69,37 @@ def test_bad_tables_name_the_file(tmp_path):
         TilePicks.from_table(bad)
 
 
+@pytest.mark.parametrize("content, match", [
+    (b"", r"empty\.csv: empty file"),
+    (b"\xff\xfe\x00", r"empty\.csv:1: not UTF-8"),
+    (b"model,batch,baseline_tile,deamoe_tile\nBaseline-7B,four,w13=n64-k64-w4-s4,failed\n",
+     r"empty\.csv:2: column batch is 'four'"),
+    (b"model,batch,baseline_tile,deamoe_tile\nGPT-9,4,w13=n64-k64-w4-s4,failed\n",
+     r"empty\.csv:2: unknown model 'GPT-9'"),
+    (b"model,batch,baseline_tile,deamoe_tile\nBaseline-7B,4,failed,dept_up\n",
+     r"empty\.csv:2: deamoe_tile: 'dept_up' is not a knob set"),
+    (b"model,batch,baseline_tile,deamoe_tile\nBaseline-7B,4,w13=n64;w9=1,failed\n",
+     r"empty\.csv:2: baseline_tile: 'w13=n64;w9=1' is not a knob set"),
+])
+def test_a_damaged_table_is_named_with_its_line(tmp_path, content, match):
+    (tmp_path / "empty.csv").write_bytes(content)
+    with pytest.raises(DataError, match=match):
+        TilePicks.from_table(tmp_path / "empty.csv")
+
+
+def test_regenerating_the_packaged_picks_from_a_bad_table_is_one_line(tmp_path, capsys):
+    from deamoe.decode.picks import main
+
+    before = PACKAGED.read_bytes()
+    (tmp_path / "t.csv").write_text("")
+    assert main([str(tmp_path / "t.csv")]) == 2
+    assert main([str(tmp_path / "no.csv")]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"error: {tmp_path / 't.csv'}: empty file, not a microbench.csv (tile picks)",
+                   f"error: tile picks: no such table {tmp_path / 'no.csv'}"]
+    assert PACKAGED.read_bytes() == before
+
+
 def test_fp8_layers_take_their_precisions_pick_or_the_bf16_one_fitted():
     from deamoe.kernels.fp8 import Fp8Format
 

@@ -140,11 +140,33 @@ def test_import_keeps_the_committed_table_when_the_new_one_is_malformed(work, fa
 
 
 def test_import_replaces_the_committed_table_with_a_valid_one(work, capsys):
-    _put(work / "dest" / "microbench.csv", "model,batch\n")
+    dest = "reports/measured/h200"
+    _put(work / dest / "microbench.csv", "model,batch\n")
     _device_run(work / "run")
-    status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", "dest"], capsys)
+    status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", dest], capsys)
     assert status == 0, err
-    assert len(pd.read_csv(work / "dest" / "microbench.csv")) == 3
+    assert len(pd.read_csv(work / dest / "microbench.csv")) == 3
+
+
+def test_import_outside_reports_measured_never_replaces_a_users_file(work, failing, capsys):
+    _put(work / "mine" / "decode_tpot.csv")
+    _device_run(work / "run")
+    (work / "run" / "decode_tpot.csv").write_text((REPO / "reports/measured/h200/decode_tpot.csv").read_text())
+    # refused before either table is written: no half-done import
+    failing(["bench", "import", "run", "--sha", "abc", "--dest", "mine"], "mine/decode_tpot.csv")
+    # its own tables there it replaces (a second import into the same folder)
+    for _ in range(2):
+        status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", "new"], capsys)
+        assert status == 0, err
+    assert len(pd.read_csv(work / "new" / "microbench.csv")) == 3
+
+
+def test_import_outside_a_checkout_asks_for_the_sha(work, failing, monkeypatch):
+    from deamoe.bench import tools
+
+    monkeypatch.setattr(tools, "_head_sha", lambda: "")
+    _device_run(work / "run", git_sha="unknown")
+    failing(["bench", "import", "run", "--dest", "d"], "microbench.csv", "git_sha 'unknown'", "--sha")
 
 
 def test_merge_into_a_decode_table_keeps_it_when_the_new_rows_are_malformed(work):

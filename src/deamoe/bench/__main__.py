@@ -1,20 +1,17 @@
 """`python -m deamoe.bench microbench|bench ...`: the bench commands alone (no other stage imported).
 
 Used on GPU machines whose Python lacks other stages' dependencies; same flags as
-`python -m deamoe microbench` and `python -m deamoe bench`.
+`python -m deamoe microbench` and `python -m deamoe bench`, and the same one-line errors
+(deamoe.cli.main: bad input exit status 2, Ctrl-C 130, SIGTERM 143, a fault of the program 1).
 """
 
 import sys
 
 from deamoe.bench.cli import register
-from deamoe.cli import Parser
-from deamoe.errors import DeaMoEError
+from deamoe.cli import Parser, main
 
 parser = Parser(prog="python -m deamoe.bench")
+parser.add_argument("--traceback", action="store_true",
+                    help="on an unexpected error, print the traceback (default: one line)")
 register(parser.add_subparsers(dest="command", required=True))
-args = parser.parse_args()
-try:
-    sys.exit(int(args.func(args) or 0))
-except DeaMoEError as exc:
-    print(f"error: {exc}", file=sys.stderr)
-    sys.exit(2)
+sys.exit(main(parser=parser))

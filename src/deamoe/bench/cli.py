@@ -23,8 +23,8 @@ from pathlib import Path
 TABLE = "reports/measured/h200/microbench.csv"
 # what `microbench` writes into its --out folder
 MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench.csv", "stages.csv",
-                      "microbench_fp8.csv", "decode_tpot.csv", "vllm_peer.csv",
-                      "vllm_kernel/vllm_fused_moe.py")
+                      "microbench_points.csv", "microbench_fp8.csv", "decode_tpot.csv",
+                      "vllm_peer.csv", "vllm_kernel/vllm_fused_moe.py")
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
@@ -179,11 +179,29 @@ def _register_peer(tools) -> None:
     p.set_defaults(func=_peer)
 
 
+def _outputs(out: Path, *names: str) -> None:
+    """Before any work: each output OUT/NAME absent or written by deamoe (deamoe.io)."""
+    from deamoe.io import check_outputs
+
+    check_outputs(files=[Path(out) / name for name in names])
+
+
+def _picks(table: str) -> None:
+    """--table: a microbench.csv whose picks the tool runs, checked before any GPU work."""
+    from deamoe.decode.picks import TilePicks
+
+    TilePicks.from_table(table)
+
+
 def _train(args) -> int:
     from deamoe.bench.train_bench import PARTS, PATHS, bench_train, choices
+    from deamoe.settings import load_settings
 
     parts = choices("--parts", args.parts.split(","), PARTS)
     paths = choices("--paths", args.paths.split(","), tuple(PATHS))
+    load_settings(args.config)  # a bad config is named before the GPU check
+    _outputs(args.out, "train_fsdp_throughput.csv" if "fsdp" in parts else "train_throughput.csv",
+             *(["train_layer_kernels.csv"] if "kernels" in parts else []))
     _needs_cuda("train")
     return bench_train(args.out, args.config, parts, paths, args.tokens, args.steps)
 
@@ -198,6 +216,8 @@ def _needs_cuda(what: str) -> None:
 
 
 def _picks_check(args) -> int:
+    _picks(args.table)
+    _outputs(args.out, "picks_check.csv")
     _needs_cuda("picks-check")
     from deamoe.bench.checks import picks_check
 
@@ -205,6 +225,7 @@ def _picks_check(args) -> int:
 
 
 def _stream_check(args) -> int:
+    _outputs(args.out, "stream_check.csv")
     _needs_cuda("stream-check")
     from deamoe.bench.checks import stream_check
 
@@ -217,6 +238,11 @@ def _fp8_check(args) -> int:
 
         raise ConfigError("--weight-dtype: bf16 is checked by the battery and stream-check; "
                           "give fp8 and/or fp8-w8a8")
+    if args.kernel.is_file():  # absent: that part is not run; present, it must load
+        from deamoe.bench.vllm_peer import load_peer
+
+        load_peer(args.kernel)
+    _outputs(args.out, "fp8_check.csv")
     _needs_cuda("fp8-check")
     from deamoe.bench.checks import fp8_check
 
@@ -224,6 +250,7 @@ def _fp8_check(args) -> int:
 
 
 def _routing_check(args) -> int:
+    _outputs(args.out, "routing_check.csv", "routing_time.csv")
     _needs_cuda("routing-check")
     from deamoe.bench.checks import routing_check
 
@@ -243,19 +270,26 @@ def _smem_check(args) -> int:
     if set(gemms) - set(GEMMS):
         raise ConfigError(f"--gemms: {', '.join(sorted(set(gemms) - set(GEMMS)))} not among "
                           f"{', '.join(GEMMS)}")
+    _outputs(args.out, "smem_check.csv")
     _needs_cuda("smem-check")
     return smem_check(args.out, s, gemms)
 
 
 def _variants(args) -> int:
-    _needs_cuda("variants")
     from deamoe.bench.tools import parse_variants, variants
+    from deamoe.bench.vllm_peer_run import checked_points
 
     sets, points = parse_variants(args.items)
+    _picks(args.table)
+    checked_points(points, args.table)
+    _outputs(args.out, "variants.csv")
+    _needs_cuda("variants")
     return variants(args.out, sets, points, args.table, args.rounds)
 
 
 def _trace(args) -> int:
+    _picks(args.table)
+    _outputs(args.out, "trace.csv")
     _needs_cuda("trace")
     from deamoe.bench.tools import trace
 
@@ -263,6 +297,7 @@ def _trace(args) -> int:
 
 
 def _read_sizes(args) -> int:
+    _outputs(args.out, "read_sizes.csv")
     _needs_cuda("read-sizes")
     from deamoe.bench.tools import read_sizes
 
@@ -272,6 +307,7 @@ def _read_sizes(args) -> int:
 def _overread(args) -> int:
     from deamoe.bench.tools import overread
 
+    _outputs(args.out, "dense_overread.csv")
     return overread(args.out, args.draws)
 
 
@@ -293,6 +329,7 @@ def _peer(args) -> int:
         return vllm_peer.check(args.kernel) | check_fp8(args.kernel)
     from deamoe.bench.vllm_peer_run import run_peer
 
+    _outputs(args.out, "vllm_peer.csv", "roofline.json")
     return run_peer(args.kernel, args.points, args.out, args.table, args.rounds, args.replays,
                     args.tiny, precisions=args.weight_dtype)
 
@@ -341,6 +378,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         from deamoe.errors import ConfigError
 
         raise ConfigError(f"--tiles-from: no such file {tiles_from}")
+    if tiles_from is not None:  # its picks, read by the decode benchmark after the layers
+        _picks(tiles_from)
     out = Path(args.out)
     if args.merge_decode_into:
         _check_merge_target(Path(args.merge_decode_into), out, skip)

@@ -31,15 +31,31 @@ import torch
 def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
     """'[moe/]NAME:KNOB=VALUE[,...]' items -> ({'moe': {name: knobs}, 'deamoe': {...}}, the
     'MODEL:BATCH' items)."""
+    import dataclasses
+
+    from deamoe.errors import ConfigError
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fused_moe import MoETiles
+
+    knobs = {"moe": {f.name for f in dataclasses.fields(MoETiles)},
+             "deamoe": {f.name for f in dataclasses.fields(DeaMoETiles)}}
     sets, points = {"moe": {}, "deamoe": {}}, []
     for item in items:
         if "=" not in item:
             points.append(item)
             continue
-        name, spec = item.split(":", 1)
+        name, sep, spec = item.partition(":")
+        parts = [part.partition("=") for part in spec.split(",")]
+        if not sep or not name or any(not k or not eq or not v for k, eq, v in parts):
+            raise ConfigError(f"variant {item!r}: expected [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...]")
         kind = "moe" if name.startswith("moe/") else "deamoe"
-        sets[kind][name] = {k: int(v) if v.isdigit() else v
-                            for k, v in (part.split("=", 1) for part in spec.split(","))}
+        unknown = [k for k, _, _ in parts if k not in knobs[kind]]
+        if unknown:
+            raise ConfigError(f"variant {item!r}: {unknown[0]!r} is no knob of the {kind} layer "
+                              f"(one of {', '.join(sorted(knobs[kind]))})")
+        sets[kind][name] = {k: int(v) if v.isdigit() else v for k, _, v in parts}
+    if not points:
+        raise ConfigError("bench variants: no MODEL:BATCH point given (e.g. DeepSeek-V3:16)")
     return sets, points
 
 
@@ -88,7 +104,10 @@ def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int =
 
 
 def _profile_graph(run, out: Path) -> list[dict]:
-    """Kernel events of the last of 5 profiled replays of `run` captured in a CUDA graph."""
+    """Kernel events of the last of 5 profiled replays of `run` captured in a CUDA graph (its
+    trace exported into a private staging folder beside out/trace.csv)."""
+    from deamoe.io import staging_dir
+
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -105,11 +124,10 @@ def _profile_graph(run, out: Path) -> list[dict]:
         for _ in range(5):
             g.replay()
         torch.cuda.synchronize()
-    path = out / "tmp_trace.json"
-    prof.export_chrome_trace(str(path))
-    ev = sorted((e for e in json.loads(path.read_text())["traceEvents"]
-                 if e.get("cat") == "kernel"), key=lambda e: e["ts"])
-    path.unlink()
+    with staging_dir(out / "trace.csv") as stage:
+        prof.export_chrome_trace(str(stage / "trace.json"))
+        ev = sorted((e for e in json.loads((stage / "trace.json").read_text())["traceEvents"]
+                     if e.get("cat") == "kernel"), key=lambda e: e["ts"])
     return ev[-(len(ev) // 5):] if ev else []
 
 
@@ -124,7 +142,6 @@ def trace(out: Path, table: str, models: list[str], batches: list[int],
     from deamoe.io import write_csv
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     mb = pd.read_csv(table)
     rows = []
     for model in models:
@@ -243,16 +260,15 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
     copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
     that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
     (workflow/profiles/gpu/microbench-shared.yaml's run) goes to microbench_shared.csv, where
-    the report reads them, never over the main table."""
+    the report reads them, never over the main table.  Under reports/measured/ the tables are
+    replaced (this command owns them); elsewhere only a table deamoe wrote is."""
     import pandas as pd
 
-    from deamoe.errors import DataError
-    from deamoe.io import write_csv
     from deamoe.bench.shared import SHARED_FILE, is_shared
+    from deamoe.errors import ConfigError, DataError
+    from deamoe.io import check_outputs, is_committed, write_csv
     from deamoe.readers import read_table, table_spec
 
-    sha = sha or subprocess.run(["git", "rev-parse", "--short=12", "HEAD"],
-                                capture_output=True, text=True).stdout.strip()
     tables = {}
     for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
@@ -260,16 +276,35 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
         if not parts:
             continue
         df = pd.concat(parts, ignore_index=True)
-        if "git_sha" in df:
+        if "git_sha" in df and (df["git_sha"].astype(str) == "unknown").any():
+            sha = sha or _head_sha()
+            if not sha:
+                raise ConfigError(f"bench import: {name} has rows of git_sha 'unknown' and "
+                                  "`git rev-parse HEAD` gives no commit here; give --sha")
             df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
         if name == "microbench.csv" and is_shared(df["model"]).any():
             name = SHARED_FILE
         tables[name] = df
-    for name, df in tables.items():
-        write_csv(Path(dest) / name, df, replace_committed=True)
-    written = list(tables)
-    if not written:
+    if not tables:
         raise DataError(f"bench import: no microbench.csv, microbench_fp8.csv or decode_tpot.csv in "
                         f"{', '.join(map(str, dirs))}")
+    # a table under reports/measured/ is replaced (its owner); elsewhere only what deamoe wrote
+    paths = {name: Path(dest) / name for name in tables}
+    owner = {name: is_committed(path) for name, path in paths.items()}
+    for name, path in paths.items():  # every one before the first is written
+        check_outputs(files=[path], replace_committed=owner[name])
+    for name, df in tables.items():
+        write_csv(paths[name], df, replace_committed=owner[name])
+    written = list(tables)
     print(f"imported {', '.join(written)} into {dest}")
     return 0
+
+
+def _head_sha() -> str:
+    """The short sha of HEAD where the working directory is a git checkout, else ''."""
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                              text=True)
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""

@@ -279,6 +279,7 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     import pandas as pd
 
     from deamoe.bench.train_kernels import KERNEL_COLUMNS
+    from deamoe.io import write_csv
     from deamoe.provenance import provenance, version
     from deamoe.shapes import TABLE1
     from deamoe.train import parallel
@@ -300,9 +301,8 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
             rows.append(row)
             if d.main:
                 print({k: v for k, v in row.items() if v is not None}, flush=True)
-                out.mkdir(parents=True, exist_ok=True)
-                pd.DataFrame(rows).reindex(columns=columns).assign(
-                    **{k: prov[k] for k in ("device", "torch", "triton", "git_sha", "date")}).to_csv(out / file, index=False)
+                write_csv(Path(out) / file, pd.DataFrame(rows).reindex(columns=columns).assign(
+                    **{k: prov[k] for k in ("device", "torch", "triton", "git_sha", "date")}))
         return emit
 
     emit = writer(rows, name, SECTION_COLUMNS)

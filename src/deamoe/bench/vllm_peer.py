@@ -118,7 +118,17 @@ def load_peer(path: Path):
                         "where vllm is installed, and carry it)")
     spec = importlib.util.spec_from_file_location("vllm_peer_kernel", path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    redo = "run `python -m deamoe bench peer extract` again"
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as exc:  # noqa: BLE001 - any fault of a foreign file is its, named
+        why = str(exc).splitlines()[0] if str(exc) else ""
+        raise PeerError(f"{path}: not a kernel file of `bench peer extract` ({type(exc).__name__}: "
+                        f"{why}); {redo}") from None
+    lacking = [n for n in ("VLLM_VERSION", *TAKEN) if not hasattr(mod, n)]
+    if lacking:
+        raise PeerError(f"{path}: not a kernel file of `bench peer extract` (no {', '.join(lacking)}); "
+                        f"{redo}")
     return mod
 
 

@@ -66,16 +66,13 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
     """{(model, batch): the table's row} of every 'MODEL:BATCH' point, before any GPU work; a
     PeerError naming the point, or the table and the row it lacks.  precision: the rows of
     that weight precision (a table's `weight_dtype`; a table without it holds bf16 rows)."""
-    import pandas as pd
-
+    from deamoe.readers import TableSpec, read_table
     from deamoe.shapes import table1_row
 
     if not Path(table).is_file():
         raise PeerError(f"--table: no such file {table}")
-    df = pd.read_csv(table)
-    missing = {"model", "batch", "baseline_tile"} - set(df.columns)
-    if missing:
-        raise PeerError(f"{table}: missing column(s) {', '.join(sorted(missing))} of a microbench.csv")
+    df = read_table(table, TableSpec(("model", "batch", "baseline_tile"), finite=("batch",)),
+                    "microbench.csv")
     df = df[df["weight_dtype"] == precision] if "weight_dtype" in df else df
     rows = {}
     for point in points:
@@ -302,11 +299,11 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     from deamoe.kernels.fp8 import fit_tiles
     from deamoe.provenance import provenance
 
+    tables = {p: pick_table(points, table, p) for p in precisions}  # bad points: named first
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
         raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
                         "on the CPU, TRITON_INTERPRET=1)")
-    tables = {p: pick_table(points, table, p) for p in precisions}
     shared = [p for p in points if p.rpartition(":")[0].endswith(SHARED_SUFFIX)]
     if shared and set(precisions) - {"bf16"}:
         raise PeerError(f"{', '.join(shared)}: the FP8 peer runs layers without shared experts")

@@ -37,3 +37,16 @@ def parse_knobs(text: str) -> dict:
         key, value = part.split("=", 1)
         out[key] = int(value) if value.isdigit() else value
     return out
+
+
+def checked_tiles(shape, text: str, where: str):
+    """make_tiles(shape, parse_knobs(text)), or a ConfigError naming `where` and the text when it
+    is not a knob set of that layer (a bad tile name, an unknown knob, a part without '=')."""
+    from deamoe.errors import ConfigError
+
+    try:
+        return make_tiles(shape, parse_knobs(text))
+    except (ValueError, TypeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError(f"{where}: {text!r} is not a knob set of the {shape.kind} layer "
+                          f"({why})") from None

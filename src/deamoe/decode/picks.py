@@ -80,18 +80,28 @@ class TilePicks:
 
     @classmethod
     def from_table(cls, path) -> "TilePicks":
-        import pandas as pd
-
-        from deamoe.errors import DataError
+        """The picks of microbench.csv `path`; a DataError naming the file (missing, empty, not
+        a UTF-8 CSV, lacking a column) or its line (a bad batch, model or knob set)."""
+        from deamoe.decode.knobs import checked_tiles
+        from deamoe.errors import DataError, DeaMoEError
+        from deamoe.readers import TableSpec, read_table
+        from deamoe.shapes import table1_row
 
         path = Path(path)
         if not path.is_file():
             raise DataError(f"tile picks: no such table {path}")
-        df = pd.read_csv(path)
-        missing = {"model", "batch", *_COLUMN.values()} - set(df.columns)
-        if missing:
-            raise DataError(f"{path}: missing column(s) {', '.join(sorted(missing))}")
-        return cls.from_rows(df.to_dict("records"), str(path))
+        spec = TableSpec(("model", "batch", *_COLUMN.values()), finite=("batch",))
+        rows = read_table(path, spec, "microbench.csv (tile picks)").to_dict("records")
+        for line, r in enumerate(rows, start=2):
+            try:
+                row = table1_row(str(r["model"]))
+                for shape in (row.baseline, row.deamoe):
+                    name = r[_COLUMN[shape.kind]]
+                    if isinstance(name, str) and name not in _NO_PICK:
+                        checked_tiles(shape, name, _COLUMN[shape.kind])
+            except DeaMoEError as exc:
+                raise DataError(f"{path}:{line}: {exc}") from None
+        return cls.from_rows(rows, str(path))
 
     def merged(self, other: "TilePicks") -> "TilePicks":
         """These picks, with (shape, batch) points they lack filled in from `other`."""
@@ -152,8 +162,14 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m deamoe.decode.picks MICROBENCH_CSV", file=sys.stderr)
         return 2
-    picks = TilePicks.from_table(argv[0])
-    write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n", replace_committed=True)
+    from deamoe.errors import DeaMoEError
+
+    try:
+        picks = TilePicks.from_table(argv[0])
+        write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n", replace_committed=True)
+    except DeaMoEError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"wrote {PACKAGED}: {sum(map(len, picks.picks.values()))} picks, "
           f"{len(picks.picks)} shapes, from {argv[0]}")
     return 0

@@ -5,36 +5,43 @@
                     first/last loss, held-out loss, DeaMoE / baseline step-time ratio
   train_fsdp.csv    per step: loss of the one-GPU run vs the FSDP2 two-GPU run (same batches)
   train_curves.csv  loss curves (every 10th step) of the time-boxed runs
+A missing or malformed input, or an output the project did not write, is one line on stderr
+(exit status 2), named before anything is written.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+OUTPUTS = ("train_gpu.csv", "train_curves.csv", "train_fsdp.csv")
 
 
 def collect(runs: Path, out: Path) -> None:
     import pandas as pd
 
-    out.mkdir(parents=True, exist_ok=True)
+    from deamoe.errors import DataError
+    from deamoe.io import check_outputs, write_csv
+    from deamoe.readers import read_json, read_training_log
+
+    if not runs.is_dir():
+        raise DataError(f"{runs}: no such folder (the finished runs' folder)")
+    check_outputs(files=[out / name for name in OUTPUTS])
     rows, curves = [], []
-    for run in sorted(p for p in runs.iterdir() if (p / "summary.json").is_file()):
-        s = json.loads((run / "summary.json").read_text())
-        log = pd.read_csv(run / "log.csv")
+    done = sorted(p for p in runs.iterdir() if (p / "summary.json").is_file())
+    if not done:
+        raise DataError(f"{runs}: no run folder holding a summary.json")
+    for run in done:
+        s = read_json(run / "summary.json", "run summary")
+        log = read_training_log(run / "log.csv")
         steady = log.iloc[min(10, len(log) - 1):]
-        rows.append({
-            "run_dir": run.name, "run": s["run"], "ffn_type": s["ffn_type"], "world_size": s["world_size"],
-            "params": s["params"], "steps": s["steps"], "planned_steps": s.get("planned_steps"),
-            "tokens": s["tokens"], "tokens_per_s": round(s["tokens_per_s"]),
-            "median_step_time_s": float(steady["step_time_s"].median()),
-            "train_flops_per_token": s["train_flops_per_token"],
-            "mfu_vs_794tflops": s["mfu_vs_794tflops"],
-            "first_loss": float(log["loss"].iloc[0]), "final_loss": float(log["loss"].iloc[-1]),
-            "loss_last_100": float(log["loss"].tail(100).mean()), "val_loss": s["val_loss"],
-            "mean_distinct_departments": s.get("mean_distinct_departments"),
-            "device": s["device"], "torch": s["torch"], "git_sha": s["git_sha"], "date": s["date"],
-        })
+        try:
+            rows.append(_row(run, s, log, steady))
+        except KeyError as exc:
+            raise DataError(f"{run / 'summary.json'}: no key {exc.args[0]!r} (or its log.csv no "
+                            "such column)") from None
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{run / 'summary.json'}: a value of the wrong type ({exc})") from None
         curves.append(log[log["step"] % 10 == 0][["step", "tokens", "loss"]].assign(run_dir=run.name))
     table = pd.DataFrame(rows)
     single = table[table["world_size"] == 1].sort_values("steps").drop_duplicates("run", keep="last")
@@ -42,18 +49,47 @@ def collect(runs: Path, out: Path) -> None:
     times = dict(zip(pre["ffn_type"], pre["median_step_time_s"]))  # the pair: moe and deamoe
     if {"moe", "deamoe"} <= set(times):
         table["deamoe_over_baseline_step_time"] = times["deamoe"] / times["moe"]
-    table.to_csv(out / "train_gpu.csv", index=False)
-    pd.concat(curves).to_csv(out / "train_curves.csv", index=False)
+    write_csv(out / "train_gpu.csv", table)
+    write_csv(out / "train_curves.csv", pd.concat(curves))
     pair = [runs / n for n in ("one40", "two40")]
     if all((p / "log.csv").is_file() for p in pair):
-        a, b = (pd.read_csv(p / "log.csv") for p in pair)
+        a, b = (read_training_log(p / "log.csv") for p in pair)
         fsdp = pd.DataFrame({"step": a["step"], "loss_1gpu": a["loss"], "loss_fsdp2_2gpu": b["loss"],
                              "abs_diff": (a["loss"] - b["loss"]).abs(),
                              "grad_norm_1gpu": a["grad_norm"], "grad_norm_fsdp2_2gpu": b["grad_norm"],
                              "tokens_per_s_1gpu": a["tokens_per_s"], "tokens_per_s_fsdp2_2gpu": b["tokens_per_s"]})
-        fsdp.to_csv(out / "train_fsdp.csv", index=False)
+        write_csv(out / "train_fsdp.csv", fsdp)
     print(table.to_string(index=False))
 
 
+def _row(run: Path, s: dict, log, steady) -> dict:
+    return {
+        "run_dir": run.name, "run": s["run"], "ffn_type": s["ffn_type"], "world_size": s["world_size"],
+        "params": s["params"], "steps": s["steps"], "planned_steps": s.get("planned_steps"),
+        "tokens": s["tokens"], "tokens_per_s": round(s["tokens_per_s"]),
+        "median_step_time_s": float(steady["step_time_s"].median()),
+        "train_flops_per_token": s["train_flops_per_token"],
+        "mfu_vs_794tflops": s["mfu_vs_794tflops"],
+        "first_loss": float(log["loss"].iloc[0]), "final_loss": float(log["loss"].iloc[-1]),
+        "loss_last_100": float(log["loss"].tail(100).mean()), "val_loss": s["val_loss"],
+        "mean_distinct_departments": s.get("mean_distinct_departments"),
+        "device": s["device"], "torch": s["torch"], "git_sha": s["git_sha"], "date": s["date"],
+    }
+
+
+def main(argv: list[str]) -> int:
+    from deamoe.errors import DeaMoEError
+
+    if len(argv) != 2:
+        print("usage: python -m deamoe.train.measure RUNS_DIR OUT_DIR", file=sys.stderr)
+        return 2
+    try:
+        collect(Path(argv[0]), Path(argv[1]))
+    except DeaMoEError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    collect(Path(sys.argv[1]), Path(sys.argv[2]))
+    sys.exit(main(sys.argv[1:]))

@@ -16,16 +16,22 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     import torch
     from torch.profiler import ProfilerActivity, profile as tprofile
 
+    from deamoe.io import check_outputs, write_csv
     from deamoe.model import DeaMoEForCausalLM
     from deamoe.train.data import TokenData
     from deamoe.train.runs import model_config, run_spec
     from deamoe.settings import load_settings
     from deamoe.train.trainer import build_optimizer, micro_loss
 
+    check_outputs(files=[out_csv])  # a file deamoe did not write is never replaced
     s = load_settings(config)
     t = s.train
     data = TokenData.open(data_dir)
     cfg = model_config(s, run_spec(s, run), data.meta["vocab_size"])
+    if not torch.cuda.is_available():
+        from deamoe.errors import DeaMoEError
+
+        raise DeaMoEError("python -m deamoe.train.profile_step: needs a CUDA GPU")
     torch.manual_seed(t.seed)
     torch.set_float32_matmul_precision("high")
     model = DeaMoEForCausalLM(cfg).cuda().train()
@@ -61,11 +67,25 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     table = pd.DataFrame(rows)
     table["share_of_gpu_time"] = table["self_cuda_ms_per_step"] / gpu_total
     table = table.assign(run=run, step_wall_ms=wall * 1e3, gpu_busy_ms=gpu_total)
-    table.to_csv(out_csv, index=False)
+    write_csv(out_csv, table)
     print(f"{run}: step {wall * 1e3:.1f} ms wall, GPU busy {gpu_total:.1f} ms")
     print(table.head(12).to_string(index=False))
 
 
+def main(a: list[str]) -> int:
+    from deamoe.errors import DeaMoEError
+
+    if len(a) not in (4, 5) or (len(a) == 5 and not (a[4].isdigit() and int(a[4]) > 0)):
+        print("usage: python -m deamoe.train.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]",
+              file=sys.stderr)
+        return 2
+    try:
+        profile(a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)
+    except DeaMoEError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    a = sys.argv[1:]
-    profile(a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)
+    sys.exit(main(sys.argv[1:]))
