@@ -120,9 +120,6 @@ def is_committed(path: str | os.PathLike) -> bool:
     return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
 
 
-_committed = is_committed
-
-
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
     """Fail before any work unless file output `path` is absent or the project wrote it.
 
@@ -132,7 +129,7 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         raise OutputPathError(f"{path} is a directory; give a file path for this output")
-    if _committed(path) and not replace_committed:
+    if is_committed(path) and not replace_committed:
         raise OutputPathError(f"{path} is under reports/measured/ (committed measurements, written "
                               "only by the command that owns each table); give another path")
     if (path.exists() or path.is_symlink()) and not replace_committed and not is_ours(path):
@@ -153,7 +150,7 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
         raise OutputPathError(f"{path} is the working directory or holds it; give a new folder for this output")
     if (path / ".git").exists():
         raise OutputPathError(f"{path} holds a .git repository; give a new folder for this output")
-    if _committed(path):
+    if is_committed(path):
         raise OutputPathError(f"{path} is under reports/measured/ (committed measurements); give another folder")
     if any(path.iterdir()) and not _whole(path):
         raise OutputPathError(
