@@ -183,6 +183,23 @@ def test_merge_into_a_decode_table_keeps_it_when_the_new_rows_are_malformed(work
     assert tree(work) == before
 
 
+def test_data_stopped_between_its_files_leaves_no_stale_meta(work, shards, capsys, monkeypatch):
+    from deamoe.errors import DataError
+    from deamoe.train import data
+    from deamoe.train.data import TokenData
+
+    train_config(work / "c.yaml", shards)
+    assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 0
+
+    def stop(*args, **kw):  # a kill after the new shards and tokenizer, before meta.json
+        raise KeyboardInterrupt
+    monkeypatch.setattr(data, "write_json", stop)
+    assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 130
+    assert not (work / "d" / "meta.json").exists()
+    with pytest.raises(DataError, match="missing meta.json"):
+        TokenData.open(work / "d")
+
+
 def test_data_replaces_its_own_shards(work, shards, capsys):
     train_config(work / "c.yaml", shards)
     for _ in range(2):  # the second run replaces the first's shards, tokenizer and meta.json

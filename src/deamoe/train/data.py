@@ -134,6 +134,10 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
 
     out.mkdir(parents=True, exist_ok=True)
+    # the shards and the tokenizer are replaced one after another, meta.json last: an earlier
+    # run's meta.json goes first, so a run stopped in between leaves a folder that reads as
+    # unprepared (readers.read_shards) instead of new shards described by old metadata
+    (out / "meta.json").unlink(missing_ok=True)
     n_docs = n_train = n_val = 0
     held_names: list[str] = []
     digest = hashlib.sha256()
