@@ -65,6 +65,7 @@ CASES = [
     (MICRO + ["--skip", "decode", "--merge-decode-into", "t.csv"], ["--merge-decode-into"]),
     (MICRO + ["--merge-decode-into", "c.yaml"], ["c.yaml", "decode_tpot"]),
     (MICRO + ["--merge-decode-into", "mb/decode_tpot.csv"], ["--merge-decode-into", "own"]),
+    (MICRO + ["--merge-decode-into", "."], ["--merge-decode-into", "folder"]),
     # commands reading what earlier stages wrote
     (["eval", "--config", "c.yaml", "--checkpoint", "nock", "--model", "deamoe", "--out", "e"], ["nock"]),
     (["eval-tables", "--config", "c.yaml", "--in", "noin", "--out", "et"], ["noin"]),

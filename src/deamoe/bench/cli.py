@@ -344,6 +344,8 @@ def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
     if into.resolve() == (out / "decode_tpot.csv").resolve():
         raise ConfigError(f"--merge-decode-into: {into} is this run's own decode_tpot.csv; "
                           "name another table (e.g. a copy of the committed one)")
+    if into.is_dir():
+        raise ConfigError(f"--merge-decode-into: {into} is a folder; name a decode_tpot.csv table")
     if into.exists():
         from deamoe.bench.decode import read_tpot
 
