@@ -15,3 +15,16 @@ class ConfigError(DeaMoEError, ValueError):
 
 class DataError(DeaMoEError):
     """A data file is missing, empty or malformed."""
+
+
+def run_reporting(command, *args) -> int:
+    """Run command(*args) for a module's `python -m` entry point: exit status 0, or 2 with a
+    DeaMoEError's one line on stderr, as `python -m deamoe` answers bad input."""
+    import sys
+
+    try:
+        command(*args)
+    except DeaMoEError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0

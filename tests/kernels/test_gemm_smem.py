@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from deamoe.decode.knobs import make_tiles, parse_knobs
-from deamoe.kernels.deamoe_decode import DEPT_DOWN, DEPT_UP, EXPERT_DOWN, EXPERT_UP
+from deamoe.bench.smem import gemm_specs
+from deamoe.kernels.deamoe_decode import DEPT_UP
 from deamoe.kernels.fp8 import Fp8Format
-from deamoe.kernels.fused_moe import W2, W13
 from deamoe.kernels.grouped_gemm import ACTS, TileConfig
 from deamoe.shapes import table1_row
 
@@ -37,8 +37,7 @@ ALIGNED = ("a_ptr", "bg_ptr", "bu_ptr", "c_ptr", "sorted_ptr", "block_group_ptr"
            "stride_cm", "a_up_off", "c_up_off")
 
 
-SPECS = {"w2": W2, "w13": W13, "dept_up": DEPT_UP, "expert_up": EXPERT_UP,
-         "expert_down": EXPERT_DOWN, "dept_down": DEPT_DOWN}
+SPECS = gemm_specs()  # {GEMM name: GemmSpec} of both layers
 CASES = [
     ("w2", "n64-k128-w4-s3", 16),          # mma.sync: A pipelined in num_stages - 1 copies
     ("w2", "n128-k128-w4-s3", 64),         # wgmma: one more copy

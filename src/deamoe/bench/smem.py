@@ -21,7 +21,7 @@ GROUPS, WIDTH, TOKENS, TOP_K = 8, 512, 4, 2  # any sizes: the shared memory foll
 GEMMS = GEMM_STAGES["moe"] + GEMM_STAGES["deamoe"]
 
 
-def _specs() -> dict:
+def gemm_specs() -> dict:
     """{GEMM name: its GemmSpec} of both layers."""
     from deamoe.kernels.deamoe_decode import DEPT_DOWN, DEPT_UP, EXPERT_DOWN, EXPERT_UP
     from deamoe.kernels.fused_moe import W2, W13
@@ -79,7 +79,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
         for name in gemms:
             for tile in names:
                 for block_m in block_ms:
-                    spec = _specs()[name].on(TileConfig.parse(tile))
+                    spec = gemm_specs()[name].on(TileConfig.parse(tile))
                     estimate = spec.shared_memory(block_m, 2, fmt)
                     triton_bytes = compiled_shared_memory(spec, block_m, fmt)
                     rows.append({"weight_dtype": precision, "gemm": name, "tile": tile,

@@ -162,17 +162,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m deamoe.decode.picks MICROBENCH_CSV", file=sys.stderr)
         return 2
-    from deamoe.errors import DeaMoEError
+    from deamoe.errors import run_reporting
 
-    try:
+    def package() -> None:
         picks = TilePicks.from_table(argv[0])
         write_text(PACKAGED, json.dumps(picks.to_json(), indent=1) + "\n", replace_committed=True)
-    except DeaMoEError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {PACKAGED}: {sum(map(len, picks.picks.values()))} picks, "
-          f"{len(picks.picks)} shapes, from {argv[0]}")
-    return 0
+        print(f"wrote {PACKAGED}: {sum(map(len, picks.picks.values()))} picks, "
+              f"{len(picks.picks)} shapes, from {argv[0]}")
+
+    return run_reporting(package)
 
 
 if __name__ == "__main__":

@@ -78,17 +78,12 @@ def _row(run: Path, s: dict, log, steady) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from deamoe.errors import DeaMoEError
+    from deamoe.errors import run_reporting
 
     if len(argv) != 2:
         print("usage: python -m deamoe.train.measure RUNS_DIR OUT_DIR", file=sys.stderr)
         return 2
-    try:
-        collect(Path(argv[0]), Path(argv[1]))
-    except DeaMoEError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_reporting(collect, Path(argv[0]), Path(argv[1]))
 
 
 if __name__ == "__main__":

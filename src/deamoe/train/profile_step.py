@@ -73,18 +73,13 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
 
 
 def main(a: list[str]) -> int:
-    from deamoe.errors import DeaMoEError
+    from deamoe.errors import run_reporting
 
     if len(a) not in (4, 5) or (len(a) == 5 and not (a[4].isdigit() and int(a[4]) > 0)):
         print("usage: python -m deamoe.train.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]",
               file=sys.stderr)
         return 2
-    try:
-        profile(a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)
-    except DeaMoEError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_reporting(profile, a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)
 
 
 if __name__ == "__main__":
