@@ -159,3 +159,17 @@ def test_the_training_loss_gap_stands_beside_the_held_out_one(tmp_path):
     bare = tokens_axis.axis_table(axis_frame())
     assert bare["train diff DeaMoE - baseline"].isna().all()
     assert "training-loss gap" not in tokens_axis.verdict_text(bare)
+
+
+def test_a_trend_carried_past_zero_says_it_does_not_predict_a_change_of_sign():
+    # the gap closes at 8k steps (37 tokens per parameter); read far beyond, the line is negative
+    table = tokens_axis.axis_table(axis_frame())
+    far = tokens_axis.trend(table, at=1000.0)
+    assert far["value"] < 0 < table["diff DeaMoE - baseline"].iloc[-1]
+    x0 = 32_768_000 / PARAMS * 2 ** 4  # 0.25 - k/16 = 0 at k = 4 doublings from 1000 steps
+    assert far["zero_at"] == pytest.approx(x0, rel=1e-9)
+    text = tokens_axis.verdict_text(table.assign(**{"tokens per param": table["tokens per param"] / 100}))
+    assert "extrapolation), past the point where the line reaches zero" in text
+    assert "does not say DeaMoE would pull ahead" in text
+    # read inside the measured lengths: no such caveat
+    assert "pull ahead" not in tokens_axis.verdict_text(table)

@@ -95,7 +95,8 @@ def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
 def trend(line: pd.DataFrame, at: float) -> dict:
     """Weighted least squares of the gap on log10(tokens per parameter) over one line's lengths
     (weights 1 / se^2, se floored at the smallest measured), read at `at` tokens per parameter:
-    {slope per decade, value, its standard error, extrapolated}; empty below three lengths."""
+    {slope per decade, value, its standard error, extrapolated, zero_at: the tokens per parameter
+    where the fitted line crosses zero (None for a flat line)}; empty below three lengths."""
     g = line.dropna(subset=["diff DeaMoE - baseline", "diff 2 se"])
     if len(g) < 3:
         return {}
@@ -112,7 +113,8 @@ def trend(line: pd.DataFrame, at: float) -> dict:
     point = np.array([1.0, math.log10(at)])
     return {"slope_per_decade": float(beta[1]), "value": float(point @ beta),
             "se": float(math.sqrt(point @ cov @ point * scale)),
-            "extrapolated": not (x.min() <= math.log10(at) <= x.max())}
+            "extrapolated": not (x.min() <= math.log10(at) <= x.max()),
+            "zero_at": 10 ** (-beta[0] / beta[1]) if abs(beta[1]) > 1e-12 else None}
 
 
 def verdict_text(table: pd.DataFrame) -> str:
@@ -147,6 +149,12 @@ def verdict_text(table: pd.DataFrame) -> str:
             text += (f"; a log-linear trend ({t['slope_per_decade']:+.3f} nats per decade of tokens) "
                      f"gives {t['value']:+.3f} +- {2 * t['se']:.3f} at the paper's "
                      f"{PAPER_TOKENS_PER_PARAM:.0f} tokens/param ({kind})")
+            gap = last["diff DeaMoE - baseline"]
+            if t["extrapolated"] and t["zero_at"] is not None and gap * t["value"] < 0:
+                # the line crosses zero past the measured lengths: beyond where the gap closed,
+                # a straight line in log-tokens says nothing about whether it changes sign
+                text += (f", past the point where the line reaches zero ({t['zero_at']:.2g} "
+                         "tokens/param): it does not say DeaMoE would pull ahead")
         parts.append(text)
     return "DeaMoE minus baseline held-out loss along training length -- " + "; ".join(parts) + "."
 
