@@ -1,7 +1,7 @@
 """Block-scaled FP8 weights (deamoe.kernels.fp8) and the grouped GEMM / both layers on them, on the
 CPU under Triton's interpreter: it runs e4m3 loads, TMA descriptors of e4m3 weights and tl.dot
 on e4m3 operands (the kernel takes its float32 path there, DOT_F32, as for bf16); its fp32 ->
-fp8 cast is wrong, which `_round_e4m3` works around and the w8a8 tests below would catch."""
+fp8 cast is wrong, which `round_e4m3` works around and the w8a8 tests below would catch."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from deamoe.kernels.battery import Case, check_case, shared_shapes, small_shapes
 from deamoe.kernels.fp8 import (E4M3, Fp8Format, Fp8Weight, fake_quantize_activations,
                                 fit_tiles, quantize, quantize_activations, weight_bytes)
 from deamoe.kernels.fused_moe import MoETiles, fused_moe
-from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.kernels.tile_config import TileConfig
 from deamoe.routing import route
 from deamoe.shapes import MoEShape
 
@@ -109,6 +109,39 @@ def test_gemm_scales_each_k_block_exactly(fmt, tile):
     act = (lambda a: fake_quantize_activations(a, 32)) if fmt.activations == "fp8" else (lambda a: a)
     ref = _emulated_moe([m.dequantize() for m in q], x, ids, w, act)
     assert ((got - ref).norm() / ref.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("tile", ["n32-k32-w4-s1", "n16-k32-w4-s2-tma-swap", "n32-k32-w4-s1-nf"])
+@pytest.mark.parametrize("name", ["moe-small", "deamoe-small"])
+def test_a_quantised_before_the_gemm_gives_the_main_loops_numbers(tile, name):
+    # TileConfig.preq: the same per-(row, group) quantisation, in a launch before each GEMM
+    # instead of in its main loop: the same layer output to float32 rounding, for every GEMM of
+    # both layers (SwiGLU's shifted up input, per-department rows) on w8a8 weights
+    shape = small_shapes()[name]
+    base = TileConfig.parse(tile)
+    assert dataclasses.replace(base, preq=True).name == tile.replace("-nf", "") + "-pq" + (
+        "-nf" if base.nfast else "")
+    outs = {}
+    for precision, preq in (("fp8-w8a8", False), ("fp8-w8a8", True), ("fp8", False), ("fp8", True)):
+        outs[precision, preq] = _layer_on_tile(shape, dataclasses.replace(base, preq=preq),
+                                               Fp8Format(32, 32, "fp8" if precision == "fp8-w8a8" else "bf16"))
+    ref = outs["fp8-w8a8", False]
+    assert ((ref - outs["fp8-w8a8", True]).norm() / ref.norm()) < 1e-6
+    assert torch.equal(outs["fp8", False], outs["fp8", True])  # weight-only: no effect
+
+
+def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:
+    """One small layer's kernel output with every GEMM on tile t, on weights in `fmt`."""
+    from deamoe.kernels.battery import build_layer, kernel_weights, run_kernel
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    layer = build_layer(shape, "cpu", seed=3)
+    torch.manual_seed(3)
+    x = torch.randn(11, shape.h)
+    ids, w = route(shape, torch.randn(11, shape.n_expert))
+    tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t)
+             if shape.kind == "deamoe" else MoETiles(w13=t, w2=t))
+    return run_kernel(shape, kernel_weights(layer, torch.float32, fmt), x, ids, w, tiles)
 
 
 def test_gemm_refuses_a_tile_that_straddles_scale_blocks():

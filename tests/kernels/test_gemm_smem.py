@@ -21,14 +21,15 @@ from deamoe.decode.knobs import make_tiles, parse_knobs
 from deamoe.bench.smem import gemm_specs
 from deamoe.kernels.deamoe_decode import DEPT_UP
 from deamoe.kernels.fp8 import Fp8Format
-from deamoe.kernels.grouped_gemm import ACTS, TileConfig
+from deamoe.kernels.grouped_gemm import ACTS
+from deamoe.kernels.tile_config import TileConfig
 from deamoe.shapes import table1_row
 
 H200_SHARED = 232448  # bytes per block (opt-in), what Triton checks a kernel against on an H200
 POINTERS = {"a_ptr": "*bf16", "bg_ptr": "*bf16", "bu_ptr": "*bf16", "c_ptr": "*bf16",
             "sorted_ptr": "*i32", "block_group_ptr": "*i32", "nblocks_ptr": "*i32",
             "ids_ptr": "*i64", "w_ptr": "*fp32", "stride_be": "i64", "sg_ptr": "*fp32",
-            "su_ptr": "*fp32", "stride_se": "i64"}
+            "su_ptr": "*fp32", "as_ptr": "*fp32", "stride_se": "i64"}
 # what a launch on real weights has divisible by 16; among them stride_be (a group's N * K) and
 # the up offsets (0 or the width): without them Triton cannot pipeline the weight or up-input
 # loads and counts far less shared memory than a launch does (`bench smem-check` on the H200)
@@ -55,6 +56,10 @@ CASES = [
     ("dept_up", "n64-k128-w4-s4-tma-swap", 16, "fp8"),
     ("w13", "n128-k128-w4-s4", 64, "fp8"),            # wgmma's B widened to bf16
     ("expert_down", "n32-k128-w4-s5", 32, "fp8-w8a8"),  # mma.sync: the quantised A bf16-wide
+    # w8a8 with A quantised before the launch (preq): every tile e4m3, bf16's rule at 1 byte
+    ("w13", "n128-k128-w4-s3-pq", 16, "fp8-w8a8"),
+    ("w2", "n128-k128-w4-s4-tma-pq", 64, "fp8-w8a8"),
+    ("dept_up", "n64-k128-w4-s6-tma-swap-pq", 16, "fp8-w8a8"),
 ]
 
 
@@ -80,10 +85,11 @@ def triton_shared_memory(cases) -> list[dict]:
                       BLOCK_M=block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, B_DESC=t.tma,
                       SWAP_AB=t.swap, N_FASTEST=t.nfast, W_FP8=fp8,
                       A_FP8=precision == ["fp8-w8a8"], GROUP_N=128 if fp8 else 1,
-                      GROUP_K=128 if fp8 else 1)
+                      GROUP_K=128 if fp8 else 1, A_PREQ=t.preq and precision == ["fp8-w8a8"])
         wdt = "fp8e4nv" if fp8 else "bf16"
         desc = f"tensordesc<{wdt}[{t.block_n}, {t.block_k}]>"
         sig = {n: "constexpr" if n in consts else
+               "*fp8e4nv" if n == "a_ptr" and consts["A_PREQ"] else
                desc if t.tma and n in ("bg_ptr", "bu_ptr") else
                f"*{wdt}" if n in ("bg_ptr", "bu_ptr") else POINTERS.get(n, "i32")
                for n in fn.arg_names}

@@ -39,7 +39,7 @@ def test_tma_weight_loads_match_reference(name):
     # group; partial N tiles read the next group's rows into columns that are never stored)
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
-    from deamoe.kernels.grouped_gemm import TileConfig
+    from deamoe.kernels.tile_config import TileConfig
 
     t = TileConfig.parse("n32-k32-w4-s2-tma")
     tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t)
@@ -60,7 +60,7 @@ def test_tile_options_match_reference(name, tile):
     # dept_up
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
-    from deamoe.kernels.grouped_gemm import TileConfig
+    from deamoe.kernels.tile_config import TileConfig
 
     t = TileConfig.parse(tile)
     deamoe = SHAPES[name].kind == "deamoe"
@@ -179,7 +179,7 @@ def test_split_ranges_cover_all_groups_once():
 
 
 def test_tile_config_names_round_trip_and_bad_ones_fail():
-    from deamoe.kernels.grouped_gemm import TileConfig
+    from deamoe.kernels.tile_config import TileConfig
 
     for text in ("n64-k128-w4-s4", "n128-k64-w8-s4-tma", "n64-k64-w4-s3-swap",
                  "n128-k64-w4-s3-tma-swap", "n64-k64-w4-s3-nf", "n64-k64-w4-s3-tma-swap-nf"):
@@ -286,7 +286,7 @@ def test_dense_dept_up_gemm_computes_every_token_department_row():
     from deamoe.decode.weights import random_weights
     from deamoe.kernels.align import dense_alignment
     from deamoe.kernels.deamoe_decode import dept_up_gemm
-    from deamoe.kernels.grouped_gemm import TileConfig
+    from deamoe.kernels.tile_config import TileConfig
 
     dea = SHAPES[DEAMOE_SHAPES[0]]
     w = random_weights(dea, "cpu", dtype=torch.float32, seed=1)

@@ -8,7 +8,7 @@ import torch
 
 import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA)
 from deamoe.kernels.battery import Case, build_layer, check_case, shared_shapes
-from deamoe.kernels.grouped_gemm import TileConfig
+from deamoe.kernels.tile_config import TileConfig
 from deamoe.kernels.shared_expert import SharedTiles, shared_layer
 
 SHAPES = shared_shapes()

@@ -91,16 +91,21 @@ def _graph_rows(shape, tiles_list, batches, seed: int, case: str, fp8=None,
 
 def picks_check(out: Path, table: str, every: bool = False) -> int:
     """The committed picks with a stream schedule (dense_parts or split_launches; every pick
-    of both layers with `every`) -> out/picks_check.csv."""
+    of both layers with `every`) -> out/picks_check.csv.  A table of FP8 picks
+    (microbench_fp8.csv: its weight_dtype column) is checked on weights of that format."""
     import pandas as pd
 
     from deamoe.decode.knobs import make_tiles, parse_knobs
+    from deamoe.kernels.fp8 import Fp8Format
     from deamoe.shapes import table1_row
     from deamoe.kernels.battery import Case, build_layer, check_case
 
     picks = pd.read_csv(table)
+    if "weight_dtype" not in picks:
+        picks = picks.assign(weight_dtype="bf16")
     rows = []
-    for model, group in picks.groupby("model", sort=False):
+    for (model, precision), group in picks.groupby(["model", "weight_dtype"], sort=False):
+        fmt = Fp8Format.of(precision)
         for kind, col in (("baseline", "baseline_tile"), ("deamoe", "deamoe_tile")):
             chosen = group if every else group[group[col].str.contains("dense_parts=|split_")]
             if chosen.empty:
@@ -111,15 +116,15 @@ def picks_check(out: Path, table: str, every: bool = False) -> int:
             layer = build_layer(shape, "cuda", seed=11, dtype=torch.bfloat16)
             for t, batch, knobs in zip(tiles, batches, chosen[col]):
                 r = check_case(Case(model, shape, batch, "random", seed=batch), "cuda",
-                               torch.bfloat16, layer=layer, tiles=t)
+                               torch.bfloat16, layer=layer, tiles=t, fp8=fmt)
                 rows.append({**r, "kind": kind, "batch": batch, "path": "eager", "knobs": knobs})
             del layer
             torch.cuda.empty_cache()
-            graph = _graph_rows(shape, tiles, batches, 5, model)
+            graph = _graph_rows(shape, tiles, batches, 5, model, fmt)
             rows += [{**g, "kind": kind, "batch": b, "path": "graph", "knobs": k}
                      for g, b, k in zip(graph, [b for b in batches for _ in (0, 1)],
                                         [k for k in chosen[col] for _ in (0, 1)])]
-            print(f"{model} {kind}: {len(chosen)} picks checked", flush=True)
+            print(f"{model} {kind} ({precision}): {len(chosen)} picks checked", flush=True)
     return _finish(rows, Path(out) / "picks_check.csv", "committed picks")
 
 

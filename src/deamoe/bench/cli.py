@@ -262,9 +262,12 @@ def _smem_check(args) -> int:
     from deamoe.bench.smem import GEMMS, smem_check
     from deamoe.errors import ConfigError
 
-    # --tiles for every precision; the settings name a bad tile, or one FP8 weights cannot take
-    given = {"tiles": args.tiles.split(","), "fp8_tiles": args.tiles.split(",")} \
-        if args.tiles else {}
+    # --tiles for every precision asked for; the settings name a bad tile, or one FP8 weights
+    # (or, a '-pq' one, bf16 weights) cannot take
+    names = args.tiles.split(",") if args.tiles else []
+    given = {"fp8_tiles": names} if names else {}
+    if names and "bf16" in args.weight_dtype:
+        given["tiles"] = names
     s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
     gemms = args.gemms.split(",")
     if set(gemms) - set(GEMMS):

@@ -90,19 +90,26 @@ class MicrobenchSettings:
         return Fp8Format.of(precision, tuple(self.fp8_block))
 
     def tiles_for(self, precision: str) -> list[str]:
-        """The tiles the search tries for weights of `precision`: fp8_tiles for FP8, else tiles."""
-        return self.tiles if self.fp8_format(precision) is None else self.fp8_tiles
+        """The tiles the search tries for weights of `precision`: fp8_tiles for FP8, else tiles;
+        for weight-only FP8 without the '-pq' ones (A is not quantised there: the same kernel)."""
+        fmt = self.fp8_format(precision)
+        if fmt is None:
+            return self.tiles
+        return [t for t in self.fp8_tiles if fmt.activations == "fp8" or not t.endswith("-pq")]
 
     def __post_init__(self):
-        from deamoe.kernels.grouped_gemm import TileConfig
+        from deamoe.kernels.tile_config import TileConfig
 
         for m in self.models + self.decode_models:
             table1_row(m)
         for t in self.tiles:
             try:
-                TileConfig.parse(t)
+                tile = TileConfig.parse(t)
             except ValueError as exc:
                 raise ConfigError(f"microbench.tiles: {exc}") from None
+            if tile.preq:
+                raise ConfigError(f"microbench.tiles: {t}: '-pq' (activations quantised before "
+                                  "the GEMM) is for FP8 w8a8 weights: list it in microbench.fp8_tiles")
         if not self.tiles:
             raise ConfigError("microbench.tiles must name at least one tile config")
         if any(b < 1 for b in self.batches + self.battery_tokens):
@@ -147,7 +154,7 @@ class MicrobenchSettings:
 
     def _check_fp8(self) -> None:
         from deamoe.kernels.fp8 import PRECISIONS
-        from deamoe.kernels.grouped_gemm import TileConfig
+        from deamoe.kernels.tile_config import TileConfig
 
         bad = [v for v in self.weight_dtype if v not in PRECISIONS] if isinstance(
             self.weight_dtype, list) else [self.weight_dtype]

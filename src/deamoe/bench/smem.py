@@ -69,7 +69,8 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
 
     from deamoe.bench.search import BLOCK_M_KNOBS
     from deamoe.io import write_csv
-    from deamoe.kernels.grouped_gemm import TileConfig, shared_memory_limit
+    from deamoe.kernels.grouped_gemm import shared_memory_limit
+    from deamoe.kernels.tile_config import TileConfig
 
     limit = shared_memory_limit("cuda")
     block_ms = sorted({m for knobs in BLOCK_M_KNOBS.values() for ms in knobs.values() for m in ms})

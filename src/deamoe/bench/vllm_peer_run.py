@@ -24,7 +24,7 @@
       block-scaled FP8 weights -- ours on the FP8 table's pick (microbench_fp8.csv beside
       --table; else the bf16 pick fitted to the scale blocks), vLLM on its FP8 block path
       (deamoe.bench.vllm_peer_fp8: use_fp8_w8a8, block_shape [128, 128], activations quantised
-      per token group before each GEMM); those rows carry weight_dtype and vllm_path.
+      per token group before each GEMM); every row carries weight_dtype and vllm_path.
       Writes vllm_peer.csv (rewritten after each point) and roofline.json under OUT_DIR.
 """
 
@@ -274,11 +274,12 @@ def point_rows(model: str, batch: int, shape, p: PeerPoint, knobs_tile: str, nby
 
 
 def _fp8_columns(p: PeerPoint) -> dict:
-    """The FP8 rows' weights and vLLM path (none on the bf16 rows: their columns stay those of
-    the committed table)."""
+    """A row's weight precision and the vLLM path timed beside it (every row has both, so a
+    run's table has the committed one's columns whichever precisions it measured)."""
     from deamoe.bench.vllm_peer_fp8 import VLLM_PATH
 
-    return {} if p.precision == "bf16" else {"weight_dtype": p.precision, "vllm_path": VLLM_PATH}
+    return {"weight_dtype": p.precision,
+            "vllm_path": "fused_moe" if p.precision == "bf16" else VLLM_PATH}
 
 
 def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,

@@ -16,7 +16,7 @@ def make_tiles(shape, knobs: dict):
     """MoETiles / DeaMoETiles from a {knob: value} dict (GEMM stages map to tile names)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
-    from deamoe.kernels.grouped_gemm import TileConfig
+    from deamoe.kernels.tile_config import TileConfig
 
     cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
     switches = {f.name for f in dataclasses.fields(cls) if f.type in (bool, "bool")}

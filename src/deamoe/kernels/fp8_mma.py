@@ -7,7 +7,9 @@ runs in bf16 and the partial product is multiplied by the weights' block scales.
 tile is quantised per row (one group of block_k columns per row: BLOCK_K = block_k) to e4m3, the
 MMA runs on FP8 operands (Hopper's FP8 tensor cores; Triton's "fp8e4nv", K tile a multiple of
 32) and the partial product is multiplied by both scales.  Under the interpreter (DOT_F32) the
-operands go to float32, and a value is rounded to e4m3 by `_round_e4m3` before its cast.
+operands go to float32, and a value is rounded to e4m3 by `round_e4m3` before its cast.
+With A quantised before the GEMM (TileConfig.preq; deamoe.kernels.fp8_quant) the main loop loads
+the e4m3 tile and its row scales instead (`prequantised_operands`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _round_e4m3(v):
+def round_e4m3(v):
     """v (fp32) rounded to the nearest e4m3 value, ties to even, saturated at +-448: exactly
     what the GPU's conversion does.  Only under the interpreter, whose fp32 -> fp8 cast drops a
     rounding carry into the exponent (1.98 -> 1.0) and wraps past 448; it casts exact values
@@ -39,7 +41,7 @@ def fp8_operands(a, A_FP8: tl.constexpr, DOT_F32: tl.constexpr):
         a_s = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) * (1.0 / 448.0)
         a = a / a_s[:, None]
         if DOT_F32:
-            a = _round_e4m3(a)
+            a = round_e4m3(a)
         else:
             a = tl.minimum(tl.maximum(a, -448.0), 448.0)
         a = a.to(tl.float8e4nv)
@@ -69,3 +71,13 @@ def scaled_mma(a, b, b_s, a_s, A_FP8: tl.constexpr, DOT_F32: tl.constexpr,
         if A_FP8:
             part = part * a_s[:, None]
     return part
+
+
+@triton.jit
+def prequantised_operands(a, scale_ptrs, row_ok, DOT_F32: tl.constexpr):
+    """The A tile for an MMA with FP8 weights from A quantised before the GEMM: the loaded e4m3
+    tile as it is (float32 under the interpreter) and its rows' scales for this K block."""
+    a_s = tl.load(scale_ptrs, mask=row_ok, other=1.0)
+    if DOT_F32:
+        a = a.to(tl.float32)
+    return a, a_s

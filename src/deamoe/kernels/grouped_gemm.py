@@ -41,7 +41,9 @@ import triton.language as tl
 
 from deamoe.kernels.align import Alignment
 from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
-from deamoe.kernels.fp8_mma import fp8_operands, scaled_mma
+from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma
+from deamoe.kernels.fp8_quant import quantize_groups
+from deamoe.kernels.tile_config import TileConfig
 
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
@@ -131,14 +133,15 @@ def _mma(acc, a, b, DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr):
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr, sg_ptr, su_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr, sg_ptr, su_ptr, as_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
-    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off, stride_se, stride_sn,
+    stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off, stride_se, stride_sn, stride_as,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
     W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
+    A_PREQ: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -177,6 +180,8 @@ def grouped_gemm_kernel(
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
         s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
+    if A_PREQ:  # A quantised before the launch (e4m3): its rows' scales, one per GROUP_K columns
+        as_ptrs = as_ptr + a_rows * stride_as
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
@@ -191,8 +196,11 @@ def grouped_gemm_kernel(
         else:
             bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if W_FP8:
+        if A_PREQ:
+            a, a_s = prequantised_operands(a, as_ptrs + k0 // GROUP_K, row_ok, DOT_F32)
+        elif W_FP8:
             a, a_s = fp8_operands(a, A_FP8, DOT_F32)
+        if W_FP8:
             sg = tl.load(sg_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
             acc += scaled_mma(a, bg, sg, a_s, A_FP8, DOT_F32, SWAP_AB)
         else:
@@ -204,7 +212,10 @@ def grouped_gemm_kernel(
                 bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
             if EPI == 1:
                 au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
-                if W_FP8:
+                if A_PREQ:
+                    au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // GROUP_K,
+                                                     row_ok, DOT_F32)
+                elif W_FP8:
                     au, au_s = fp8_operands(au, A_FP8, DOT_F32)
             else:
                 au = a
@@ -242,58 +253,6 @@ def grouped_gemm_kernel(
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
         if EPI == 2:
             tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@dataclass(frozen=True)
-class TileConfig:
-    """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; tma loads the weight tiles
-    with the Hopper tensor-memory accelerator (one bulk copy per tile) instead of per-thread
-    16-byte copies (0-1.5% faster on large GEMMs, up to 9% on Baseline-7B's small department
-    GEMMs).  No split-K option: it was slower at every point (more atomics, shorter K loops)."""
-
-    block_n: int = 64
-    block_k: int = 128
-    num_warps: int = 4
-    num_stages: int = 4
-    tma: bool = False
-    # swap: compute C^T = B @ A^T, so the weight tile's BLOCK_N rows are the MMA's M side and the
-    # BLOCK_M token rows its N side (Hopper's wgmma needs M >= 64 per warp group; 16-row token
-    # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
-    # department GEMMs, 1.5-4.7% faster for Baseline-7B's baseline experts (K = 1024)
-    swap: bool = False
-    # nfast: the grid's program order with the N tile fastest (one M block's N tiles side by
-    # side, i.e. one expert's whole weight matrix streamed by neighbouring programs) instead of
-    # the M block fastest (the same N tile of every expert side by side): with many small
-    # experts the M-fastest order touches each expert's matrix once per N column, far apart
-    nfast: bool = False
-
-    @property
-    def name(self) -> str:
-        text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
-        return (text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
-                + ("-nf" if self.nfast else ""))
-
-    @classmethod
-    def parse(cls, text: str) -> "TileConfig":
-        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
-        '-swap' appended (after -tma if both): the swapped orientation; '-nf' last: N tiles
-        fastest in the grid."""
-        try:
-            words = text.split("-")
-            flags = [w for w in words[4:]]
-            nfast = flags[-1:] == ["nf"]
-            if nfast:
-                flags = flags[:-1]
-            if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
-                raise KeyError
-            parts = {p[0]: int(p[1:]) for p in words[:4]}
-            if set(parts) != set("nkws"):
-                raise KeyError
-            return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, nfast)
-        except (KeyError, ValueError, IndexError):
-            raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap, then -nf)") from None
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -341,7 +300,8 @@ class GemmSpec:
         keeps one more.  bf16: all of `itemsize` bytes, one more copy of everything under wgmma.
         FP8 weights (`fp8`, an Fp8Format) are e4m3 (1 byte); A stays bf16 in shared memory.
         w8a8 quantises A in the main loop: one more copy of the weights under wgmma, and one of
-        the quantised A (e4m3 under wgmma, bf16-wide without).  Weight-only: one more copy of A
+        the quantised A (e4m3 under wgmma, bf16-wide without); with A quantised before the launch
+        (the tile's preq) every tile is e4m3 and bf16's rule holds at 1 byte.  Weight-only: one more copy of A
         under wgmma, and, with the weights on wgmma's B side (not swapped), one weight tile
         widened to bf16.  Counted against Triton 3.6's own figure for sm_90 (`bench smem-check`
         on the H200, and the same compile on the CPU: tests/kernels/test_gemm_smem.py) at every
@@ -355,6 +315,8 @@ class GemmSpec:
         if fp8 is None:
             copies += wgmma and t.num_stages > 1
             return t.block_k * copies * (a_rows + w_rows) * itemsize
+        if fp8.activations == "fp8" and t.preq:  # A quantised before: all e4m3, as bf16's rule
+            return t.block_k * (copies + (wgmma and t.num_stages > 1)) * (a_rows + w_rows)
         if fp8.activations == "fp8":  # w8a8
             quantised_a = block_m * (1 if wgmma else 2)
             return t.block_k * (copies * 2 * a_rows + quantised_a + (copies + wgmma) * w_rows)
@@ -399,7 +361,8 @@ def grouped_gemm(
 ):
     """Launch the primitive as `spec` says. bg/bu: [G, N, K] tensors, or block-scaled FP8
     weights (deamoe.kernels.fp8.Fp8Weight: the scales applied per K block in the main loop,
-    activations quantised per group there too where its format says w8a8); a: rows of width
+    activations quantised per group there too where its format says w8a8, or in a launch before
+    the GEMM where the tile says preq: deamoe.kernels.fp8_quant); a: rows of width
     >= K (+ a_up_off); c: output (returned); weights: the routing weight of each pair
     (WEIGHTED).  groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit
     at once).  warmup: compile for these arguments without launching and return Triton's
@@ -425,23 +388,30 @@ def grouped_gemm(
     s_gate = bg.scale if fp8 else qg  # (a placeholder pointer where the weights have no scales)
     s_up = bu.scale if fp8 and bu is not None else s_gate
     fmt = bg.fmt if fp8 else None
+    preq = fp8 and fmt.activations == "fp8" and tile.preq
+    a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
+    if preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
+        if spec.a_up_off % fmt.block_k:
+            raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
+                             f"a multiple of the scale group ({fmt.block_k})")
+        a, a_scale = quantize_groups(a, fmt.block_k, launch=not warmup)
     launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
         else grouped_gemm_kernel[grid]
     kernel = launch(
         a, b_gate, b_up, c,
         al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
-        s_gate, s_up,
+        s_gate, s_up, a_scale,
         N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
         a.stride(0), qg.stride(0), qg.stride(1), c.stride(0), spec.a_up_off, spec.c_up_off,
-        s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0,
+        s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0, a_scale.stride(0) if preq else 0,
         A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
         WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=_INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
         W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
-        GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1,
+        GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1, A_PREQ=preq,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c

@@ -22,7 +22,8 @@ import torch
 
 from deamoe.kernels.align import dense_alignment
 from deamoe.kernels.fused_moe import W2, W13
-from deamoe.kernels.grouped_gemm import TileConfig, bf16_atomics, grouped_gemm
+from deamoe.kernels.grouped_gemm import bf16_atomics, grouped_gemm
+from deamoe.kernels.tile_config import TileConfig
 from deamoe.kernels.streams import side_stream
 
 # index of the shared experts' own side stream: apart from the ones a layer's split_launches

@@ -1,0 +1,52 @@
+"""Per-(row, group) e4m3 quantisation of a GEMM's activations in one launch before the GEMM, as
+vLLM's per_token_group_quant_fp8 does for its FP8 block path: the grouped GEMM on a tile with
+`preq` (deamoe.kernels.tile_config) then loads e4m3 A and its scales instead of quantising each
+A tile in its main loop.  The numbers are the main loop's: scale = max(|group|, 1e-10) / 448,
+q = a / scale rounded to e4m3 (deamoe.kernels.fp8.quantize_activations is the reference).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from deamoe.kernels.fp8_mma import round_e4m3
+
+_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+@triton.jit
+def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, stride_a, width, n_groups,
+                           GROUP: tl.constexpr, DOT_F32: tl.constexpr):
+    """One program per (row, group of GROUP columns)."""
+    row = tl.program_id(0).to(tl.int64)
+    grp = tl.program_id(1)
+    cols = grp * GROUP + tl.arange(0, GROUP)
+    a = tl.load(a_ptr + row * stride_a + cols).to(tl.float32)
+    a_s = tl.maximum(tl.max(tl.abs(a), axis=0), 1e-10) * (1.0 / 448.0)
+    q = a / a_s
+    if DOT_F32:
+        q = round_e4m3(q)
+    else:
+        q = tl.minimum(tl.maximum(q, -448.0), 448.0)
+    tl.store(q_ptr + row * width + cols, q.to(q_ptr.dtype.element_ty))
+    tl.store(s_ptr + row * n_groups + grp, a_s)
+
+
+def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q [R, W] e4m3, scales [R, W / group] float32) of a [R, W] (rows of unit column stride,
+    W a multiple of `group`).  launch=False: the buffers only (a compile-only GEMM launch)."""
+    rows, width = a.shape
+    if width % group or a.stride(-1) != 1:
+        raise ValueError(f"quantize_groups: a [{rows}, {width}] needs contiguous rows whose width "
+                         f"is a multiple of the group ({group})")
+    q = torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=a.device)
+    scales = torch.empty(rows, width // group, dtype=torch.float32, device=a.device)
+    if launch and rows:
+        quantize_groups_kernel[(rows, width // group)](a, q, scales, a.stride(0), width,
+                                                       width // group, GROUP=group,
+                                                       DOT_F32=_INTERPRETING)
+    return q, scales

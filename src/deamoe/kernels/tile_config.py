@@ -1,0 +1,67 @@
+"""The tile of one grouped-GEMM launch (deamoe.kernels.grouped_gemm): the knobs the
+microbenchmark's search picks per GEMM, and their names ('n64-k128-w4-s4-tma', ...) as the
+tables and settings write them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class TileConfig:
+    """Tile of one GEMM: BLOCK_N, BLOCK_K, warps, pipeline stages; tma loads the weight tiles
+    with the Hopper tensor-memory accelerator (one bulk copy per tile) instead of per-thread
+    16-byte copies (0-1.5% faster on large GEMMs, up to 9% on Baseline-7B's small department
+    GEMMs).  No split-K option: it was slower at every point (more atomics, shorter K loops)."""
+
+    block_n: int = 64
+    block_k: int = 128
+    num_warps: int = 4
+    num_stages: int = 4
+    tma: bool = False
+    # swap: compute C^T = B @ A^T, so the weight tile's BLOCK_N rows are the MMA's M side and the
+    # BLOCK_M token rows its N side (Hopper's wgmma needs M >= 64 per warp group; 16-row token
+    # blocks get the older mma.sync in the plain orientation).  Measured: no help for the big
+    # department GEMMs, 1.5-4.7% faster for Baseline-7B's baseline experts (K = 1024)
+    swap: bool = False
+    # nfast: the grid's program order with the N tile fastest (one M block's N tiles side by
+    # side, i.e. one expert's whole weight matrix streamed by neighbouring programs) instead of
+    # the M block fastest (the same N tile of every expert side by side): with many small
+    # experts the M-fastest order touches each expert's matrix once per N column, far apart
+    nfast: bool = False
+    # preq: with block-scaled FP8 weights and w8a8 activations, A quantised per row and group in
+    # a launch before the GEMM (as vLLM's block path), the main loop then loading e4m3 A and its
+    # scales, instead of quantising each A tile in the main loop (once per N tile); the same
+    # numbers either way.  No effect on bf16 or weight-only FP8 launches
+    preq: bool = False
+
+    @property
+    def name(self) -> str:
+        text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
+        return (text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
+                + ("-pq" if self.preq else "") + ("-nf" if self.nfast else ""))
+
+    @classmethod
+    def parse(cls, text: str) -> "TileConfig":
+        """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
+        '-swap' appended (after -tma if both): the swapped orientation; '-pq' next: A quantised
+        before the GEMM (w8a8); '-nf' last: N tiles fastest in the grid."""
+        try:
+            words = text.split("-")
+            flags = [w for w in words[4:]]
+            nfast = flags[-1:] == ["nf"]
+            if nfast:
+                flags = flags[:-1]
+            preq = flags[-1:] == ["pq"]
+            if preq:
+                flags = flags[:-1]
+            if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
+                raise KeyError
+            parts = {p[0]: int(p[1:]) for p in words[:4]}
+            if set(parts) != set("nkws"):
+                raise KeyError
+            return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
+                       "swap" in flags, nfast, preq)
+        except (KeyError, ValueError, IndexError):
+            raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
+                             "(optionally with -tma, -swap or -tma-swap, then -pq, then -nf)") from None
