@@ -15,8 +15,10 @@
 #
 # Both folders are git-ignored.  The calls that carry the parts follow each other while the
 # machine stays warm (the corpus is unpacked outside the repository, where it stays):
-#   call 1..n-1: carry [".gpu_data/corpus-<i>.tar.xz"],       bash scripts/gpu_run.sh $OUT --stage
-#   call n:      carry [".gpu_data/corpus-<n>.tar.xz", ".whl"], bash scripts/gpu_run.sh $OUT TARGET ...
+#   call 1..n-1: carry [".gpu_data/corpus-<i>.tar.xz", ".gpu_data/corpus.tsv"]
+#                bash scripts/gpu_run.sh $OUT --stage
+#   call n:      carry [".gpu_data/corpus-<n>.tar.xz", ".gpu_data/corpus.tsv", ".whl"]
+#                bash scripts/gpu_run.sh $OUT TARGET ...
 # (this script prints them).  GPU_CORPUS_BYTES=N packs only the first N bytes' worth of whole
 # books, in data.files order (run with `--config data="{max_bytes: N}"` then: the rows state the
 # corpus they saw).  The ILP scheduler's solver (pulp, 16 MB) is left out: gpu_run.sh runs
@@ -138,6 +140,8 @@ for i, part in enumerate(parts, 1):
 n = len(parts)
 print(f"gpu_wheels: {len(books)} books in {n} part(s); one device call per part, each within 30 s of the last:")
 for i in range(1, n):
-    print(f"  carry [\".gpu_data/corpus-{i}.tar.xz\"]: bash scripts/gpu_run.sh $OUT --stage")
-print(f"  carry [\".gpu_data/corpus-{n}.tar.xz\", \".whl\"]: bash scripts/gpu_run.sh $OUT TARGET ...")
+    print(f"  carry [\".gpu_data/corpus-{i}.tar.xz\", \".gpu_data/corpus.tsv\"]: "
+          "bash scripts/gpu_run.sh $OUT --stage")
+print(f"  carry [\".gpu_data/corpus-{n}.tar.xz\", \".gpu_data/corpus.tsv\", \".whl\"]: "
+      "bash scripts/gpu_run.sh $OUT TARGET ...")
 PY
