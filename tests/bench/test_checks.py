@@ -1,7 +1,7 @@
-"""`bench fp8-check`'s plumbing on the CPU (deamoe.bench.checks.fp8_check with device="cpu"):
-Table 1's layers stand in as small ones, so the interpreter runs its stream options and its
-(eager, off CUDA) step replays; the rows carry their part, weights and tolerance, and the CSV
-is written after each precision."""
+"""`bench fp8-check`'s and `bench picks-check`'s plumbing on the CPU (device="cpu"): Table 1's
+layers stand in as small ones, so the interpreter runs their stream options and their (eager,
+off CUDA) step replays; the rows carry their part, weights and tolerance, and the CSV is
+written after each precision; an FP8 table's picks are checked on FP8 weights."""
 
 from __future__ import annotations
 
@@ -13,19 +13,21 @@ import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.shapes import DeaMoEShape, MoEShape
 
 
+# as small as the interpreter allows in time: the graph rows' 64-token steps cost one program per
+# 16-row block (2 experts a token: 12 blocks); each matrix is one partial block of the 128 x 128
+# FP8 scales, as the 128-wide layers' were one whole block
+SMALL = types.SimpleNamespace(
+    baseline=MoEShape(h=64, h_ffn=32, n_expert=4, k_expert=2),
+    deamoe=DeaMoEShape(h=64, h_ffn=32, n_dept=2, n_expert=4, k_dept=1, k_expert=2,
+                       expert_init="random"))
+
+
 def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     import deamoe.kernels.battery as battery
     import deamoe.shapes as shapes
     from deamoe.bench.checks import fp8_check
 
-    # as small as the interpreter allows in time: the graph rows' 64-token steps cost one
-    # program per 16-row block (2 experts a token: 12 blocks); each matrix is one partial
-    # block of the 128 x 128 FP8 scales, as the 128-wide layers' were one whole block
-    small = types.SimpleNamespace(
-        baseline=MoEShape(h=64, h_ffn=32, n_expert=4, k_expert=2),
-        deamoe=DeaMoEShape(h=64, h_ffn=32, n_dept=2, n_expert=4, k_dept=1, k_expert=2,
-                           expert_init="random"))
-    monkeypatch.setattr(shapes, "table1_row", lambda model: small)
+    monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
     monkeypatch.setattr(battery, "full_battery", lambda *a, **kw: [])  # its own test: test_fp8
     assert fp8_check(tmp_path, ("fp8",), ["DeepSeek-V3"], kernel=tmp_path / "none.py",
                      device="cpu") == 0
@@ -35,3 +37,24 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "fp8: 16/16 ok so far" in out and "vLLM beside ours: not run" in out
     assert "fp8 check: 16/16 ok" in out
+
+
+def test_picks_check_runs_an_fp8_tables_picks_on_fp8_weights(tmp_path, monkeypatch, capsys):
+    # the baseline's w8a8 pick with A quantised before its GEMMs ('-pq'), eagerly and as a
+    # step replay, against the reference on the dequantised weights
+    import deamoe.shapes as shapes
+    from deamoe.bench.checks import picks_check
+
+    monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
+    table = tmp_path / "microbench_fp8.csv"
+    pd.DataFrame([{"model": "DeepSeek-V3", "batch": 5, "weight_dtype": "fp8-w8a8",
+                   "baseline_tile": "w13=n32-k128-w4-s1-pq;w2=n32-k128-w4-s1-pq;block_m=16;"
+                                    "split_launches=2",
+                   "deamoe_tile": "dept_up=n32-k128-w4-s1;expert_up=n32-k128-w4-s1;"
+                                  "expert_down=n32-k128-w4-s1;dept_down=n32-k128-w4-s1"}]).to_csv(
+        table, index=False)
+    assert picks_check(tmp_path, str(table), device="cpu") == 0
+    df = pd.read_csv(tmp_path / "picks_check.csv")
+    assert set(df["path"]) == {"eager", "graph"} and (df["kind"] == "baseline").all()
+    assert (df["weights"].dropna() == "fp8-w8a8").all() and df["ok"].all()
+    assert "DeepSeek-V3 baseline (fp8-w8a8): 1 picks checked" in capsys.readouterr().out

@@ -112,7 +112,7 @@ def test_gemm_scales_each_k_block_exactly(fmt, tile):
 
 
 @pytest.mark.parametrize("tile", ["n32-k32-w4-s1", "n16-k32-w4-s2-tma-swap", "n32-k32-w4-s1-nf"])
-@pytest.mark.parametrize("name", ["moe-small", "deamoe-small"])
+@pytest.mark.parametrize("name", ["moe-small", "moe-oddk", "deamoe-small"])
 def test_a_quantised_before_the_gemm_gives_the_main_loops_numbers(tile, name):
     # TileConfig.preq: the same per-(row, group) quantisation, in a launch before each GEMM
     # instead of in its main loop: the same layer output to float32 rounding, for every GEMM of
@@ -128,6 +128,14 @@ def test_a_quantised_before_the_gemm_gives_the_main_loops_numbers(tile, name):
     ref = outs["fp8-w8a8", False]
     assert ((ref - outs["fp8-w8a8", True]).norm() / ref.norm()) < 1e-6
     assert torch.equal(outs["fp8", False], outs["fp8", True])  # weight-only: no effect
+
+
+def test_a_quantised_before_the_gemm_refuses_groups_that_straddle_the_up_input():
+    # DeaMoE's expert up-projection reads its up input at a_up_off = h_ffn = 48 columns: a
+    # 32-column group would straddle gate and up, so the launch says so instead of mixing them
+    t = TileConfig.parse("n32-k32-w4-s1-pq")
+    with pytest.raises(ValueError, match="a_up_off \\(48\\)"):
+        _layer_on_tile(small_shapes()["deamoe-oddk"], t, Fp8Format(32, 32, "fp8"))
 
 
 def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:

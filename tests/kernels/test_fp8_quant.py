@@ -21,5 +21,10 @@ def test_activations_quantised_before_the_gemm_equal_the_reference_quantiser():
     assert q.dtype == E4M3 and q.shape == (6, 96) and s.shape == (6, 3)
     torch.testing.assert_close(s, ref_s, rtol=0, atol=0)
     assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
-    with pytest.raises(ValueError, match="multiple of the group"):
-        quantize_groups(a[:, :40], 32)
+    # a partial last group, as the GEMM's masked last K block
+    q, s = quantize_groups(a[:, :40], 32)
+    ref_q, ref_s = quantize_activations(a[:, :40], 32)
+    assert s.shape == (6, 2) and torch.equal(s, ref_s)
+    assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+    with pytest.raises(ValueError, match="unit column stride"):
+        quantize_groups(a.t(), 32)

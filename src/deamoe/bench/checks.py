@@ -89,7 +89,7 @@ def _graph_rows(shape, tiles_list, batches, seed: int, case: str, fp8=None,
     return rows
 
 
-def picks_check(out: Path, table: str, every: bool = False) -> int:
+def picks_check(out: Path, table: str, every: bool = False, device="cuda") -> int:
     """The committed picks with a stream schedule (dense_parts or split_launches; every pick
     of both layers with `every`) -> out/picks_check.csv.  A table of FP8 picks
     (microbench_fp8.csv: its weight_dtype column) is checked on weights of that format."""
@@ -113,14 +113,15 @@ def picks_check(out: Path, table: str, every: bool = False) -> int:
             shape = getattr(table1_row(model), kind)
             tiles = [make_tiles(shape, parse_knobs(k)) for k in chosen[col]]
             batches = [int(b) for b in chosen.batch]
-            layer = build_layer(shape, "cuda", seed=11, dtype=torch.bfloat16)
+            layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
             for t, batch, knobs in zip(tiles, batches, chosen[col]):
-                r = check_case(Case(model, shape, batch, "random", seed=batch), "cuda",
+                r = check_case(Case(model, shape, batch, "random", seed=batch), device,
                                torch.bfloat16, layer=layer, tiles=t, fp8=fmt)
                 rows.append({**r, "kind": kind, "batch": batch, "path": "eager", "knobs": knobs})
             del layer
-            torch.cuda.empty_cache()
-            graph = _graph_rows(shape, tiles, batches, 5, model, fmt)
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            graph = _graph_rows(shape, tiles, batches, 5, model, fmt, device)
             rows += [{**g, "kind": kind, "batch": b, "path": "graph", "knobs": k}
                      for g, b, k in zip(graph, [b for b in batches for _ in (0, 1)],
                                         [k for k in chosen[col] for _ in (0, 1)])]

@@ -21,32 +21,33 @@ _INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 @triton.jit
 def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, stride_a, width, n_groups,
                            GROUP: tl.constexpr, DOT_F32: tl.constexpr):
-    """One program per (row, group of GROUP columns)."""
+    """One program per (row, group of GROUP columns; the last one partial where width is not a
+    multiple of GROUP, as the GEMM's masked last K block)."""
     row = tl.program_id(0).to(tl.int64)
     grp = tl.program_id(1)
     cols = grp * GROUP + tl.arange(0, GROUP)
-    a = tl.load(a_ptr + row * stride_a + cols).to(tl.float32)
+    ok = cols < width
+    a = tl.load(a_ptr + row * stride_a + cols, mask=ok, other=0.0).to(tl.float32)
     a_s = tl.maximum(tl.max(tl.abs(a), axis=0), 1e-10) * (1.0 / 448.0)
     q = a / a_s
     if DOT_F32:
         q = round_e4m3(q)
     else:
         q = tl.minimum(tl.maximum(q, -448.0), 448.0)
-    tl.store(q_ptr + row * width + cols, q.to(q_ptr.dtype.element_ty))
+    tl.store(q_ptr + row * width + cols, q.to(q_ptr.dtype.element_ty), mask=ok)
     tl.store(s_ptr + row * n_groups + grp, a_s)
 
 
 def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """(q [R, W] e4m3, scales [R, W / group] float32) of a [R, W] (rows of unit column stride,
-    W a multiple of `group`).  launch=False: the buffers only (a compile-only GEMM launch)."""
+    """(q [R, W] e4m3, scales [R, ceil(W / group)] float32) of a [R, W] (rows of unit column
+    stride).  launch=False: the buffers only (a compile-only GEMM launch)."""
     rows, width = a.shape
-    if width % group or a.stride(-1) != 1:
-        raise ValueError(f"quantize_groups: a [{rows}, {width}] needs contiguous rows whose width "
-                         f"is a multiple of the group ({group})")
+    if a.stride(-1) != 1:
+        raise ValueError(f"quantize_groups: a [{rows}, {width}] needs rows of unit column stride")
+    n_groups = triton.cdiv(width, group)
     q = torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=a.device)
-    scales = torch.empty(rows, width // group, dtype=torch.float32, device=a.device)
+    scales = torch.empty(rows, n_groups, dtype=torch.float32, device=a.device)
     if launch and rows:
-        quantize_groups_kernel[(rows, width // group)](a, q, scales, a.stride(0), width,
-                                                       width // group, GROUP=group,
-                                                       DOT_F32=_INTERPRETING)
+        quantize_groups_kernel[(rows, n_groups)](a, q, scales, a.stride(0), width, n_groups,
+                                                 GROUP=group, DOT_F32=_INTERPRETING)
     return q, scales

@@ -391,9 +391,11 @@ def grouped_gemm(
     preq = fp8 and fmt.activations == "fp8" and tile.preq
     a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
     if preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
-        if spec.a_up_off % fmt.block_k:
+        # its groups must be the main loop's K blocks: whole ones, a partial one only at a row's end
+        if spec.a_up_off % fmt.block_k or (K % fmt.block_k and a.shape[1] != K + spec.a_up_off):
             raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
-                             f"a multiple of the scale group ({fmt.block_k})")
+                             f"and K ({K}) multiples of the scale group ({fmt.block_k}), or K "
+                             f"the rest of A's row ({a.shape[1]})")
         a, a_scale = quantize_groups(a, fmt.block_k, launch=not warmup)
     launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
         else grouped_gemm_kernel[grid]
