@@ -148,6 +148,21 @@ def test_import_replaces_the_committed_table_with_a_valid_one(work, capsys):
     assert len(pd.read_csv(work / dest / "microbench.csv")) == 3
 
 
+def test_import_merge_keeps_the_points_the_run_did_not_measure(work, capsys):
+    # a run of the committed table's first three points, one of them changed, merged into the
+    # whole table: the other points stay in their place, the run's replace their own
+    dest = "reports/measured/h200"
+    committed = (REPO / dest / "microbench.csv").read_text()
+    _put(work / dest / "microbench.csv", committed)
+    _device_run(work / "run", baseline_us=1.0)
+    status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", dest, "--merge"], capsys)
+    assert status == 0, err
+    old, got = pd.read_csv(REPO / dest / "microbench.csv"), pd.read_csv(work / dest / "microbench.csv")
+    assert len(got) == len(old)
+    assert list(zip(got.model, got.batch))[:len(old) - 3] == list(zip(old.model, old.batch))[3:]
+    assert (got.tail(3)["git_sha"] != "unknown").all() and got.iloc[-2]["baseline_us"] == 1.0
+
+
 def test_import_outside_reports_measured_never_replaces_a_users_file(work, failing, capsys):
     _put(work / "mine" / "decode_tpot.csv")
     _device_run(work / "run")

@@ -135,6 +135,9 @@ def _register_bench(sub) -> None:
     t.add_argument("dirs", nargs="+", type=Path)
     t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
+    t.add_argument("--merge", action="store_true",
+                   help="keep --dest's rows of the points the run did not measure (a partial "
+                        "re-measurement: other models, batches or weight precisions)")
     t = tool("train", _train, "CUDA: FFN layers forward+backward beside torch._grouped_mm and a "
              "dense FFN of equal FLOPs, whole training steps (tokens/s, MFU, stages) -> "
              "OUT/train_throughput.csv; with --parts fsdp under torchrun: the FSDP2 step -> "
@@ -317,7 +320,7 @@ def _overread(args) -> int:
 def _import(args) -> int:
     from deamoe.bench.tools import import_tables
 
-    return import_tables(args.dirs, args.dest, args.sha)
+    return import_tables(args.dirs, args.dest, args.sha, args.merge)
 
 
 def _peer(args) -> int:

@@ -254,14 +254,26 @@ def overread(out: Path, draws: int = 2000) -> int:
     return 0
 
 
-def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
+def _merged(old, new):
+    """old's rows of the points new lacks (in their place), then new's rows."""
+    import pandas as pd
+
+    key = [c for c in ("model", "batch", "weight_dtype") if c in old and c in new]
+    measured = set(map(tuple, new[key].astype(str).to_numpy()))
+    kept = old[[tuple(r) not in measured for r in old[key].astype(str).to_numpy()]]
+    return pd.concat([kept, new], ignore_index=True)
+
+
+def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: bool = False) -> int:
     """microbench.csv, microbench_fp8.csv and decode_tpot.csv of one run (several device calls: their rows
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
     copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
     that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
     (workflow/profiles/gpu/microbench-shared.yaml's run) goes to microbench_shared.csv, where
     the report reads them, never over the main table.  Under reports/measured/ the tables are
-    replaced (this command owns them); elsewhere only a table deamoe wrote is."""
+    replaced (this command owns them); elsewhere only a table deamoe wrote is.  merge: the
+    destination's rows of the points the run did not measure (model, batch and, in an FP8
+    table, weight_dtype) are kept, in their place, the run's rows replacing the others."""
     import pandas as pd
 
     from deamoe.bench.shared import SHARED_FILE, is_shared
@@ -284,6 +296,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None) -> int:
             df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
         if name == "microbench.csv" and is_shared(df["model"]).any():
             name = SHARED_FILE
+        if merge and (Path(dest) / name).is_file():
+            df = _merged(read_table(Path(dest) / name, table_spec(name), str(Path(dest) / name)), df)
         tables[name] = df
     if not tables:
         raise DataError(f"bench import: no microbench.csv, microbench_fp8.csv or decode_tpot.csv in "
