@@ -24,7 +24,8 @@ whole weight matrix -- 1.4-2.2% faster alone for Qwen3's many small DeaMoE exper
 past the device-side num_blocks exit at once: the grid never depends on the routing, so no host
 sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous), bf16 or block-scaled FP8
-(deamoe.kernels.fp8; the scales applied per K block in the main loop: kernels.fp8_mma).  A
+(deamoe.kernels.fp8; the scales applied per K block in the main loop: kernels.fp8_mma; w8a8
+activations quantised there too, or before the launch with the tile's preq: kernels.fp8_quant).  A
 launch is described by one `GemmSpec` (row modes, epilogue, accumulation and the searched TileConfig); each layer names its
 GEMMs' specs once and launches them on the tiles of its MoETiles / DeaMoETiles.
 """
