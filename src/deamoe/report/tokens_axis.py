@@ -154,7 +154,7 @@ def verdict_text(table: pd.DataFrame) -> str:
                 # the line crosses zero past the measured lengths: beyond where the gap closed,
                 # a straight line in log-tokens says nothing about whether it changes sign
                 text += (f", past the point where the line reaches zero ({t['zero_at']:.2g} "
-                         "tokens/param): it does not say DeaMoE would pull ahead")
+                         "tokens/param): it does not say the gap would change sign")
         parts.append(text)
     return "DeaMoE minus baseline held-out loss along training length -- " + "; ".join(parts) + "."
 
