@@ -207,6 +207,6 @@ def test_fp8_settings_are_checked_naming_the_key():
     with pytest.raises(ConfigError, match="microbench.tiles: n64-k128-w4-s4-pq: '-pq'"):
         MicrobenchSettings(tiles=["n64-k128-w4-s4-pq"])
     s = MicrobenchSettings(weight_dtype=["fp8", "fp8-w8a8"],
-                           fp8_tiles=["n64-k128-w4-s4", "n64-k128-w4-s4-pq"])
-    assert s.tiles_for("fp8-w8a8") == ["n64-k128-w4-s4", "n64-k128-w4-s4-pq"]
+                           fp8_tiles=["n64-k128-w4-s4", "n64-k128-w4-s4-pq", "n64-k128-w4-s4-pq-nf"])
+    assert s.tiles_for("fp8-w8a8") == ["n64-k128-w4-s4", "n64-k128-w4-s4-pq", "n64-k128-w4-s4-pq-nf"]
     assert s.tiles_for("fp8") == ["n64-k128-w4-s4"]

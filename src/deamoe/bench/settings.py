@@ -92,10 +92,12 @@ class MicrobenchSettings:
     def tiles_for(self, precision: str) -> list[str]:
         """The tiles the search tries for weights of `precision`: fp8_tiles for FP8, else tiles;
         for weight-only FP8 without the '-pq' ones (A is not quantised there: the same kernel)."""
+        from deamoe.kernels.tile_config import TileConfig
+
         fmt = self.fp8_format(precision)
         if fmt is None:
             return self.tiles
-        return [t for t in self.fp8_tiles if fmt.activations == "fp8" or not t.endswith("-pq")]
+        return [t for t in self.fp8_tiles if fmt.activations == "fp8" or not TileConfig.parse(t).preq]
 
     def __post_init__(self):
         from deamoe.kernels.tile_config import TileConfig

@@ -2,6 +2,9 @@
 
   align.py          (token, slot) pairs grouped and padded per expert / department, on device
   grouped_gemm.py   the shared primitive (row modes + epilogues), the only GEMM code
+  tile_config.py    one GEMM launch's tile (the search's knobs) and its name
+  fp8.py, fp8_mma.py, fp8_quant.py   block-scaled FP8 weights, their main-loop steps, and the
+                    activation quantiser launched before a GEMM
   fused_moe.py      baseline MoE layer (2 GEMMs)     } stage_benchmark.py times each launch
   deamoe_decode.py  DeaMoE layer (4 GEMMs)           }   of either layer alone (CUDA graph)
   streams.py        fork / join of launch sequences on CUDA streams (split_launches, dense_parts)
@@ -18,3 +21,8 @@ Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=
 triton.language helpers included): slow, but exact enough for the CI correctness battery at
 small shapes.
 """
+
+import os as _os
+
+# whether the kernels run under that interpreter (their float32 MMA path, DOT_F32): read once
+INTERPRETING = _os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

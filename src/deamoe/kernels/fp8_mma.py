@@ -32,19 +32,26 @@ def round_e4m3(v):
 
 
 @triton.jit
+def quantize_rows(a, DOT_F32: tl.constexpr):
+    """Each row of the tile a [R, C] as one group, in e4m3 with scale max(|row|, 1e-10) / 448, as
+    vLLM's per_token_group_quant_fp8: (the e4m3 tile, its [R] float32 scales).  The one
+    quantiser of activations, in the GEMM's main loop and before it (deamoe.kernels.fp8_quant)."""
+    a = a.to(tl.float32)
+    a_s = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) * (1.0 / 448.0)
+    a = a / a_s[:, None]
+    if DOT_F32:
+        a = round_e4m3(a)
+    else:
+        a = tl.minimum(tl.maximum(a, -448.0), 448.0)
+    return a.to(tl.float8e4nv), a_s
+
+
+@triton.jit
 def fp8_operands(a, A_FP8: tl.constexpr, DOT_F32: tl.constexpr):
     """The A tile for an MMA with FP8 weights, and its per-row scales (1 without A_FP8).
-    A_FP8 (w8a8): each row of the tile is one group of GROUP_K columns, quantised to e4m3 with
-    scale max(|row|, 1e-10) / 448, as vLLM's per_token_group_quant_fp8."""
+    A_FP8 (w8a8): each row of the tile is one group of GROUP_K columns (quantize_rows)."""
     if A_FP8:
-        a = a.to(tl.float32)
-        a_s = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) * (1.0 / 448.0)
-        a = a / a_s[:, None]
-        if DOT_F32:
-            a = round_e4m3(a)
-        else:
-            a = tl.minimum(tl.maximum(a, -448.0), 448.0)
-        a = a.to(tl.float8e4nv)
+        a, a_s = quantize_rows(a, DOT_F32)
     else:
         a_s = tl.full([a.shape[0]], 1.0, tl.float32)
     if DOT_F32:

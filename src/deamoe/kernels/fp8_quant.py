@@ -7,15 +7,12 @@ q = a / scale rounded to e4m3 (deamoe.kernels.fp8.quantize_activations is the re
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from deamoe.kernels.fp8_mma import round_e4m3
-
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from deamoe.kernels import INTERPRETING
+from deamoe.kernels.fp8_mma import quantize_rows
 
 
 @triton.jit
@@ -25,17 +22,11 @@ def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, stride_a, width, n_groups,
     multiple of GROUP, as the GEMM's masked last K block)."""
     row = tl.program_id(0).to(tl.int64)
     grp = tl.program_id(1)
-    cols = grp * GROUP + tl.arange(0, GROUP)
+    cols = (grp * GROUP + tl.arange(0, GROUP))[None, :]  # one row of one group: a [1, GROUP] tile
     ok = cols < width
-    a = tl.load(a_ptr + row * stride_a + cols, mask=ok, other=0.0).to(tl.float32)
-    a_s = tl.maximum(tl.max(tl.abs(a), axis=0), 1e-10) * (1.0 / 448.0)
-    q = a / a_s
-    if DOT_F32:
-        q = round_e4m3(q)
-    else:
-        q = tl.minimum(tl.maximum(q, -448.0), 448.0)
-    tl.store(q_ptr + row * width + cols, q.to(q_ptr.dtype.element_ty), mask=ok)
-    tl.store(s_ptr + row * n_groups + grp, a_s)
+    q, a_s = quantize_rows(tl.load(a_ptr + row * stride_a + cols, mask=ok, other=0.0), DOT_F32)
+    tl.store(q_ptr + row * width + cols, q, mask=ok)
+    tl.store(s_ptr + row * n_groups + grp + tl.arange(0, 1), a_s)
 
 
 def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,5 +40,5 @@ def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[t
     scales = torch.empty(rows, n_groups, dtype=torch.float32, device=a.device)
     if launch and rows:
         quantize_groups_kernel[(rows, n_groups)](a, q, scales, a.stride(0), width, n_groups,
-                                                 GROUP=group, DOT_F32=_INTERPRETING)
+                                                 GROUP=group, DOT_F32=INTERPRETING)
     return q, scales

@@ -33,13 +33,13 @@ GEMMs' specs once and launches them on the tiles of its MoETiles / DeaMoETiles.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
+from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
 from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
 from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma
@@ -49,14 +49,13 @@ from deamoe.kernels.tile_config import TileConfig
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
 EPI_ACT, EPI_SWIGLU, EPI_BOTH = 0, 1, 2
 ACTS = {"none": 0, "silu": 1, "gelu": 2}
-_INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def bf16_atomics(x: torch.Tensor) -> bool:
     """Whether a bf16 layer on x's device can sum in bf16 with atomics: bf16 input on a real
     GPU (Triton's interpreter has no bf16 atomics; fp32 layers keep fp32 sums).  The one rule
     behind the tiles' out_bf16 and DeaMoETiles.s_bf16."""
-    return x.is_cuda and x.dtype == torch.bfloat16 and not _INTERPRETING
+    return x.is_cuda and x.dtype == torch.bfloat16 and not INTERPRETING
 
 
 def output_dtype(x: torch.Tensor, out_bf16: bool = True) -> torch.dtype:
@@ -410,7 +409,7 @@ def grouped_gemm(
         s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0, a_scale.stride(0) if preq else 0,
         A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
         WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
-        DOT_F32=_INTERPRETING,
+        DOT_F32=INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
         W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
