@@ -139,7 +139,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
     if not batches:  # every point already measured: no layer copies to make
         return []
     if fp8 is not None:
-        s = dataclasses.replace(s, tiles=s.tiles_for(fp8.precision))  # the same search, FP8 tiles
+        s = s.searching(fp8.precision)  # the same search, over the FP8 tiles
     weights = layer_copies(shape, s, device, fp8)
     copies = len(weights)
     repeats = graph_repeats(copies, s)  # the reported time's graph: >= min_layers_per_graph steps

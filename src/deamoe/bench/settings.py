@@ -6,6 +6,7 @@ constructing it checks every value, naming the key.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +99,14 @@ class MicrobenchSettings:
         if fmt is None:
             return self.tiles
         return [t for t in self.fp8_tiles if fmt.activations == "fp8" or not TileConfig.parse(t).preq]
+
+    def searching(self, precision: str) -> MicrobenchSettings:
+        """A copy whose `tiles` (what the search reads) are tiles_for(precision).  Not built
+        through __post_init__: that refuses a '-pq' tile in `tiles`, which is right for a
+        config's bf16 list but not for fp8_tiles, checked as such when these settings were made."""
+        out = copy.copy(self)
+        out.tiles = self.tiles_for(precision)
+        return out
 
     def __post_init__(self):
         from deamoe.kernels.tile_config import TileConfig
