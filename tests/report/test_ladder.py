@@ -147,6 +147,24 @@ def test_table4_at_gpu_scale_averages_seeds_and_ranks_the_means(tmp_path):
     assert t.loc["No.1", "seeds"] == 2 and t.loc["No.1", "mean distinct departments"] == 4.25
     assert t.loc["No.6", "rank"] == 1 and t.loc["No.1", "rank"] == 6 and t.loc["No.1", "paper rank"] == 1
     assert "reproduced at size medium: mean training loss over the last 100 steps" in art.notes[1]
+    # paired by seed against No.1: here every seed moves all variants alike, so each difference
+    # is exact (std 0) and beyond the noise; two seeds are said to be too few to settle a ranking
+    assert t.loc["No.2", "vs No.1"] == pytest.approx(-1 / 8) and t.loc["No.2", "vs No.1 2se"] == 0
+    assert "beyond it No.2 lower by 0.125 +- 0.000" in art.notes[-1] and "within it none" in art.notes[-1]
+    assert "1 degree(s) of freedom" in art.notes[-1]
+
+
+def test_table4_noise_note_names_variants_within_seed_noise():
+    rows = pd.DataFrame([{"variant": v, "seed": s, "loss": loss} for v, s, loss in [
+        ("No.1", 0, 3.0), ("No.1", 1, 3.1), ("No.1", 2, 3.2),
+        ("No.2", 0, 2.9), ("No.2", 1, 3.0), ("No.2", 2, 3.1),      # 0.1 lower at every seed
+        ("No.3", 0, 3.05), ("No.3", 1, 3.05), ("No.3", 2, 3.25)]])  # +0.05, -0.05, +0.05
+    versus = ladder.variant_differences(rows, "loss").set_index("variant")
+    assert versus.loc["No.3", "mean"] == pytest.approx(0.05 / 3)
+    note = ladder.noise_note(versus)
+    assert "beyond it No.2 lower by 0.100 +- 0.000; within it No.3" in note
+    assert "degree" not in note  # three seeds: no small-sample warning
+    assert "no variant can be told" in ladder.noise_note(versus.iloc[0:0])
 
 
 def test_table3_note_puts_word_perplexity_beside_the_per_token_loss(tmp_path):

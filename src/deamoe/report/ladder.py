@@ -283,6 +283,37 @@ def metric_table(key: str, results: Path, measured: Path, profile: str | None,
     return Artifact(key, title, table, sources or [_missing(measured)], notes)
 
 
+def variant_differences(rows: pd.DataFrame, value: str, reference: str = "No.1") -> pd.DataFrame:
+    """Each variant minus `reference` (the paper's choices) of `value`, paired by seed (the same
+    seed: the same data order), then per variant n, mean, sample std and standard error."""
+    wide = rows.pivot_table(index="seed", columns="variant", values=value, aggfunc="first")
+    if reference not in wide.columns:
+        return pd.DataFrame(columns=["variant", "n", "mean", "std", "se"])
+    diff = wide.sub(wide[reference], axis=0).drop(columns=reference)
+    long = diff.reset_index().melt(id_vars="seed", var_name="variant", value_name="diff")
+    out = seed_spread(long, "diff", by=("variant",))
+    out["se"] = out["std"] / out["n"].map(math.sqrt)
+    return out
+
+
+def noise_note(versus: pd.DataFrame) -> str:
+    """Which variants differ from No.1 beyond two standard errors of their paired difference."""
+    v = versus.dropna(subset=["se"])
+    if v.empty:
+        return "seed noise: fewer than two seeds per variant, so no variant can be told from No.1"
+    beyond = [f"{name} {'lower' if r['mean'] < 0 else 'higher'} by {abs(r['mean']):.3f} +- {2 * r['se']:.3f}"
+              for name, r in v.iterrows() if abs(r["mean"]) > 2 * r["se"]]
+    within = [name for name, r in v.iterrows() if abs(r["mean"]) <= 2 * r["se"]]
+    n = int(v["n"].min())
+    text = (f"seed noise (vs No.1: the variant's loss minus No.1's at the same seed, mean +- 2 standard "
+            f"errors over {n}+ seeds): beyond it {'; '.join(beyond) or 'none'}; within it "
+            f"{', '.join(within) or 'none'}")
+    if n < 3:
+        text += (f"; with {n} seeds the standard error has {n - 1} degree(s) of freedom, so a difference "
+                 "beyond it is a lead to test with more seeds, not a settled ranking")
+    return text
+
+
 def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     req = ("variant", "seed", "loss_last_n")
     rows, sources = load_gpu_rows([Path(results) / "ablation" / "summary.csv"],
@@ -298,6 +329,8 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     table = paper_rows.set_index("variant").assign(
         **{"loss last N": last["mean"], "loss std": last["std"], "seeds": last["n"],
            "held-out": held["mean"], "held-out std": held["std"], "mean distinct departments": dd})
+    versus = variant_differences(rows, "loss_last_n").set_index("variant")
+    table = table.assign(**{"vs No.1": versus["mean"], "vs No.1 2se": 2 * versus["se"]})
     table = table[table["seeds"].notna()].reset_index()
     table["rank"] = table["loss last N"].rank(method="min").astype(int)
     table["paper rank"] = table["paper_loss"].rank(method="min").astype(int)
@@ -305,7 +338,8 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     notes = [paper.TABLE4_SCALE, f"reproduced at size {size}: mean training loss over the last {n} "
              "steps, held-out loss and distinct departments per token, mean and std over seeds; ranks "
              "order the variants by mean loss (the paper's ordering is its claim)",
-             f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token"]
+             f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token",
+             noise_note(versus)]
     return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=rows)
 
 
