@@ -151,7 +151,7 @@ def test_table4_at_gpu_scale_averages_seeds_and_ranks_the_means(tmp_path):
     # is exact (std 0) and beyond the noise; two seeds are said to be too few to settle a ranking
     assert t.loc["No.2", "vs No.1"] == pytest.approx(-1 / 8) and t.loc["No.2", "vs No.1 2se"] == 0
     assert "beyond it No.2 lower by 0.125 +- 0.000" in art.notes[-1] and "within it none" in art.notes[-1]
-    assert "1 degree(s) of freedom" in art.notes[-1]
+    assert "one degree of freedom" in art.notes[-1]
 
 
 def test_table4_noise_note_names_variants_within_seed_noise():

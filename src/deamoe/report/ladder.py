@@ -285,7 +285,8 @@ def metric_table(key: str, results: Path, measured: Path, profile: str | None,
 
 def variant_differences(rows: pd.DataFrame, value: str, reference: str = "No.1") -> pd.DataFrame:
     """Each variant minus `reference` (the paper's choices) of `value`, paired by seed (the same
-    seed: the same data order), then per variant n, mean, sample std and standard error."""
+    seed: the same batches, a function of seed and step), then per variant n, mean, sample std
+    and standard error."""
     wide = rows.pivot_table(index="seed", columns="variant", values=value, aggfunc="first")
     if reference not in wide.columns:
         return pd.DataFrame(columns=["variant", "n", "mean", "std", "se"])
@@ -308,8 +309,8 @@ def noise_note(versus: pd.DataFrame) -> str:
     text = (f"seed noise (vs No.1: the variant's loss minus No.1's at the same seed, mean +- 2 standard "
             f"errors over {n}+ seeds): beyond it {'; '.join(beyond) or 'none'}; within it "
             f"{', '.join(within) or 'none'}")
-    if n < 3:
-        text += (f"; with {n} seeds the standard error has {n - 1} degree(s) of freedom, so a difference "
+    if n == 2:
+        text += ("; with two seeds the standard error has one degree of freedom, so a difference "
                  "beyond it is a lead to test with more seeds, not a settled ranking")
     return text
 
