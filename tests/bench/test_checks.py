@@ -39,6 +39,23 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     assert "fp8 check: 16/16 ok" in out
 
 
+def test_fp8_check_runs_w8a8_also_on_tiles_that_quantise_before_the_gemm(tmp_path, monkeypatch):
+    # w8a8: the battery and the stream options twice, the second time on '-pq' tiles where the
+    # layer can take them (here the baseline: DeaMoE's h_ffn 32 is not a multiple of 128)
+    import deamoe.kernels.battery as battery
+    import deamoe.shapes as shapes
+    from deamoe.bench.checks import fp8_check
+
+    calls = []
+    monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
+    monkeypatch.setattr(battery, "full_battery", lambda *a, **kw: calls.append(kw["preq"]) or [])
+    assert fp8_check(tmp_path, ("fp8-w8a8",), ["DeepSeek-V3"], kernel=None, device="cpu") == 0
+    df = pd.read_csv(tmp_path / "fp8_check.csv")
+    assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8, "stream-pq": 2}
+    assert calls == [False, True] and df["ok"].all()
+    assert set(df.loc[df["part"] == "stream-pq", "kind"]) == {"moe"}
+
+
 def test_picks_check_runs_an_fp8_tables_picks_on_fp8_weights(tmp_path, monkeypatch, capsys):
     # the baseline's w8a8 pick with A quantised before its GEMMs ('-pq'), eagerly and as a
     # step replay, against the reference on the dequantised weights

@@ -138,6 +138,33 @@ def test_a_quantised_before_the_gemm_refuses_groups_that_straddle_the_up_input()
         _layer_on_tile(small_shapes()["deamoe-oddk"], t, Fp8Format(32, 32, "fp8"))
 
 
+# the unchosen departments' rows of DeaMoE's department output are poisoned (NaN) and
+# quantised too (deamoe.kernels.fp8_quant): the interpreter warns of their all-NaN max
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
+    # the battery's '-pq' pass leaves out the layers fp8.preq_fits rejects: exactly those the
+    # launch refuses (DeaMoE with h_ffn 48 against 32-column groups); the others match the
+    # dequantised reference within w8a8's tolerance, shared experts on '-pq' tiles too
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fp8 import preq_fits, with_preq
+    from deamoe.kernels.shared_expert import SharedTiles
+
+    fmt = Fp8Format(32, 32, "fp8")
+    refused = []
+    for name, shape in {**small_shapes(), **shared_shapes()}.items():
+        tiles = with_preq(DeaMoETiles() if shape.kind == "deamoe" else MoETiles())
+        assert all(getattr(tiles, f).preq for f in ("w13", "w2") if hasattr(tiles, f))
+        case = Case(name, shape, 5, "random", seed=1)
+        if preq_fits(shape, fmt):
+            row = check_case(case, tiles=tiles, shared_tiles=with_preq(SharedTiles()), fp8=fmt)
+            assert row["ok"], row
+        else:
+            refused.append(name)
+            with pytest.raises(ValueError, match="pre-quantised A"):
+                check_case(case, tiles=tiles, fp8=fmt)
+    assert sorted(refused) == ["deamoe-oddk", "deamoe-shared"]
+
+
 def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:
     """One small layer's kernel output with every GEMM on tile t, on weights in `fmt`."""
     from deamoe.kernels.battery import build_layer, kernel_weights, run_kernel

@@ -13,7 +13,8 @@
                   and its time against the eager torch routing, each alone in a CUDA graph
   fp8_check       block-scaled FP8 weights (deamoe.kernels.fp8), per precision: the battery
                   (small shapes and the Table 1 layers) against the dequantised reference, the
-                  stream options of both layers, the step in CUDA graphs, and -- with vLLM's
+                  stream options of both layers (w8a8 also on '-pq' tiles, the activations
+                  quantised before each GEMM), the step in CUDA graphs, and -- with vLLM's
                   kernel file -- vLLM's FP8 block path beside ours on the same Table 1 inputs
 Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1
 if any case fails.  CUDA only.
@@ -177,23 +178,30 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
     out/fp8_check.csv, written after each precision too (a stopped call keeps them)."""
     from deamoe.kernels.battery import Case, build_layer, check_case, full_battery
     from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fp8 import Fp8Format
+    from deamoe.kernels.fp8 import Fp8Format, preq_fits, with_preq
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.shapes import table1_row
 
     rows = []
     for precision in precisions:
         fmt = Fp8Format.of(precision)
-        rows += [{**r, "part": "battery"} for r in
-                 full_battery(device, torch.bfloat16, [1, 13, 64, 256], models, fp8=fmt)]
+        # w8a8 twice: activations quantised in the GEMM's main loop, and before it ('-pq')
+        passes = ["", "-pq"] if fmt.activations == "fp8" else [""]
+        for pq in passes:
+            rows += [{**r, "part": "battery" + pq} for r in
+                     full_battery(device, torch.bfloat16, [1, 13, 64, 256], models, fp8=fmt,
+                                  preq=bool(pq))]
         for model in models:
             for shape in (table1_row(model).baseline, table1_row(model).deamoe):
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
                 cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
-                for option in STREAM_OPTIONS[shape.kind]:
+                for option, pq in ((o, pq) for pq in passes for o in STREAM_OPTIONS[shape.kind]):
+                    if pq and not preq_fits(shape, fmt):
+                        continue
+                    tiles = with_preq(cls(**option)) if pq else cls(**option)
                     r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
-                                   layer=layer, tiles=cls(**option), fp8=fmt)
-                    rows.append({**r, "part": "stream", "variant": str(option)})
+                                   layer=layer, tiles=tiles, fp8=fmt)
+                    rows.append({**r, "part": "stream" + pq, "variant": str(option)})
                 del layer
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()

@@ -256,31 +256,45 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
 
 
 def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None,
-                 fp8: Fp8Format | None = None) -> list[dict]:
+                 fp8: Fp8Format | None = None, preq: bool = False) -> list[dict]:
     """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes; fp8:
     every case on block-quantised FFN matrices (small shapes: blocks of 32, so they hold
-    several; the Table 1 shapes in `fp8`'s own blocks)."""
+    several; the Table 1 shapes in `fp8`'s own blocks).  preq (w8a8): every GEMM on '-pq' tiles
+    (activations quantised before it), on the shapes that can take them (fp8.preq_fits)."""
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fp8 import preq_fits, with_preq
+    from deamoe.kernels.fused_moe import MoETiles
+    from deamoe.kernels.shared_expert import SharedTiles
     from deamoe.shapes import TABLE1
+
+    def tiles(shape):  # None: the defaults
+        return with_preq(DeaMoETiles() if shape.kind == "deamoe" else MoETiles()) if preq else None
+
+    shared = with_preq(SharedTiles()) if preq else None
+
+    def wanted(shape, fmt):
+        return not preq or preq_fits(shape, fmt)
 
     small = fp8 and dataclasses.replace(fp8, block_n=32, block_k=32)
     rows = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():
-        for seed, tokens in enumerate((1, 37, 256)):
+        for seed, tokens in enumerate((1, 37, 256) if wanted(shape, small) else ()):
             for pattern in PATTERNS:
                 rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype,
-                                       fp8=small))
+                                       tiles=tiles(shape), shared_tiles=shared, fp8=small))
     for shape in operator_variants(small_shapes()["deamoe-small"]):
         rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device,
-                               dtype, fp8=small))
+                               dtype, tiles=tiles(shape), fp8=small))
     for model, row in TABLE1.items():
         if models is not None and model not in models:
             continue
-        for shape in (row.baseline, row.deamoe):
+        for shape in (s for s in (row.baseline, row.deamoe) if wanted(s, fp8)):
             layer = build_layer(shape, device, seed=11, dtype=dtype)
             cases = [Case(model, shape, t, "random", seed=20 + t) for t in table1_tokens]
             cases += [Case(model, shape, 64, "same", 1), Case(model, shape, 64, "empty", 2)]
             for case in cases:
-                rows.append(check_case(case, device, dtype, layer=layer, fp8=fp8))
+                rows.append(check_case(case, device, dtype, layer=layer, tiles=tiles(shape),
+                                       shared_tiles=shared, fp8=fp8))
                 if progress is not None:
                     progress.update(1)
             del layer

@@ -97,6 +97,21 @@ def fit_tiles(tiles, fmt: "Fp8Format | None"):
     return dataclasses.replace(tiles, **fitted)
 
 
+def with_preq(tiles):
+    """A layer's tiles with every GEMM tile quantising its activations in a launch before the
+    GEMM ('-pq', TileConfig.preq; w8a8 only: weight-only FP8 ignores it)."""
+    quantised = {f.name: dataclasses.replace(getattr(tiles, f.name), preq=True)
+                 for f in dataclasses.fields(tiles) if hasattr(getattr(tiles, f.name), "preq")}
+    return dataclasses.replace(tiles, **quantised)
+
+
+def preq_fits(shape, fmt: "Fp8Format") -> bool:
+    """Whether every GEMM of `shape`'s layer can take a '-pq' tile in `fmt`: the groups must be
+    the main loop's K blocks, and DeaMoE's expert up-projection reads its up input at column
+    h_ffn, so h_ffn must be a multiple of block_k (grouped_gemm refuses the launch otherwise)."""
+    return shape.kind != "deamoe" or shape.h_ffn % fmt.block_k == 0
+
+
 @dataclass(frozen=True)
 class Fp8Weight:
     """A block-scaled FP8 weight (stack): q [.., N, K] e4m3, scale [.., nN, nK] float32, and its

@@ -3,6 +3,9 @@ vLLM's per_token_group_quant_fp8 does for its FP8 block path: the grouped GEMM o
 `preq` (deamoe.kernels.tile_config) then loads e4m3 A and its scales instead of quantising each
 A tile in its main loop.  The numbers are the main loop's: scale = max(|group|, 1e-10) / 448,
 q = a / scale rounded to e4m3 (deamoe.kernels.fp8.quantize_activations is the reference).
+Every row of A is quantised, also rows its GEMM does not read (DeaMoE's expert up-projection
+reads the chosen departments' rows of the department output; the others are never written, and
+quantise to whatever they hold): one launch over the buffer, with no gather of the rows.
 """
 
 from __future__ import annotations
