@@ -2,7 +2,8 @@
 # One device call of the FP8 '-pq' measurement (carry .whl and .peer): resume the search from
 # the points committed here (a warm machine's /tmp/w/fp8 from the previous call is kept), and once
 # its w8a8 table holds every point of MODELS, check the picks against the reference and time
-# vLLM's FP8 fused MoE beside our baseline.  Everything under /tmp/w goes to $OUT/fp8.tar.gz.
+# vLLM's FP8 fused MoE beside our baseline, then `bench fp8-check` (its -pq pass included;
+# FP8_CHECK=0 skips it).  Everything under /tmp/w goes to $OUT/fp8.tar.gz.
 #   DEAMOE_GIT_SHA=sha [T_MB=520] [MODELS=..] [WEIGHTS=fp8-w8a8] bash experiments/fp8-pq/run.sh "$OUT"
 set -uo pipefail
 out=${1:?usage: run.sh OUT}
@@ -26,5 +27,10 @@ if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/peer/vllm_peer.csv ]; then
     # shellcheck disable=SC2086  # one argument per point
     timeout 240 python3 -m deamoe bench peer run /tmp/w/peer $points --weight-dtype fp8-w8a8 \
         --table /tmp/w/tab/microbench.csv 2>&1 | tail -12
+fi
+if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/fp8check/fp8_check.csv ] && [ "${FP8_CHECK:-1}" = 1 ]; then
+    # the battery and stream options on '-pq' tiles too (parts battery-pq, stream-pq)
+    timeout 240 python3 -m deamoe bench fp8-check /tmp/w/fp8check --weight-dtype fp8-w8a8 \
+        --models "$models" --kernel .peer/vllm_fused_moe.py 2>&1 | tail -4
 fi
 tar czf "$out/fp8.tar.gz" -C /tmp/w --exclude=tab --exclude='*.lock' . && echo "run.sh: /tmp/w -> fp8.tar.gz"
