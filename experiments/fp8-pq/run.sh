@@ -20,17 +20,25 @@ source scripts/gpu_site.sh && gpu_site || exit 1
 want=$(( $(tr ',' '\n' <<< "$models" | wc -l) * 4 ))
 have=$(python3 -c "import pandas as pd; t = pd.read_csv('$W/microbench_fp8.csv'); print(int((t.weight_dtype == 'fp8-w8a8').sum()))")
 echo "run.sh: $have of $want w8a8 points in the table"
-if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/peer/vllm_peer.csv ]; then
+# each step once (a later call skips what an earlier one finished), and only with its 240 s left
+# in the call (CALL_S, the call's limit)
+left() { [ $(( ${CALL_S:-590} - SECONDS )) -ge 250 ]; }
+if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/check/picks_check.csv ] && left; then
     timeout 240 python3 -m deamoe bench picks-check /tmp/w/check --table "$W/microbench_fp8.csv" --all 2>&1 | tail -4
+fi
+if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/peer/vllm_peer.csv ] && left; then
     mkdir -p /tmp/w/tab && cp reports/measured/h200/microbench.csv "$W/microbench_fp8.csv" /tmp/w/tab/
     points=$(for m in ${models//,/ }; do for b in 4 16 64 128; do printf '%s:%s ' "$m" "$b"; done; done)
     # shellcheck disable=SC2086  # one argument per point
     timeout 240 python3 -m deamoe bench peer run /tmp/w/peer $points --weight-dtype fp8-w8a8 \
         --table /tmp/w/tab/microbench.csv 2>&1 | tail -12
 fi
-if [ "$have" -ge "$want" ] && [ ! -f /tmp/w/fp8check/fp8_check.csv ] && [ "${FP8_CHECK:-1}" = 1 ]; then
-    # the battery and stream options on '-pq' tiles too (parts battery-pq, stream-pq)
+if [ "$have" -ge "$want" ] && ! grep -qs "^fp8 check:" /tmp/w/fp8check.log && [ "${FP8_CHECK:-1}" = 1 ] && left; then
+    # the battery and stream options on '-pq' tiles too (parts battery-pq, stream-pq); its CSV
+    # is written after each precision, so the last line of the log says whether it finished
     timeout 240 python3 -m deamoe bench fp8-check /tmp/w/fp8check --weight-dtype fp8-w8a8 \
-        --models "$models" --kernel .peer/vllm_fused_moe.py 2>&1 | tail -4
+        --models "$models" --kernel .peer/vllm_fused_moe.py > /tmp/w/fp8check.log 2>&1
+    tail -4 /tmp/w/fp8check.log
 fi
+echo "run.sh: done at ${SECONDS} s"
 tar czf "$out/fp8.tar.gz" -C /tmp/w --exclude=tab --exclude='*.lock' . && echo "run.sh: /tmp/w -> fp8.tar.gz"
