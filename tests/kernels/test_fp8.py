@@ -163,6 +163,9 @@ def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
             with pytest.raises(ValueError, match="pre-quantised A"):
                 check_case(case, tiles=tiles, fp8=fmt)
     assert sorted(refused) == ["deamoe-oddk", "deamoe-shared"]
+    from deamoe.kernels.battery import full_battery
+    with pytest.raises(ValueError, match="needs w8a8 weights"):
+        full_battery("cpu", torch.float32, [], fp8=Fp8Format(32, 32), preq=True)
 
 
 def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:
