@@ -154,6 +154,29 @@ def test_table4_at_gpu_scale_averages_seeds_and_ranks_the_means(tmp_path):
     assert "one degree of freedom" in art.notes[-1]
 
 
+def test_table4_at_gpu_scale_draws_its_curves_and_each_variants_difference_to_no1(tmp_path):
+    from deamoe.report import figures
+
+    folder = tmp_path / "measured" / "h200" / "quality" / "ablation"
+    folder.mkdir(parents=True)
+    rows = [{"run": f"ablation-no{i}-s{seed}", "variant": f"No.{i}", "seed": seed, "size": "small",
+             "loss_last_n": 3.0 + i / 8, "last_n": 200, "val_loss": 3.5, "mean_distinct_departments": 4.0,
+             **GPU} for i in range(1, 7) for seed in (0, 1)]
+    pd.DataFrame(rows).to_csv(folder / "summary.csv", index=False)
+    # No.i's loss is No.1's + (i - 1) / 8 at every step and seed; the seeds differ by 0.25
+    curves = [{"step": s, "tokens": 1000 * s, "loss": 5.0 - s / 1000 + (i - 1) / 8 + seed / 4,
+               "run": f"ablation-no{i}-s{seed}", "variant": f"No.{i}", "seed": seed}
+              for i in range(1, 7) for seed in (0, 1) for s in range(1, 1001, 10)]
+    pd.DataFrame(curves).to_csv(folder / "curves.csv", index=False)
+    art = ladder.table4_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None)
+    assert len(art.data) == len(curves) and len(art.rows) == 12
+    fig = figures.ablation_curves(art, window=100)
+    left, right = fig.axes[:2]
+    assert right.get_visible() and len(right.get_legend().get_texts()) == 5  # No.2..No.6
+    diffs = sorted({round(float(y), 9) for line in right.lines for y in line.get_ydata()} - {0.0})
+    assert diffs == [i / 8 for i in range(1, 6)]  # each variant's constant lead over No.1
+
+
 def test_table4_noise_note_names_variants_within_seed_noise():
     rows = pd.DataFrame([{"variant": v, "seed": s, "loss": loss} for v, s, loss in [
         ("No.1", 0, 3.0), ("No.1", 1, 3.1), ("No.1", 2, 3.2),

@@ -34,6 +34,7 @@ REPORT_FIGURES = [
     ("figure4_5_microbench", "Figures 4-5 - decode kernels", "figure4_5", "Figures 4/5"),
     ("figure4_5_fp8", "Figures 4-5 - decode kernels", "figure4_5_fp8", "Figures 4/5 in FP8"),
     ("table4_loss_curves", "Table 4 - ablation", "table4_loss_curves", "Ablation loss curves"),
+    ("table4_gpu_loss_curves", "Quality at GPU scale", "table4_gpu_loss_curves", "Table 4 at GPU scale: loss curves"),
     ("pretrain_loss_curves", "Pre-training", "pretrain_loss_curves", "Pre-training loss curves"),
     ("quality_gap", "Quality at GPU scale", "quality_gap", "Held-out loss gap against size"),
     ("quality_loss_curves", "Quality at GPU scale", "quality_loss_curves", "Loss curves per pair"),

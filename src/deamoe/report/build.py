@@ -181,7 +181,7 @@ def _index(arts: dict, profile: str | None, claims: list) -> str:
     fig_of = {"figure2": "figure2_loading", "figure3": "figure3_tpot",
               "figure3_slo_decode": "figure3_slo_decode",
               "figure4_5": "figure4_5_microbench", "figure4_5_fp8": "figure4_5_fp8",
-              "table4": "table4_loss_curves",
+              "table4": "table4_loss_curves", "table4_gpu": "table4_gpu_loss_curves",
               "pretrain": "pretrain_loss_curves", "pretrain_gpu": ("quality_gap", "quality_loss_curves"),
               "tokens_axis": tuple(tokens_axis.FIGURES)}
     for key in TABLES:

@@ -26,8 +26,8 @@ from deamoe.report.tables import tpot_metric  # noqa: E402
 
 FIGURES = ("figure2_loading", "figure3_tpot", "figure3_slo_decode", "figure4_5_microbench",
            "figure4_5_fp8",
-           "table4_loss_curves", "pretrain_loss_curves", "quality_gap", "quality_loss_curves",
-           *tokens_axis.FIGURES)
+           "table4_loss_curves", "table4_gpu_loss_curves", "pretrain_loss_curves", "quality_gap",
+           "quality_loss_curves", *tokens_axis.FIGURES)
 
 
 def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
@@ -162,6 +162,41 @@ def loss_curves(art: Artifact, title: str, paper_losses: dict[str, float] | None
     return fig
 
 
+def ablation_curves(art: Artifact, window: int = 500):
+    """Table 4 at GPU scale: each variant's training loss (mean over seeds, +-1 std band) and,
+    beside it, its difference to No.1 at the same seed (the same batches), each averaged over
+    windows of `window` steps so the per-batch noise does not hide a lasting difference."""
+    fig, (ax, diff_ax) = plt.subplots(1, 2, figsize=(11, 4.6))
+    d = art.data
+    if d is not None and {"variant", "seed", "step", "tokens", "loss"} <= set(d.columns):
+        d = d.assign(window=(d["step"] - 1) // window)
+        w = d.groupby(["variant", "seed", "window"], as_index=False).agg(tokens=("tokens", "max"),
+                                                                          loss=("loss", "mean"))
+        variants = sorted(w["variant"].unique())  # one colour per variant in both panels
+        colours = dict(zip(variants, sns.color_palette(n_colors=len(variants))))
+        sns.lineplot(data=w, x="tokens", y="loss", hue="variant", palette=colours, errorbar="sd",
+                     lw=1, ax=ax)
+        tail = w[w["window"] > w["window"].max() * 0.15]["loss"]
+        ax.set_ylim(tail.min() - 0.02, tail.max() + 0.05)
+        ref = w[w["variant"] == "No.1"].set_index(["seed", "window"])["loss"]
+        v = w[w["variant"] != "No.1"].join(ref.rename("no1"), on=["seed", "window"]).dropna()
+        sns.lineplot(data=v.assign(diff=v["loss"] - v["no1"]), x="tokens", y="diff", hue="variant",
+                     palette=colours, errorbar="sd", lw=1, ax=diff_ax)
+        diff_ax.axhline(0.0, color="0.4", lw=0.9, ls="--")
+        diff_ax.set_ylabel("training loss minus No.1's, same seed (nats)")
+        for a in (ax, diff_ax):
+            a.set_xlabel("training tokens")
+            a.legend(fontsize=7)
+        ax.set_ylabel(f"training loss (mean of {window}-step windows)")
+    else:
+        not_run_panel(ax, art)
+        diff_ax.set_visible(False)
+    fig.suptitle("Table 4 at GPU scale: training loss per variant (bands: +-1 std over seeds)",
+                 fontsize=11)
+    footer(fig, art)
+    return fig
+
+
 def quality_gap(art: Artifact):
     """Held-out loss, DeaMoE minus baseline, against model size: each seed's pair as a point,
     the mean with a +-1 standard deviation bar over seeds."""
@@ -240,6 +275,7 @@ def draw_all(arts: dict[str, Artifact], out_dir: Path, dpi: int = 150) -> list[P
         "figure4_5_microbench": figure45(arts["figure4_5"]),
         "figure4_5_fp8": fp8_panel.figure(arts["figure4_5_fp8"]),
         "table4_loss_curves": loss_curves(arts["table4"], "Table 4: ablation variants, training loss", paper_t4),
+        "table4_gpu_loss_curves": ablation_curves(arts["table4_gpu"]),
         "pretrain_loss_curves": loss_curves(arts["pretrain"], "Pre-training: DeaMoE vs baseline, training loss"),
         "quality_gap": quality_gap(arts["pretrain_gpu"]),
         "quality_loss_curves": ladder_curves(arts["pretrain_gpu"]),

@@ -106,14 +106,7 @@ def ladder_rows(results: Path, measured: Path, profile: str | None):
     fresh = sorted(Path(results).glob("quality/*/runs.csv"))
     committed = sorted(p for p in Path(measured).glob("quality/*/runs.csv") if p.parent.name != "ablation")
     rows, sources = load_gpu_rows(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
-    curves = None
-    if sources:
-        from deamoe.readers import read_table, table_spec
-
-        curve_files = [s.path.with_name("curves.csv") for s in sources]
-        frames = [read_table(p, table_spec(p), "loss curves") for p in curve_files if p.exists()]
-        curves = pd.concat(frames, ignore_index=True) if frames else None
-    return rows, curves, sources
+    return rows, _curves_beside(sources), sources
 
 
 def _missing(measured: Path) -> Loaded:
@@ -341,7 +334,17 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
              "order the variants by mean loss (the paper's ordering is its claim)",
              f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token",
              noise_note(versus)]
-    return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=rows)
+    return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=_curves_beside(sources),
+                    rows=rows)
+
+
+def _curves_beside(sources: list[Loaded]) -> pd.DataFrame | None:
+    """The loss curves (curves.csv) beside the loaded tables, stacked; None where there are none."""
+    from deamoe.readers import read_table, table_spec
+
+    files = [s.path.with_name("curves.csv") for s in sources]
+    frames = [read_table(p, table_spec(p), "loss curves") for p in files if p.exists()]
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def build(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> list[Artifact]:
