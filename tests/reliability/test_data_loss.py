@@ -159,8 +159,20 @@ def test_import_merge_keeps_the_points_the_run_did_not_measure(work, capsys):
     assert status == 0, err
     old, got = pd.read_csv(REPO / dest / "microbench.csv"), pd.read_csv(work / dest / "microbench.csv")
     assert len(got) == len(old)
-    assert list(zip(got.model, got.batch))[:len(old) - 3] == list(zip(old.model, old.batch))[3:]
-    assert (got.tail(3)["git_sha"] != "unknown").all() and got.iloc[-2]["baseline_us"] == 1.0
+    assert list(zip(got.model, got.batch)) == list(zip(old.model, old.batch))  # the same order
+    assert got.iloc[1]["baseline_us"] == 1.0 and old.iloc[1]["baseline_us"] != 1.0
+    pd.testing.assert_frame_equal(got.iloc[3:].reset_index(drop=True), old.iloc[3:].reset_index(drop=True),
+                                  check_dtype=False, rtol=1e-9)  # as written back (float format)
+
+
+def test_merge_puts_a_new_point_after_the_kept_ones():
+    from deamoe.bench.tools import _merged
+
+    old = pd.DataFrame({"model": ["A", "A", "B"], "batch": [4, 16, 4], "us": [1.0, 2.0, 3.0]})
+    new = pd.DataFrame({"model": ["C", "A"], "batch": [4, 16], "us": [9.0, 8.0]})
+    got = _merged(old, new)
+    assert list(zip(got.model, got.batch, got.us)) == [("A", 4, 1.0), ("A", 16, 8.0), ("B", 4, 3.0),
+                                                       ("C", 4, 9.0)]
 
 
 def test_import_outside_reports_measured_never_replaces_a_users_file(work, failing, capsys):

@@ -255,13 +255,17 @@ def overread(out: Path, draws: int = 2000) -> int:
 
 
 def _merged(old, new):
-    """old's rows of the points new lacks (in their place), then new's rows."""
+    """old's rows in their order, each point new measured replaced there by new's row; then
+    new's rows of points old lacks."""
     import pandas as pd
 
     key = [c for c in ("model", "batch", "weight_dtype") if c in old and c in new]
-    measured = set(map(tuple, new[key].astype(str).to_numpy()))
-    kept = old[[tuple(r) not in measured for r in old[key].astype(str).to_numpy()]]
-    return pd.concat([kept, new], ignore_index=True)
+    new_keys = [tuple(r) for r in new[key].astype(str).to_numpy()]
+    old_keys = [tuple(r) for r in old[key].astype(str).to_numpy()]
+    at = {k: i for i, k in enumerate(new_keys)}
+    rows = [new.iloc[[at[k]]] if k in at else old.iloc[[i]] for i, k in enumerate(old_keys)]
+    rows += [new.iloc[[i]] for i, k in enumerate(new_keys) if k not in set(old_keys)]
+    return pd.concat(rows, ignore_index=True)
 
 
 def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: bool = False) -> int:
