@@ -195,13 +195,12 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
             for shape in (table1_row(model).baseline, table1_row(model).deamoe):
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
                 cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
-                for option, pq in ((o, pq) for pq in passes for o in STREAM_OPTIONS[shape.kind]):
-                    if pq and not preq_fits(shape, fmt):
-                        continue
-                    tiles = with_preq(cls(**option)) if pq else cls(**option)
-                    r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
-                                   layer=layer, tiles=tiles, fp8=fmt)
-                    rows.append({**r, "part": "stream" + pq, "variant": str(option)})
+                for pq in (p for p in passes if not p or preq_fits(shape, fmt)):
+                    for option in STREAM_OPTIONS[shape.kind]:
+                        tiles = with_preq(cls(**option)) if pq else cls(**option)
+                        r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
+                                       layer=layer, tiles=tiles, fp8=fmt)
+                        rows.append({**r, "part": "stream" + pq, "variant": str(option)})
                 del layer
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()

@@ -264,7 +264,8 @@ def _merged(old, new):
     old_keys = [tuple(r) for r in old[key].astype(str).to_numpy()]
     at = {k: i for i, k in enumerate(new_keys)}
     rows = [new.iloc[[at[k]]] if k in at else old.iloc[[i]] for i, k in enumerate(old_keys)]
-    rows += [new.iloc[[i]] for i, k in enumerate(new_keys) if k not in set(old_keys)]
+    had = set(old_keys)
+    rows += [new.iloc[[i]] for i, k in enumerate(new_keys) if k not in had]
     return pd.concat(rows, ignore_index=True)
 
 

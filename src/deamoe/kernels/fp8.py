@@ -105,11 +105,20 @@ def with_preq(tiles):
     return dataclasses.replace(tiles, **quantised)
 
 
+def preq_groups_fit(a_up_off: int, k: int, width: int, block_k: int) -> bool:
+    """Whether a GEMM reading K columns of A (rows `width` wide; SwiGLU's up input at column
+    a_up_off) can take A quantised before it in groups of block_k: the groups must be the main
+    loop's K blocks -- whole ones, a partial one only at a row's end.  grouped_gemm refuses a
+    launch where not."""
+    return a_up_off % block_k == 0 and (k % block_k == 0 or width == k + a_up_off)
+
+
 def preq_fits(shape, fmt: "Fp8Format") -> bool:
-    """Whether every GEMM of `shape`'s layer can take a '-pq' tile in `fmt`: the groups must be
-    the main loop's K blocks, and DeaMoE's expert up-projection reads its up input at column
-    h_ffn, so h_ffn must be a multiple of block_k (grouped_gemm refuses the launch otherwise)."""
-    return shape.kind != "deamoe" or shape.h_ffn % fmt.block_k == 0
+    """Whether every GEMM of `shape`'s layer can take a '-pq' tile in `fmt`: the one GEMM with
+    an up input inside A's rows is DeaMoE's expert up-projection (gate and up halves of the
+    department output, h_ffn columns each)."""
+    f = shape.h_ffn
+    return shape.kind != "deamoe" or preq_groups_fit(f, f, 2 * f, fmt.block_k)
 
 
 @dataclass(frozen=True)

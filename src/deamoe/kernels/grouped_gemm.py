@@ -41,7 +41,7 @@ import triton.language as tl
 
 from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
-from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
+from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8, preq_groups_fit
 from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma
 from deamoe.kernels.fp8_quant import quantize_groups
 from deamoe.kernels.tile_config import TileConfig
@@ -391,8 +391,7 @@ def grouped_gemm(
     preq = fp8 and fmt.activations == "fp8" and tile.preq
     a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
     if preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
-        # its groups must be the main loop's K blocks: whole ones, a partial one only at a row's end
-        if spec.a_up_off % fmt.block_k or (K % fmt.block_k and a.shape[1] != K + spec.a_up_off):
+        if not preq_groups_fit(spec.a_up_off, K, a.shape[1], fmt.block_k):
             raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
                              f"and K ({K}) multiples of the scale group ({fmt.block_k}), or K "
                              f"the rest of A's row ({a.shape[1]})")

@@ -27,9 +27,12 @@ HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on 
 # --- statistics ----------------------------------------------------------------------------
 
 def seed_spread(rows: pd.DataFrame, value: str, by=("size", "model")) -> pd.DataFrame:
-    """n, mean and sample standard deviation (ddof 1; NaN for one seed) of `value` per group."""
+    """n, mean, sample standard deviation (ddof 1; NaN for one seed) and standard error of the
+    mean of `value` per group."""
     g = rows.dropna(subset=[value]).groupby(list(by), sort=False)[value]
-    return pd.DataFrame({"n": g.count(), "mean": g.mean(), "std": g.std(ddof=1)}).reset_index()
+    out = pd.DataFrame({"n": g.count(), "mean": g.mean(), "std": g.std(ddof=1)}).reset_index()
+    out["se"] = out["std"] / out["n"].map(math.sqrt)
+    return out
 
 
 def paired_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFrame:
@@ -40,9 +43,7 @@ def paired_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFr
     if not set(MODELS) <= set(wide.columns):
         return pd.DataFrame(columns=[*by, "n", "mean", "std", "se"])
     diff = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
-    out = seed_spread(diff, "diff", by=tuple(by))
-    out["se"] = out["std"] / out["n"].map(math.sqrt)
-    return out
+    return seed_spread(diff, "diff", by=tuple(by))
 
 
 def verdict(mean: float, se: float, n: int) -> str:
@@ -285,9 +286,7 @@ def variant_differences(rows: pd.DataFrame, value: str, reference: str = "No.1")
         return pd.DataFrame(columns=["variant", "n", "mean", "std", "se"])
     diff = wide.sub(wide[reference], axis=0).drop(columns=reference)
     long = diff.reset_index().melt(id_vars="seed", var_name="variant", value_name="diff")
-    out = seed_spread(long, "diff", by=("variant",))
-    out["se"] = out["std"] / out["n"].map(math.sqrt)
-    return out
+    return seed_spread(long, "diff", by=("variant",))
 
 
 def noise_note(versus: pd.DataFrame) -> str:
