@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -212,25 +213,41 @@ def _staged(path: Path) -> Iterator[Path]:
     """A private staging folder `.NAME.xxxx` beside `path`, removed whatever happens."""
     created = _make_parent(path.parent)
     clear_stale_staging(path)
-    try:
-        stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    except OSError as exc:
-        _remove_created(created)
-        raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
-    # The mark appears already locked (created under another name, then renamed), so another
-    # process's clear_stale_staging never takes a live staging folder for a dead one.
-    fd = os.open(stage / ".mark", os.O_RDWR | os.O_CREAT, 0o644)
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    os.replace(stage / ".mark", stage / STAGING_MARK)
+    stage = fd = None
     ok = False
     try:
+        # Ctrl-C / SIGTERM wait while the folder and its mark are made, and while they are
+        # removed: a stop in either would leave a folder no later run takes for a dead writer's
+        with _stops_deferred():
+            try:
+                stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+                # The mark appears already locked (created under another name, then renamed), so
+                # another process's clear_stale_staging never takes a live folder for a dead one.
+                fd = os.open(stage / ".mark", os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.replace(stage / ".mark", stage / STAGING_MARK)
+            except OSError as exc:
+                raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
         yield stage
         ok = True
     finally:
-        shutil.rmtree(stage, ignore_errors=True)  # made by mkdtemp above: ours alone
-        os.close(fd)
-        if not ok:
-            _remove_created(created)
+        with _stops_deferred():
+            if stage is not None:
+                shutil.rmtree(stage, ignore_errors=True)  # made by mkdtemp above: ours alone
+            if fd is not None:
+                os.close(fd)
+            if not ok:
+                _remove_created(created)
+
+
+@contextlib.contextmanager
+def _stops_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM held back for the block (delivered when it ends)."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 @contextlib.contextmanager

@@ -4,10 +4,12 @@ run, which then resumes."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -98,6 +100,26 @@ def test_a_folder_named_like_staging_without_the_mark_is_never_removed(work, cap
     status, err = run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
     assert status == 0, err
     assert (work / ".t.csv.mine" / "notes.txt").read_text() == "the user's"
+
+
+def test_a_stop_while_the_staging_folder_is_being_made_leaves_nothing(work, monkeypatch):
+    # Ctrl-C / SIGTERM raised as the staging folder's mark is put in place (the moment a
+    # training run's SIGTERM once hit): the folder goes, though its mark is not yet the one a
+    # later run would clear
+    from deamoe import io
+
+    real = os.replace
+
+    def interrupted(src, dst):
+        if Path(src).name == ".mark":
+            raise KeyboardInterrupt
+        return real(src, dst)
+
+    monkeypatch.setattr(io.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with io.atomic_path(work / "t.csv"):
+            pass
+    assert list(work.glob(".t.csv.*")) == []
 
 
 def test_a_training_run_clears_its_killed_checkpoint_staging_at_start(work, shards, capsys):
