@@ -133,56 +133,70 @@ def _profile_graph(run, out: Path) -> list[dict]:
 
 def trace(out: Path, table: str, models: list[str], batches: list[int],
           copies: int | None = None) -> int:
+    """The kernel timeline of the table's picks -> out/trace.csv; a table with a weight_dtype
+    column (microbench_fp8.csv) is traced on weights of each of its precisions."""
     import pandas as pd
 
     from deamoe.decode.knobs import make_tiles, parse_knobs
     from deamoe.decode.step import ffn_step
     from deamoe.decode.weights import random_weights
+    from deamoe.kernels.fp8 import Fp8Format
     from deamoe.shapes import table1_row
     from deamoe.io import write_csv
 
     out = Path(out)
     mb = pd.read_csv(table)
+    if "weight_dtype" not in mb:
+        mb = mb.assign(weight_dtype="bf16")
     rows = []
     for model in models:
         # the big models' single layer per graph shows first-in-graph effects; 4 copies of the
         # 7B layer show the steady state
         n = copies or (4 if model == "Baseline-7B" else 1)
-        for kind, shape in (("baseline", table1_row(model).baseline),
-                            ("deamoe", table1_row(model).deamoe)):
-            ws = [random_weights(shape, "cuda", seed=c) for c in range(n)]
-            for T in batches:
-                sel = mb[(mb.model == model) & (mb.batch == T)]
-                if sel.empty:
-                    continue
-                tiles = make_tiles(shape, parse_knobs(sel.iloc[0][f"{kind}_tile"]))
-                xs = [torch.randn(T, shape.h, device="cuda", dtype=torch.bfloat16) for _ in ws]
+        for precision in mb[mb.model == model].weight_dtype.unique():
+            for kind, shape in (("baseline", table1_row(model).baseline),
+                                ("deamoe", table1_row(model).deamoe)):
+                ws = [random_weights(shape, "cuda", seed=c, fp8=Fp8Format.of(precision))
+                      for c in range(n)]
+                for T in batches:
+                    sel = mb[(mb.model == model) & (mb.batch == T) & (mb.weight_dtype == precision)]
+                    if sel.empty:
+                        continue
+                    tiles = make_tiles(shape, parse_knobs(sel.iloc[0][f"{kind}_tile"]))
+                    xs = [torch.randn(T, shape.h, device="cuda", dtype=torch.bfloat16) for _ in ws]
 
-                def run():
-                    for w, x in zip(ws, xs):
-                        ffn_step(shape, w, x, tiles=tiles)
-                ev = _profile_graph(run, out)
-                if not ev:
-                    print(f"{model} {kind} T={T}: no kernel events in the trace", flush=True)
-                    continue
-                end, idle = None, 0.0  # end of the kernels so far (streams overlap)
-                for i, e in enumerate(ev):
-                    gap = 0.0 if end is None else max(0.0, e["ts"] - end)
-                    end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
-                    idle += gap
-                    rows.append({"model": model, "kind": kind, "batch": T, "i": i,
-                                 "kernel": e["name"][:60], "stream": e.get("tid"),
-                                 "start_us": e["ts"] - ev[0]["ts"], "dur_us": e["dur"],
-                                 "gap_before_us": gap})
-                span = max(e["ts"] + e["dur"] for e in ev) - ev[0]["ts"]
-                print(f"{model} {kind} T={T}: {len(ev)} kernels on "
-                      f"{len({e.get('tid') for e in ev})} streams over {n} copies, span "
-                      f"{span / n:.1f} us/layer, kernel time "
-                      f"{sum(e['dur'] for e in ev) / n:.1f}, idle {idle / n:.1f}", flush=True)
-            write_csv(out / "trace.csv", pd.DataFrame(rows))
-            del ws
-            torch.cuda.empty_cache()
+                    def run():
+                        for w, x in zip(ws, xs):
+                            ffn_step(shape, w, x, tiles=tiles)
+                    label = f"{model} {kind} {precision} T={T}"
+                    rows += _timeline(_profile_graph(run, out), n, label,
+                                      {"model": model, "kind": kind, "weight_dtype": precision,
+                                       "batch": T})
+                write_csv(out / "trace.csv", pd.DataFrame(rows))
+                del ws
+                torch.cuda.empty_cache()
     return 0
+
+
+def _timeline(ev: list[dict], copies: int, label: str, key: dict) -> list[dict]:
+    """Rows of one traced layer (each kernel's stream, start, duration and the idle gap before
+    it, streams overlapping), its summary printed."""
+    if not ev:
+        print(f"{label}: no kernel events in the trace", flush=True)
+        return []
+    rows, end, idle = [], None, 0.0  # end: of the kernels so far
+    for i, e in enumerate(ev):
+        gap = 0.0 if end is None else max(0.0, e["ts"] - end)
+        end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+        idle += gap
+        rows.append({**key, "i": i, "kernel": e["name"][:60], "stream": e.get("tid"),
+                     "start_us": e["ts"] - ev[0]["ts"], "dur_us": e["dur"],
+                     "gap_before_us": gap})
+    span = max(e["ts"] + e["dur"] for e in ev) - ev[0]["ts"]
+    print(f"{label}: {len(ev)} kernels on {len({e.get('tid') for e in ev})} streams over "
+          f"{copies} copies, span {span / copies:.1f} us/layer, kernel time "
+          f"{sum(e['dur'] for e in ev) / copies:.1f}, idle {idle / copies:.1f}", flush=True)
+    return rows
 
 
 def read_sizes(out: Path) -> int:
