@@ -121,13 +121,22 @@ def is_committed(path: str | os.PathLike) -> bool:
     return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
 
 
+def _no_file_in_the_way(path: Path) -> None:
+    """An OutputPathError when a folder above `path` is a file (its folder could not be made)."""
+    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")
+
+
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
     """Fail before any work unless file output `path` is absent or the project wrote it.
 
     A directory, a link or a file the project did not write is never replaced; nor is anything
-    under reports/measured/ unless `replace_committed` (the command owning that table).
+    under reports/measured/ unless `replace_committed` (the command owning that table); nor is
+    a path whose folder cannot be made (a file in the way: named now, not after the work).
     """
     path = Path(path)
+    _no_file_in_the_way(path)
     if path.is_dir() and not path.is_symlink():
         raise OutputPathError(f"{path} is a directory; give a file path for this output")
     if is_committed(path) and not replace_committed:
@@ -142,6 +151,7 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
 def check_replaceable_dir(path: str | os.PathLike) -> None:
     """Raise OutputPathError unless `path` is absent, empty, or a directory this project wrote."""
     path = Path(path)
+    _no_file_in_the_way(path)
     if not (path.exists() or path.is_symlink()):
         return
     if path.is_symlink() or not path.is_dir():

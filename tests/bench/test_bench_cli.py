@@ -108,6 +108,23 @@ def test_a_users_file_where_a_tool_writes_is_named_before_any_work(tmp_path, mon
     assert (tmp_path / "o" / output).read_text() == MINE
 
 
+@pytest.mark.parametrize("argv", [
+    ["bench", "overread", "mine.txt"],
+    ["bench", "overread", "mine.txt/deeper"],
+    ["bench", "trace", "mine.txt", "--table", COMMITTED],
+    ["bench", "peer", "run", "mine.txt", "Baseline-7B:4", "--tiny", "--table", COMMITTED],
+])
+def test_an_output_folder_that_is_a_file_is_named_before_any_work(tmp_path, monkeypatch, capsys, argv):
+    from deamoe.bench import tools, vllm_peer_run
+
+    for module, work in ((tools, "overread"), (vllm_peer_run, "run_peer")):
+        monkeypatch.setattr(module, work, lambda *a, **k: pytest.fail("the work began"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text(MINE)
+    line = _fails(argv, capsys, tmp_path, "mine.txt", "a file is in the way")
+    assert "CUDA" not in line and (tmp_path / "mine.txt").read_text() == MINE
+
+
 def _bench_module(argv, monkeypatch) -> int:
     """`python -m deamoe.bench ARGV` in this process: its exit status."""
     monkeypatch.setattr(sys, "argv", ["python -m deamoe.bench", *map(str, argv)])
