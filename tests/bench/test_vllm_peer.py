@@ -71,6 +71,22 @@ def test_a_file_that_is_not_the_extracted_kernel_is_named(tmp_path, text, why):
         vllm_peer.load_peer(tmp_path / "k.py")
 
 
+@pytest.mark.parametrize("name, content", [
+    ("table.csv", b"model,batch\n"),        # a file of another kind, named without .py
+    ("kernel.bin", b"\x9f\xff\x00\x01"),  # binary
+    ("kernel", b"VLLM_VERSION = '0'\n"),    # no suffix at all
+])
+def test_a_kernel_file_not_named_py_is_named_too(tmp_path, name, content):
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(vllm_peer.PeerError, match=f"{name}: not a kernel file of `bench peer extract`"):
+        vllm_peer.load_peer(tmp_path / name)
+
+
+def test_a_folder_given_as_the_kernel_file_is_named_a_folder(tmp_path):
+    with pytest.raises(vllm_peer.PeerError, match="a folder, not the kernel file"):
+        vllm_peer.load_peer(tmp_path)
+
+
 def test_extract_names_what_vllm_no_longer_has(tmp_path, monkeypatch):
     fake = tmp_path / "fused_moe.py"
     fake.write_text("def get_default_config():\n    return {}\n")

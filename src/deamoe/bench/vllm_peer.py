@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.machinery
 import importlib.util
 from pathlib import Path
 
@@ -114,9 +115,12 @@ def extract(to: Path) -> None:
 
 def load_peer(path: Path):
     if not path.is_file():
-        raise PeerError(f"{path}: no such file (run `python -m deamoe bench peer extract` "
+        what = "a folder, not the kernel file" if path.is_dir() else "no such file"
+        raise PeerError(f"{path}: {what} (run `python -m deamoe bench peer extract` "
                         "where vllm is installed, and carry it)")
-    spec = importlib.util.spec_from_file_location("vllm_peer_kernel", path)
+    # loaded as Python source whatever its name ends in (a name without .py gives no spec)
+    loader = importlib.machinery.SourceFileLoader("vllm_peer_kernel", str(path))
+    spec = importlib.util.spec_from_file_location("vllm_peer_kernel", path, loader=loader)
     mod = importlib.util.module_from_spec(spec)
     redo = "run `python -m deamoe bench peer extract` again"
     try:
