@@ -28,6 +28,9 @@ from pathlib import Path
 import torch
 
 
+RESERVED = ("committed", "committed again")  # the rows `variants` times the table's picks as
+
+
 def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
     """'[moe/]NAME:KNOB=VALUE[,...]' items -> ({'moe': {name: knobs}, 'deamoe': {...}}, the
     'MODEL:BATCH' items)."""
@@ -49,6 +52,10 @@ def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
         if not sep or not name or any(not k or not eq or not v for k, eq, v in parts):
             raise ConfigError(f"variant {item!r}: expected [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...]")
         kind = "moe" if name.startswith("moe/") else "deamoe"
+        if name.removeprefix("moe/") in RESERVED or name in sets[kind]:
+            why = ("is given twice" if name in sets[kind] else "is the committed picks' row")
+            raise ConfigError(f"variant {item!r}: the name {name!r} {why}; give each variant "
+                              "its own name")
         unknown = [k for k, _, _ in parts if k not in knobs[kind]]
         if unknown:
             raise ConfigError(f"variant {item!r}: {unknown[0]!r} is no knob of the {kind} layer "
