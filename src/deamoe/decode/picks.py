@@ -54,6 +54,19 @@ def nearest_batch(measured, batch: int) -> int:
     return min(measured, key=lambda b: (abs(b - batch), b))
 
 
+def _check_point(r: dict) -> None:
+    """A DataError unless row `r` names a batch of >= 1 tokens and, in a table with a
+    weight_dtype column, a known weight precision (its picks are keyed by both)."""
+    from deamoe.errors import DataError
+    from deamoe.kernels.fp8 import PRECISIONS
+
+    if r["batch"] != int(r["batch"]) or r["batch"] < 1:
+        raise DataError(f"column batch is {r['batch']!r}, not a whole number of tokens >= 1")
+    precision = r.get("weight_dtype", "bf16")
+    if precision not in PRECISIONS:
+        raise DataError(f"column weight_dtype is {precision!r}, not one of {', '.join(PRECISIONS)}")
+
+
 @dataclass(frozen=True)
 class TilePicks:
     """{shape key: {batch: knobs name}} with where they came from."""
@@ -94,6 +107,7 @@ class TilePicks:
         rows = read_table(path, spec, "microbench.csv (tile picks)").to_dict("records")
         for line, r in enumerate(rows, start=2):
             try:
+                _check_point(r)
                 row = table1_row(str(r["model"]))
                 for shape in (row.baseline, row.deamoe):
                     name = r[_COLUMN[shape.kind]]
