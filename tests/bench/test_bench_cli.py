@@ -71,6 +71,8 @@ def files(tmp_path):
      ["point 'Baseline-7B:x'"]),
     (["bench", "variants", "o", "a:split_launches=2", "Baseline-7B:3", "--table", COMMITTED],
      ["no row for Baseline-7B batch 3"]),
+    (["bench", "trace", "o", "--table", COMMITTED, "--models", "Kimi-K2"], ["no row of --models Kimi-K2"]),
+    (["bench", "trace", "o", "--table", COMMITTED, "--batches", "3,5"], ["at --batches 3,5"]),
     (["bench", "train", "o", "--config", "nope.yaml"], ["nope.yaml"]),
     (["bench", "fp8-check", "o", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),

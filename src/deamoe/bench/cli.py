@@ -295,6 +295,15 @@ def _variants(args) -> int:
 
 def _trace(args) -> int:
     _picks(args.table)
+    import pandas as pd
+
+    mb = pd.read_csv(args.table)  # read by _picks: a microbench.csv
+    if not (mb.model.isin(args.models) & mb.batch.isin(args.batches)).any():
+        from deamoe.errors import ConfigError
+
+        raise ConfigError(f"bench trace: {args.table} has no row of --models "
+                          f"{','.join(args.models)} at --batches "
+                          f"{','.join(map(str, args.batches))}; nothing to trace")
     _outputs(args.out, "trace.csv")
     _needs_cuda("trace")
     from deamoe.bench.tools import trace
