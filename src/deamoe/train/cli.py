@@ -39,6 +39,10 @@ def register(sub) -> None:
                    help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
     p.add_argument("--steps", type=config_int("train", "steps"), default=0,
                    help="the runs of this length of each size's tokens axis (default: each size's own steps)")
+    p.add_argument("--keep", default="", metavar="TABLE",
+                   help="an earlier summary CSV of these runs: its row (and curve, from a curves.csv "
+                   "beside it) stands for a run of the plan that --runs does not hold, e.g. the "
+                   "seeds of an earlier call beside newly trained extra_seeds")
     p.set_defaults(func=cmd_pretrain)
 
 
@@ -136,6 +140,11 @@ def cmd_ablation(args) -> int:
 def cmd_pretrain(args) -> int:
     from deamoe.train.summaries import pretrain_summary
 
+    if args.keep and args.eval_dir:
+        from deamoe.errors import ConfigError
+
+        raise ConfigError("pretrain: --keep and --eval do not go together (a kept row's "
+                          "evaluation is not re-read); join the evaluated length without --keep")
     return _summary_command(args, "pretrain", lambda: pretrain_summary(
-        args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps),
-        evals=bool(args.eval_dir))
+        args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps,
+        keep=args.keep), evals=bool(args.eval_dir))

@@ -81,6 +81,11 @@ class Size:
     seeds: tuple[int, ...]
     model: dict
     lengths: tuple[int, ...] = ()  # the tokens axis: `steps` and every further length, ascending
+    extra_seeds: dict = field(default_factory=dict)  # {length: seeds run there beside `seeds`}
+
+    def seeds_at(self, steps: int = 0) -> tuple[int, ...]:
+        """The seeds of the pairs at length `steps` (0: the size's own)."""
+        return self.seeds + self.extra_seeds.get(steps or self.steps, ())
 
 
 def seeds(settings: Settings, kind: str) -> tuple[int, ...]:
@@ -152,9 +157,31 @@ def size(settings: Settings, name: str) -> Size:
     if len(set(z.lengths)) != len(z.lengths) or any(n < 1 for n in z.lengths):
         raise ConfigError(f"{where}.lengths must be distinct step counts >= 1, got {list(z.lengths)}")
     steps = z.steps or p.steps or settings.train.steps
+    lengths = tuple(sorted({steps, *z.lengths}))
+    own_seeds = tuple(z.seeds) or seeds(settings, "pretrain")
     return Size(name, decoder, baseline, deamoe, b, steps, z.lr or settings.train.lr, z.runs_per_gpu,
-                tuple(z.seeds) or seeds(settings, "pretrain"), dict(z.model),
-                tuple(sorted({steps, *z.lengths})))
+                own_seeds, dict(z.model), lengths,
+                _extra_seeds(f"{where}.extra_seeds", z.extra_seeds, lengths, own_seeds))
+
+
+def _extra_seeds(where: str, entries, lengths: tuple[int, ...], own: tuple[int, ...]) -> dict:
+    """{length: seeds} of a size's extra_seeds, each at a length of the size, new seeds only."""
+    out = {}
+    for i, e in enumerate(entries):
+        at = f"{where}[{i}]"
+        if e.steps not in lengths:
+            raise ConfigError(f"{at}.steps={e.steps} is not a length of the size (its lengths: "
+                              f"{', '.join(map(str, lengths))})")
+        if e.steps in out:
+            raise ConfigError(f"{at}.steps={e.steps} is given twice; list its seeds in one entry")
+        if not e.seeds or len(set(e.seeds)) != len(e.seeds) or any(x < 0 for x in e.seeds):
+            raise ConfigError(f"{at}.seeds must be distinct integers >= 0, got {list(e.seeds)}")
+        again = sorted(set(e.seeds) & set(own))
+        if again:
+            raise ConfigError(f"{at}.seeds: seed {again[0]} is already one of the size's seeds "
+                              f"({', '.join(map(str, own))})")
+        out[e.steps] = tuple(e.seeds)
+    return out
 
 
 def _ffn_fields(shape) -> dict:
@@ -180,7 +207,7 @@ def pretrain_run_names(settings: Settings, sizes=None, steps: int = 0) -> list[s
         if steps and steps not in z.lengths:
             raise ConfigError(f"size {name} has no length of {steps} steps (its lengths: "
                               f"{', '.join(map(str, z.lengths))})")
-        names += [pretrain_run_name(z, m, seed, steps) for seed in z.seeds for m in MODELS]
+        names += [pretrain_run_name(z, m, seed, steps) for seed in z.seeds_at(steps) for m in MODELS]
     return names
 
 
@@ -224,14 +251,14 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
         _shape(DeaMoEShape, "ablation", h=z.decoder["hidden_size"], **ffn)  # names the bad field now
         return spec
     z = size(settings, r["size"])
-    if r["seed"] not in z.seeds:
-        raise ConfigError(f"run {name}: seed {r['seed']} is not among the seeds of size {z.name} "
-                          f"({', '.join(map(str, z.seeds))})")
     steps = r["steps"] or z.steps
     if r["steps"] and (steps == z.steps or steps not in z.lengths):
         raise ConfigError(f"run {name}: size {z.name} has no further length of {steps} steps "
                           f"(its own length {z.steps} has no suffix; its lengths: "
                           f"{', '.join(map(str, z.lengths))})")
+    if r["seed"] not in z.seeds_at(steps):
+        raise ConfigError(f"run {name}: seed {r['seed']} is not among the seeds of size {z.name} "
+                          f"at {steps} steps ({', '.join(map(str, z.seeds_at(steps)))})")
     shape = z.baseline if r["model"] == "baseline" else z.deamoe
     return RunSpec(name, "pretrain", shape.kind, _ffn_fields(shape), steps, {}, z.name, r["seed"],
                    z.decoder, z.lr, z.model)
@@ -253,7 +280,7 @@ def trained_as(settings: Settings, name: str) -> str:
     spec = run_spec(settings, name)
     if spec.kind == "ablation":
         z = size(settings, spec.size)
-        if spec.seed not in z.seeds or spec.steps not in z.lengths:
+        if spec.seed not in z.seeds_at(spec.steps) or spec.steps not in z.lengths:
             return name
         candidates = [pretrain_run_name(z, "deamoe", spec.seed, spec.steps)]
     else:
@@ -263,7 +290,7 @@ def trained_as(settings: Settings, name: str) -> str:
             if other == spec.size:
                 break
             z = size(settings, other)
-            if spec.seed in z.seeds and spec.steps in z.lengths:
+            if spec.steps in z.lengths and spec.seed in z.seeds_at(spec.steps):
                 candidates.append(pretrain_run_name(z, model, spec.seed, spec.steps))
     mine = _recipe(settings, spec)
     return next((c for c in candidates if _recipe(settings, run_spec(settings, c)) == mine), name)

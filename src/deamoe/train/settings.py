@@ -94,6 +94,15 @@ class AblationSettings:
 
 
 @dataclass(frozen=True)
+class LengthSeeds:
+    """More seeds of a size's pairs at one length of its tokens axis (a tighter interval there
+    without training every length again)."""
+
+    steps: int = 0  # one of the size's lengths (or its own steps)
+    seeds: tuple[int, ...] = ()  # beside the size's seeds
+
+
+@dataclass(frozen=True)
 class SizeSettings:
     """One rung of the pre-training ladder: its decoder and FFN pair (0 / empty = derived)."""
 
@@ -110,6 +119,7 @@ class SizeSettings:
     steps: int = 0  # 0: pretrain.steps (0: train.steps)
     # The tokens axis: further lengths (steps) of every pair, each a complete cosine schedule
     lengths: tuple[int, ...] = ()
+    extra_seeds: tuple[LengthSeeds, ...] = ()  # more seeds at some of those lengths
     lr: float = 0.0  # 0: train.lr (the pair always shares it)
     # Other `model` fields for this size (e.g. aux_loss_coef, init_std): a sweep is a set of sizes
     model: dict = field(default_factory=dict)

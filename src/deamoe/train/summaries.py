@@ -42,7 +42,8 @@ def summary_outputs(out_csv: str | Path, evals: bool = False) -> list[Path]:
 def _curves(frames: list, out_csv: Path) -> None:
     import pandas as pd
 
-    curves = pd.concat(frames, ignore_index=True)
+    curves = (pd.concat(frames, ignore_index=True) if frames else
+              pd.DataFrame(columns=["step", "tokens", "loss", "run", "size", "model", "seed"]))
     write_csv(out_csv.with_name("curves.csv"), curves)
 
 
@@ -127,19 +128,35 @@ def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dic
     return cols, long
 
 
+def _kept_rows(keep: str):
+    """{run: row} of an earlier summary table, and its curves.csv beside it (None if absent)."""
+    from deamoe.readers import TableSpec, read_table
+
+    table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
+                                       provenance=("git_sha", "date")), "pre-training summary")
+    beside = Path(keep).with_name("curves.csv")
+    curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss")),
+                        "loss curves") if beside.is_file() else None
+    return {r["run"]: r for r in table.to_dict("records")}, curves
+
+
 def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", eval_dir: str = "",
-                     steps: int = 0):
+                     steps: int = 0, keep: str = ""):
     """One row per pre-training run (size x model x seed) at each size's own length, or at
     `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
     `eval_dir` the run's perplexities and task accuracies; curves.csv beside it, and with
     `eval_dir` also evals.csv (one row per run, task and metric).  A run trained as another
-    (runs.trained_as) is read from that one and names it in `trained_as`."""
+    (runs.trained_as) is read from that one and names it in `trained_as`.  keep: an earlier
+    summary table whose row stands for a run of the plan not in `runs_dir` (seeds trained in
+    another call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a
+    curves.csv stands beside it."""
     import pandas as pd
 
     from deamoe.train import runs as runlib
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
+    kept, kept_curves = _kept_rows(keep) if keep else ({}, None)
     sizes = [size] if size else list(s.pretrain.sizes)
     paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
     rows, frames, evals = [], [], []
@@ -149,6 +166,11 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
         z = runlib.size(s, r["size"])
         which = r["model"]
         twin = runlib.trained_as(s, name)
+        if name in kept and not (runs_dir / twin / "summary.json").is_file():
+            rows.append(kept[name])
+            if kept_curves is not None:
+                frames.append(kept_curves[kept_curves["run"] == name])
+            continue
         summ, curve = _load_run(runs_dir, twin)
         tokens = int(curve["tokens"].iloc[-1])
         row = {

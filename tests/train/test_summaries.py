@@ -1,0 +1,82 @@
+"""Summary tables of finished runs: a length's further seeds, trained in a later call, joined
+beside the rows of an earlier table (pretrain --keep)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from deamoe.cli import main
+from deamoe.settings import load_settings
+from deamoe.train.runs import run_spec
+from deamoe.train.trainer import train_run
+
+
+def _config(tmp_path: Path, make_config, extra_seeds: list) -> str:
+    path = Path(make_config(tmp_path, steps=3))
+    doc = yaml.safe_load(path.read_text())
+    doc["pretrain"]["sizes"]["t"].update(lengths=[4], extra_seeds=extra_seeds)
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def _train(config: str, names: list[str], shards, runs: Path) -> None:
+    s = load_settings(config)
+    for name in names:
+        train_run(s, run_spec(s, name), shards, runs / name, progress=False)
+
+
+def _join(config: str, runs: Path, out: Path, *more: str) -> int:
+    return main(["pretrain", "--config", config, "--runs", str(runs), "--size", "t",
+                 "--steps", "4", "--out", str(out), *more])
+
+
+def test_extra_seeds_of_a_later_call_join_beside_the_kept_rows(tmp_path, make_config, shards, capsys):
+    first = _config(tmp_path / "first", make_config, [])
+    s0 = ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps"]
+    _train(first, s0, shards, tmp_path / "runs1")
+    assert _join(first, tmp_path / "runs1", tmp_path / "a" / "runs.csv") == 0
+    earlier = pd.read_csv(tmp_path / "a" / "runs.csv")
+    assert list(earlier["run"]) == s0
+
+    later = _config(tmp_path / "later", make_config, [{"steps": 4, "seeds": [1]}])
+    s1 = ["pretrain-t-baseline-s1-4steps", "pretrain-t-deamoe-s1-4steps"]
+    _train(later, s1, shards, tmp_path / "runs2")  # only the new seed's runs in this call
+    # without the earlier table the join names the run it lacks
+    assert _join(later, tmp_path / "runs2", tmp_path / "b" / "runs.csv") == 2
+    assert "pretrain-t-baseline-s0-4steps" in capsys.readouterr().err
+    assert _join(later, tmp_path / "runs2", tmp_path / "b" / "runs.csv",
+                 "--keep", str(tmp_path / "a" / "runs.csv")) == 0
+    joined = pd.read_csv(tmp_path / "b" / "runs.csv")
+    assert list(joined["run"]) == s0 + s1
+    pd.testing.assert_frame_equal(joined.iloc[:2], earlier)  # the kept rows as they were
+    assert list(joined["seed"]) == [0, 0, 1, 1] and (joined["val_loss"] > 0).all()
+    curves = pd.read_csv(tmp_path / "b" / "curves.csv")  # the earlier curves.csv beside a/runs.csv
+    assert sorted(set(curves["run"])) == sorted(s0 + s1) and len(curves) == 4 * 4
+
+
+def test_keep_refuses_eval_and_a_table_that_is_not_a_summary(tmp_path, make_config, capsys):
+    config = _config(tmp_path, make_config, [{"steps": 4, "seeds": [1]}])
+    (tmp_path / "runs").mkdir()
+    assert _join(config, tmp_path / "runs", tmp_path / "o.csv", "--keep", "k.csv", "--eval", "e") == 2
+    assert "--keep and --eval do not go together" in capsys.readouterr().err
+    (tmp_path / "k.csv").write_text("run,size\nx,t\n")
+    assert _join(config, tmp_path / "runs", tmp_path / "o.csv", "--keep", str(tmp_path / "k.csv")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "k.csv: missing column(s) model, seed, git_sha, date" in err and "\n" not in err
+
+
+@pytest.mark.parametrize("extra, message", [
+    ([{"steps": 5, "seeds": [1]}], "pretrain.sizes.t.extra_seeds[0].steps=5 is not a length of the size"),
+    ([{"steps": 4, "seeds": [0]}], "pretrain.sizes.t.extra_seeds[0].seeds: seed 0 is already one of"),
+    ([{"steps": 4, "seeds": [1]}, {"steps": 4, "seeds": [2]}], "extra_seeds[1].steps=4 is given twice"),
+])
+def test_bad_extra_seeds_are_one_line_naming_the_entry(tmp_path, make_config, extra, message, capsys):
+    config = _config(tmp_path, make_config, extra)
+    (tmp_path / "runs").mkdir()
+    assert _join(config, tmp_path / "runs", tmp_path / "o.csv") == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
