@@ -168,8 +168,9 @@ def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
         full_battery("cpu", torch.float32, [], fp8=Fp8Format(32, 32), preq=True)
 
 
-def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:
-    """One small layer's kernel output with every GEMM on tile t, on weights in `fmt`."""
+def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format, **other) -> torch.Tensor:
+    """One small layer's kernel output with every GEMM on tile t (but those named in `other`),
+    on weights in `fmt`."""
     from deamoe.kernels.battery import build_layer, kernel_weights, run_kernel
     from deamoe.kernels.deamoe_decode import DeaMoETiles
 
@@ -177,8 +178,8 @@ def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format) -> torch.Tensor:
     torch.manual_seed(3)
     x = torch.randn(11, shape.h)
     ids, w = route(shape, torch.randn(11, shape.n_expert))
-    tiles = (DeaMoETiles(dept_up=t, expert_up=t, expert_down=t, dept_down=t)
-             if shape.kind == "deamoe" else MoETiles(w13=t, w2=t))
+    tiles = (DeaMoETiles(**{"dept_up": t, "expert_up": t, "expert_down": t, "dept_down": t, **other})
+             if shape.kind == "deamoe" else MoETiles(**{"w13": t, "w2": t, **other}))
     return run_kernel(shape, kernel_weights(layer, torch.float32, fmt), x, ids, w, tiles)
 
 
@@ -234,3 +235,44 @@ def test_fp8_shared_memory_counts_one_byte_weights():
     # w8a8: 3 bf16 copies of both A inputs, 4 e4m3 copies of both weight tiles, one e4m3 copy of
     # the quantised A -- Triton 3.6's count less 576 B
     assert w13.shared_memory(2, W8A8) == 128 * (3 * 2 * 2 * 64 + 4 * 2 * 128 + 64) == 237568
+
+
+@pytest.mark.parametrize("name", ["moe-small", "deamoe-small"])
+def test_an_output_quantised_in_the_epilogue_gives_the_launch_after_its_numbers(name, monkeypatch):
+    # TileConfig.qout: the up-projections store their output as e4m3 with per-(row, group)
+    # scales, and the next GEMM reads it without a quantiser launch -- the same layer output as
+    # quantising the stored output in a launch ('-pq'), for the baseline's w13 and DeaMoE's
+    # department and expert up-projections (BLOCK_N = the 32-column group)
+    shape = small_shapes()[name]
+    if shape.h_ffn % 32:
+        pytest.skip("its h_ffn is not a whole number of 32-column groups")
+    pq, qo = TileConfig.parse("n32-k32-w4-s1-pq"), TileConfig.parse("n32-k32-w4-s1-pq-qo")
+    fmt = Fp8Format(32, 32, "fp8")
+    from deamoe.kernels import fp8_quant, grouped_gemm
+
+    launches = []
+
+    def counted(*args, **kw):  # the quantiser launches before a GEMM
+        launches.append(1)
+        return fp8_quant.quantize_groups(*args, **kw)
+    monkeypatch.setattr(grouped_gemm, "quantize_groups", counted)
+    ref = _layer_on_tile(shape, pq, fmt)
+    before, launches[:] = len(launches), []
+    ups = {"w13": qo} if shape.kind == "moe" else {"dept_up": qo, "expert_up": qo}
+    got = _layer_on_tile(shape, pq, fmt, **ups)
+    assert ((got - ref).norm() / ref.norm()) < 1e-6
+    # one quantiser launch left per layer input that is summed or given: x, and DeaMoE's S
+    assert (before, len(launches)) == ((2, 1) if shape.kind == "moe" else (4, 2))
+
+
+@pytest.mark.parametrize("where, tile, message", [
+    ("w2", "n32-k32-w4-s1-pq-qo", "'-qo' .* is for a GEMM on w8a8 FP8 weights"),  # summed output
+    ("w13", "n16-k32-w4-s1-pq-qo", "'-qo' needs BLOCK_N and c_up_off"),  # half a group per tile
+])
+def test_a_quantised_output_is_refused_where_it_cannot_be(where, tile, message):
+    with pytest.raises(ValueError, match=message):
+        _layer_on_tile(small_shapes()["moe-small"], TileConfig.parse("n32-k32-w4-s1-pq"),
+                       Fp8Format(32, 32, "fp8"), **{where: TileConfig.parse(tile)})
+    with pytest.raises(ValueError, match="'-qo'"):  # weight-only: activations stay bf16
+        _layer_on_tile(small_shapes()["moe-small"], TileConfig.parse("n32-k32-w4-s1"),
+                       Fp8Format(32, 32), w13=TileConfig.parse("n32-k32-w4-s1-qo"))

@@ -20,7 +20,9 @@ def test_a_name_parses_to_its_tile_and_back(name):
 
 def test_flags_out_of_order_or_unknown_name_the_form():
     for bad in ("n64-k128-w4-s4-pq-tma", "n64-k128-w4-s4-nf-pq", "n64-k128-w4", "n64-k128-w4-s4-x",
-                "n64-k128-w4-q4"):
-        with pytest.raises(ValueError, match="then -pq, then -nf"):
+                "n64-k128-w4-q4", "n64-k128-w4-s4-qo-pq", "n64-k128-w4-s4-nf-qo"):
+        with pytest.raises(ValueError, match="then -pq, -qo, -nf"):
             TileConfig.parse(bad)
     assert TileConfig(128, 128, 4, 3, preq=True) == TileConfig.parse("n128-k128-w4-s3-pq")
+    both = TileConfig.parse("n128-k128-w4-s3-tma-pq-qo-nf")
+    assert (both.preq, both.qout, both.nfast, both.name) == (True, True, True, "n128-k128-w4-s3-tma-pq-qo-nf")

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import torch
 
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
+from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_BOTH,
@@ -176,7 +177,10 @@ class _Step:
         self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
                       "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
                       "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
-        self.a1 = torch.empty(T * self.n_dept, 2 * f, dtype=x.dtype, device=self.dev)
+        if tiles.dept_up.qout and not self.fused:
+            raise ValueError(f"deamoe_forward: operator {operator} is applied to the department "
+                             "output outside the kernel, so dept_up cannot store it quantised ('-qo')")
+        self.a1 = gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = T * self.n_dept * f // 2 if s_bf16 else T * self.n_dept * f
         self.acc, self.out = layer_output(self.x, s_words, tiles.out_bf16)
@@ -193,7 +197,8 @@ class _Step:
             raise ValueError(f"deamoe_forward: ids {tuple(ids.shape)} / weights "
                              f"{tuple(weights.shape)} vs x {tuple(self.x.shape)}")
         self.st.update(ids=ids, weights=weights.contiguous(),
-                       y=torch.empty(ids.numel(), self.f, dtype=self.x.dtype, device=self.dev))
+                       y=gemm_output(ids.numel(), self.f, self.x, self.tiles.expert_up,
+                                     self.expert_gate))
 
     def align(self):  # both groupings in one launch, which also zeroes S and out
         t = self.tiles

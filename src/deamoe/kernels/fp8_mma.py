@@ -88,3 +88,16 @@ def prequantised_operands(a, scale_ptrs, row_ok, DOT_F32: tl.constexpr):
     if DOT_F32:
         a = a.to(tl.float32)
     return a, a_s
+
+
+@triton.jit
+def store_quantised(v, c_ptrs, s_ptrs, c_mask, row_ok, FROM_BF16: tl.constexpr,
+                    DOT_F32: tl.constexpr):
+    """A GEMM's output tile v [BLOCK_M, one group of columns] stored as e4m3 with its rows'
+    scales (TileConfig.qout): rounded to bf16 first where the layer's activations are bf16, so
+    the numbers are those of storing it and quantising it in a launch after (fp8_quant)."""
+    if FROM_BF16:
+        v = v.to(tl.bfloat16)
+    q, v_s = quantize_rows(v, DOT_F32)
+    tl.store(c_ptrs, q, mask=c_mask)
+    tl.store(s_ptrs, v_s, mask=row_ok)

@@ -10,12 +10,16 @@ quantise to whatever they hold): one launch over the buffer, with no gather of t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
 from deamoe.kernels import INTERPRETING
+from deamoe.kernels.fp8 import Fp8Weight
 from deamoe.kernels.fp8_mma import quantize_rows
+from deamoe.kernels.tile_config import TileConfig
 
 
 @triton.jit
@@ -45,3 +49,35 @@ def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[t
         quantize_groups_kernel[(rows, n_groups)](a, q, scales, a.stride(0), width, n_groups,
                                                  GROUP=group, DOT_F32=INTERPRETING)
     return q, scales
+
+
+class QuantisedRows(NamedTuple):
+    """A GEMM's output rows stored quantised by its epilogue (TileConfig.qout) for the next GEMM:
+    e4m3 values and one float32 scale per row and group, from values rounded to bf16 first
+    where the layer's activations are bf16 (the numbers of quantize_groups on the stored rows)."""
+
+    q: torch.Tensor  # [R, W] float8_e4m3fn
+    scale: torch.Tensor  # [R, ceil(W / group)] float32
+    from_bf16: bool
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.q.shape
+
+
+def quantised_rows(rows: int, width: int, group: int, like: torch.Tensor) -> QuantisedRows:
+    """Empty QuantisedRows [rows, width] on like's device, for activations of like's dtype."""
+    return QuantisedRows(torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=like.device),
+                         torch.empty(rows, triton.cdiv(width, group), dtype=torch.float32,
+                                     device=like.device),
+                         like.dtype == torch.bfloat16)
+
+
+def gemm_output(rows: int, width: int, like: torch.Tensor, tile: TileConfig, weights):
+    """The buffer a GEMM on `tile` writes for the next GEMM to read: [rows, width] of like's
+    dtype, or QuantisedRows where the tile's qout asks for it on w8a8 FP8 `weights` (any other
+    weights with qout: the plain buffer, which the GEMM then refuses, naming the tile)."""
+    fmt = weights.fmt if isinstance(weights, Fp8Weight) else None
+    if tile.qout and fmt is not None and fmt.activations == "fp8":
+        return quantised_rows(rows, width, fmt.block_k, like)
+    return torch.empty(rows, width, dtype=like.dtype, device=like.device)

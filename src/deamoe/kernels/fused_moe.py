@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
     EPI_SWIGLU,
@@ -70,7 +71,7 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
         raise ValueError(f"fused_moe: ids {tuple(ids.shape)} / weights {tuple(weights.shape)} vs x {tuple(x.shape)}")
     x = x.contiguous()
     weights = weights.contiguous()
-    hidden = torch.empty(ids.numel(), f, dtype=x.dtype, device=x.device)
+    hidden = gemm_output(ids.numel(), f, x, tiles.w13, gate)  # e4m3 where w13 is '-qo'
     acc, out = layer_output(x, out_bf16=tiles.out_bf16)
     al = []
 

@@ -42,8 +42,8 @@ import triton.language as tl
 from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
 from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8, preq_groups_fit
-from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma
-from deamoe.kernels.fp8_quant import quantize_groups
+from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma, store_quantised
+from deamoe.kernels.fp8_quant import QuantisedRows, quantize_groups
 from deamoe.kernels.tile_config import TileConfig
 
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
@@ -133,15 +133,16 @@ def _mma(acc, a, b, DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr):
 @triton.jit(do_not_specialize=["P", "k_top", "n_dept", "per_group", "max_blocks", "g_lo", "g_hi"])
 def grouped_gemm_kernel(
     a_ptr, bg_ptr, bu_ptr, c_ptr,
-    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr, sg_ptr, su_ptr, as_ptr,
+    sorted_ptr, block_group_ptr, nblocks_ptr, ids_ptr, w_ptr, sg_ptr, su_ptr, as_ptr, cs_ptr,
     N, K, P, k_top, n_dept, per_group, max_blocks, g_lo, g_hi,
     stride_am, stride_be, stride_bn, stride_cm, a_up_off, c_up_off, stride_se, stride_sn, stride_as,
+    stride_cs,
     A_MODE: tl.constexpr, C_MODE: tl.constexpr, EPI: tl.constexpr, ACT: tl.constexpr,
     WEIGHTED: tl.constexpr, ATOMIC: tl.constexpr, EVEN_K: tl.constexpr, DOT_F32: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
     W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    A_PREQ: tl.constexpr,
+    A_PREQ: tl.constexpr, C_FP8: tl.constexpr, C_FROM_BF16: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -247,7 +248,13 @@ def grouped_gemm_kernel(
     c_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, C_MODE)
     c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
     c_mask = row_ok[:, None] & n_ok[None, :]
-    if ATOMIC:
+    if C_FP8:  # e4m3 and one scale per row of this tile (BLOCK_N = GROUP_K: one group)
+        cs_ptrs = cs_ptr + c_rows * stride_cs + pid_n
+        store_quantised(acc, c_ptrs, cs_ptrs, c_mask, row_ok, C_FROM_BF16, DOT_F32)
+        if EPI == 2:
+            store_quantised(acc_u, c_ptrs + c_up_off, cs_ptrs + c_up_off // GROUP_K, c_mask,
+                            row_ok, C_FROM_BF16, DOT_F32)
+    elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
@@ -347,9 +354,9 @@ def shared_memory_limit(device) -> int | None:
 
 
 def grouped_gemm(
-    a: torch.Tensor,
+    a: torch.Tensor | QuantisedRows,
     bg: torch.Tensor | Fp8Weight,
-    c: torch.Tensor,
+    c: torch.Tensor | QuantisedRows,
     al: Alignment,
     ids: torch.Tensor,
     spec: GemmSpec,
@@ -365,20 +372,22 @@ def grouped_gemm(
     the GEMM where the tile says preq: deamoe.kernels.fp8_quant); a: rows of width
     >= K (+ a_up_off); c: output (returned); weights: the routing weight of each pair
     (WEIGHTED).  groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit
-    at once).  warmup: compile for these arguments without launching and return Triton's
-    compiled kernel (its metadata.shared is the shared memory the kernel needs: `bench
-    smem-check`)."""
+    at once).  a / c may be QuantisedRows (w8a8; `fp8_quant.gemm_output` makes them): A arrives, or C
+    leaves, as e4m3 with one scale per row and group (the qout of the tile that writes C).
+    warmup: compile for these arguments without launching and return Triton's compiled kernel
+    (its metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
     G, N, K = bg.shape
     tile = spec.tile
     fp8 = gemm_weights_fp8(bg, bu, tile.block_k)
     qg, qu = (bg.q, bu.q if bu is not None else None) if fp8 else (bg, bu)
-    if qg.stride(2) != 1 or a.stride(-1) != 1 or c.stride(-1) != 1:
+    a_q, c_q = isinstance(a, QuantisedRows), isinstance(c, QuantisedRows)
+    if qg.stride(2) != 1 or any(t.stride(-1) != 1 for t in (a.q if a_q else a, c.q if c_q else c)):
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
     if (spec.epi != EPI_ACT) != (bu is not None):
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
     if qu is not None and (qu.shape != qg.shape or qu.stride() != qg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
-    if spec.atomic and c.dtype not in (torch.float32, torch.bfloat16):
+    if spec.atomic and (c_q or c.dtype not in (torch.float32, torch.bfloat16)):
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = qg, qg if qu is None else qu
@@ -388,24 +397,37 @@ def grouped_gemm(
     s_gate = bg.scale if fp8 else qg  # (a placeholder pointer where the weights have no scales)
     s_up = bu.scale if fp8 and bu is not None else s_gate
     fmt = bg.fmt if fp8 else None
-    preq = fp8 and fmt.activations == "fp8" and tile.preq
-    a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
-    if preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
-        if not preq_groups_fit(spec.a_up_off, K, a.shape[1], fmt.block_k):
-            raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
-                             f"and K ({K}) multiples of the scale group ({fmt.block_k}), or K "
-                             f"the rest of A's row ({a.shape[1]})")
+    w8a8 = fp8 and fmt.activations == "fp8"
+    if tile.qout != c_q or ((a_q or c_q) and not w8a8):
+        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' (the output stored quantised) is "
+                         "for a GEMM on w8a8 FP8 weights whose output the next GEMM reads whole "
+                         "(an up-projection), writing rows that fp8_quant.gemm_output made for it")
+    if c_q and (tile.block_n != fmt.block_k or spec.c_up_off % fmt.block_k):
+        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' needs BLOCK_N and c_up_off "
+                         f"({spec.c_up_off}) on the scale groups ({fmt.block_k} columns)")
+    preq = w8a8 and (tile.preq or a_q)
+    if preq and not preq_groups_fit(spec.a_up_off, K, a.shape[1], fmt.block_k):
+        raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
+                         f"and K ({K}) multiples of the scale group ({fmt.block_k}), or K "
+                         f"the rest of A's row ({a.shape[1]})")
+    if a_q:  # quantised by the GEMM that wrote it (its tile's qout)
+        a, a_scale = a.q, a.scale
+    elif preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
         a, a_scale = quantize_groups(a, fmt.block_k, launch=not warmup)
+    else:
+        a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
+    c_out, c_scale, c_bf16 = (c.q, c.scale, c.from_bf16) if c_q else (c, s_gate, False)
     launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
         else grouped_gemm_kernel[grid]
     kernel = launch(
-        a, b_gate, b_up, c,
-        al.sorted_pairs, al.block_group, al.num_blocks, ids, c if weights is None else weights,
-        s_gate, s_up, a_scale,
+        a, b_gate, b_up, c_out,
+        al.sorted_pairs, al.block_group, al.num_blocks, ids, c_out if weights is None else weights,
+        s_gate, s_up, a_scale, c_scale,
         N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
-        a.stride(0), qg.stride(0), qg.stride(1), c.stride(0), spec.a_up_off, spec.c_up_off,
+        a.stride(0), qg.stride(0), qg.stride(1), c_out.stride(0), spec.a_up_off, spec.c_up_off,
         s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0, a_scale.stride(0) if preq else 0,
+        c_scale.stride(0) if c_q else 0,
         A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
         WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=INTERPRETING,
@@ -413,6 +435,7 @@ def grouped_gemm(
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
         W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
         GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1, A_PREQ=preq,
+        C_FP8=c_q, C_FROM_BF16=c_bf16,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c

@@ -34,23 +34,33 @@ class TileConfig:
     # scales, instead of quantising each A tile in the main loop (once per N tile); the same
     # numbers either way.  No effect on bf16 or weight-only FP8 launches
     preq: bool = False
+    # qout: with w8a8 FP8 weights, this GEMM stores its output quantised per row and group in
+    # its epilogue (BLOCK_N = one group), and the next GEMM loads it as a '-pq' tile's A without
+    # the launch that would quantise it; only where the output is stored, not summed (the
+    # up-projections), and the same numbers as quantising the stored output
+    qout: bool = False
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
         return (text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
-                + ("-pq" if self.preq else "") + ("-nf" if self.nfast else ""))
+                + ("-pq" if self.preq else "") + ("-qo" if self.qout else "")
+                + ("-nf" if self.nfast else ""))
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
         """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
         '-swap' appended (after -tma if both): the swapped orientation; '-pq' next: A quantised
-        before the GEMM (w8a8); '-nf' last: N tiles fastest in the grid."""
+        before the GEMM (w8a8); '-qo' next: the output stored quantised (w8a8); '-nf' last: N
+        tiles fastest in the grid."""
         try:
             words = text.split("-")
             flags = [w for w in words[4:]]
             nfast = flags[-1:] == ["nf"]
             if nfast:
+                flags = flags[:-1]
+            qout = flags[-1:] == ["qo"]
+            if qout:
                 flags = flags[:-1]
             preq = flags[-1:] == ["pq"]
             if preq:
@@ -61,7 +71,7 @@ class TileConfig:
             if set(parts) != set("nkws"):
                 raise KeyError
             return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, nfast, preq)
+                       "swap" in flags, nfast, preq, qout)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap, then -pq, then -nf)") from None
+                             "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf)") from None
