@@ -33,6 +33,7 @@ import re
 import shutil
 import signal
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -252,19 +253,34 @@ def _staged(path: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _stops_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM held back for the block (delivered when it ends)."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    """SIGINT and SIGTERM held back for the block, delivered when it ends: meanwhile the main thread's handlers
+    (it runs them all) note a stop.  Blocking would not do: the kernel hands Ctrl-C to another thread."""
+    caught, stops = [], (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
+    handlers = {n: signal.signal(n, lambda got, _: caught.append(got)) for n in stops}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for n, handler in handlers.items():
+            signal.signal(n, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        if caught:  # now, to the command's own handler (KeyboardInterrupt, Terminated)
+            signal.raise_signal(caught[0])
 
 
 @contextlib.contextmanager
-def staging_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends."""
-    with _staged(Path(path)) as stage:
+def staging_dir(path: str | os.PathLike, publish: bool = False) -> Iterator[Path]:
+    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends.  publish: its files
+    then replace their namesakes under folder `path` at once (a stop waits), never a mix; others there stay."""
+    path = Path(path)
+    with _staged(path) as stage:
         yield stage
+        moves = {p: path / p.relative_to(stage) for p in sorted(stage.rglob("*")) if publish and p.is_file() and p.name != STAGING_MARK}
+        for target in moves.values():  # every one checked before the first is moved
+            check_output_file(target)
+        with _stops_deferred():
+            for src, target in moves.items():
+                _make_parent(target.parent)
+                _record(target)
+                os.replace(src, target)
 
 
 @contextlib.contextmanager

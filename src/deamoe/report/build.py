@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.errors import ConfigError
-from deamoe.io import write_csv, write_text
+from deamoe.io import staging_dir, write_csv, write_text
 from deamoe.provenance import provenance
 from deamoe.report import figures, headline, ladder, tables, tokens_axis
 from deamoe.report.artifact import Artifact
@@ -138,10 +138,19 @@ def report_outputs(out: Path) -> list[Path]:
 def write_report(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
                  profile: str | None = None, description: str = "") -> list[Path]:
     """Build every table and figure, the index and the HTML report's front page (the headline,
-    then `description`: reStructuredText); returns the paths written."""
+    then `description`: reStructuredText); returns the paths written.  The report is built in a
+    private folder beside `out` and moved in as a whole at the end, so a stopped build (Ctrl-C a
+    few seconds in) leaves the earlier report, or none, never new tables beside old figures."""
+    out = Path(out)
+    with staging_dir(out, publish=True) as stage:
+        written = _build(Path(results), Path(measured_root), stage, settings, profile, description)
+    return [out / path.relative_to(stage) for path in written]
+
+
+def _build(results: Path, measured_root: Path, out: Path, settings: ReportSettings,
+           profile: str | None, description: str) -> list[Path]:
     from deamoe.report.sources import resolved_profile
 
-    results, out = Path(results), Path(out)
     measured = Path(measured_root) / settings.measured_gpu
     profile = profile or resolved_profile(results)
     arts = {a.key: a for a in tables.build_all(results, measured, profile)
