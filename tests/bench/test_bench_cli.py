@@ -78,6 +78,12 @@ def files(tmp_path):
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),
     (["bench", "peer", "run", "o", "Baseline-7B:4", "--tiny", "--table", "empty.csv"], ["empty.csv"]),
     (["bench", "peer", "check", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),
+    # a mistyped --kernel is no default left unextracted: named, not that part silently skipped
+    (["bench", "fp8-check", "o", "--kernel", "nope.py"], ["nope.py", "no such file", "bench peer extract"]),
+    (["bench", "peer", "run", "o", "Baseline-7B:4", "--table", COMMITTED, "--kernel", "nope.py"],
+     ["nope.py", "no such file", "bench peer extract"]),
+    (["bench", "peer", "run", "o", "Baseline-7B:4", "--table", COMMITTED],
+     [".peer/vllm_fused_moe.py", "no such file", "bench peer extract"]),
     (["microbench", "--config", ROOT / "config.yaml", "--out", "mb", "--tiles-from", "binary.csv"],
      ["binary.csv", "not UTF-8"]),
     (["microbench", "--config", ROOT / "config.yaml", "--out", "mb", "--tiles-from", "bad_pick.csv"],
@@ -114,6 +120,21 @@ def test_a_users_file_where_a_tool_writes_is_named_before_any_work(tmp_path, mon
     (tmp_path / "o" / output).write_text(MINE)
     _fails(argv, capsys, tmp_path, f"o/{output}", "not written by deamoe")
     assert (tmp_path / "o" / output).read_text() == MINE
+
+
+def test_fp8_check_without_kernel_and_none_extracted_runs_without_vllm(tmp_path, monkeypatch, capsys):
+    """--kernel not given and no .peer/vllm_fused_moe.py: the check runs, its vLLM part not (and
+    says so), where the same file given as --kernel is an error."""
+    from deamoe.bench import checks, cli
+
+    given = []
+    monkeypatch.setattr(cli, "_needs_cuda", lambda what: None)
+    monkeypatch.setattr(checks, "fp8_check", lambda out, dtypes, models, kernel: given.append(kernel) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", "fp8-check", "o"]) == 0
+    assert given == [cli.PEER_KERNEL] and not cli.PEER_KERNEL.exists()
+    _fails(["bench", "fp8-check", "o", "--kernel", cli.PEER_KERNEL], capsys, tmp_path, cli.PEER_KERNEL, "no such file")
+    assert given == [cli.PEER_KERNEL]  # the work did not begin
 
 
 @pytest.mark.parametrize("argv", [

@@ -97,8 +97,8 @@ def _register_bench(sub) -> None:
                    help="comma-separated FP8 precisions: fp8, fp8-w8a8")
     t.add_argument("--models", type=model_list, default="DeepSeek-V3,Qwen3-235B-A22B",
                    help="Table 1 models whose layers are checked")
-    t.add_argument("--kernel", type=Path, default=PEER_KERNEL,
-                   help="vLLM's kernel file (bench peer extract); absent: that part not run")
+    t.add_argument("--kernel", type=Path, help=f"vLLM's kernel file (bench peer extract; default "
+                   f"{PEER_KERNEL}, and that part not run while it is absent)")
     tool("routing-check", _routing_check, "CUDA: the routing kernel against "
          "deamoe.routing.route on every Table 1 shape -> OUT/routing_check.csv, routing_time.csv")
     t = tool("smem-check", _smem_check, "CUDA: each GEMM of both layers compiled (not run) on "
@@ -241,15 +241,18 @@ def _fp8_check(args) -> int:
 
         raise ConfigError("--weight-dtype: bf16 is checked by the battery and stream-check; "
                           "give fp8 and/or fp8-w8a8")
-    if args.kernel.is_file():  # absent: that part is not run; present, it must load
+    # A file given must load (a mistyped path is no default left unextracted); the default
+    # absent: that part is not run, and says so
+    kernel = args.kernel or PEER_KERNEL
+    if args.kernel is not None or kernel.is_file():
         from deamoe.bench.vllm_peer import load_peer
 
-        load_peer(args.kernel)
+        load_peer(kernel)
     _outputs(args.out, "fp8_check.csv")
     _needs_cuda("fp8-check")
     from deamoe.bench.checks import fp8_check
 
-    return fp8_check(args.out, args.weight_dtype, args.models, args.kernel)
+    return fp8_check(args.out, args.weight_dtype, args.models, kernel)
 
 
 def _routing_check(args) -> int:

@@ -301,14 +301,14 @@ def run_peer(kernel: Path, points: list[str], out: Path, table, rounds: int = 2,
     from deamoe.provenance import provenance
 
     tables = {p: pick_table(points, table, p) for p in precisions}  # bad points: named first
+    shared = [p for p in points if p.rpartition(":")[0].endswith(SHARED_SUFFIX)]
+    if shared and set(precisions) - {"bf16"}:
+        raise PeerError(f"{', '.join(shared)}: the FP8 peer runs layers without shared experts")
+    peer = load_peer(kernel)  # a missing or mistyped --kernel: named before the CUDA check too
     cuda = torch.cuda.is_available()
     if not cuda and not tiny:
         raise PeerError("bench peer run: needs a CUDA GPU (--tiny: a smoke test of this path "
                         "on the CPU, TRITON_INTERPRET=1)")
-    shared = [p for p in points if p.rpartition(":")[0].endswith(SHARED_SUFFIX)]
-    if shared and set(precisions) - {"bf16"}:
-        raise PeerError(f"{', '.join(shared)}: the FP8 peer runs layers without shared experts")
-    peer = load_peer(kernel)
     out.mkdir(parents=True, exist_ok=True)
     prov = {**provenance("cuda" if cuda else "cpu"), "triton": triton.__version__}
     peak = _peer_roofline(out, prov, peak, tiny)
