@@ -80,3 +80,40 @@ def test_bad_extra_seeds_are_one_line_naming_the_entry(tmp_path, make_config, ex
     assert _join(config, tmp_path / "runs", tmp_path / "o.csv") == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+
+
+def _ablation_config(tmp_path: Path, make_config, steps: int) -> str:
+    """A config of one ablation variant (No.2: trained as itself) at `steps` steps."""
+    path = Path(make_config(tmp_path, steps=steps))
+    doc = yaml.safe_load(path.read_text())
+    doc["ablation"]["variants"] = ["no2"]
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def _ablation(config: str, runs: Path, out: Path) -> int:
+    return main(["ablation", "--config", config, "--runs", str(runs), "--out", str(out)])
+
+
+def test_ablation_refuses_runs_trained_with_another_config(tmp_path, make_config, shards, capsys):
+    trained = _ablation_config(tmp_path / "trained", make_config, steps=3)
+    _train(trained, ["ablation-no2-s0"], shards, tmp_path / "runs")
+    other = _ablation_config(tmp_path / "other", make_config, steps=5)
+    capsys.readouterr()  # the training's progress
+    # it would average the 3 rows there are and call them last_n=3 of a 5-step run
+    assert _ablation(other, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert "run ablation-no2-s0" in err and "trained for 3 steps" in err and f"{other} gives it 5" in err
+    assert not (tmp_path / "a").exists()
+    assert _ablation(trained, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 0  # its own config
+
+
+def test_ablation_accepts_a_time_boxed_run(tmp_path, make_config, shards):
+    config = _ablation_config(tmp_path, make_config, steps=500)
+    s = load_settings(config)
+    train_run(s, run_spec(s, "ablation-no2-s0"), shards, tmp_path / "runs" / "ablation-no2-s0", progress=False,
+              max_seconds=1e-9)  # planned 500 steps, stopped after the first
+    assert _ablation(config, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 0
+    table = pd.read_csv(tmp_path / "a" / "summary.csv")
+    assert list(table["run"]) == ["ablation-no2-s0"] and table["steps"].iloc[0] < 500

@@ -47,11 +47,23 @@ def _curves(frames: list, out_csv: Path) -> None:
     write_csv(out_csv.with_name("curves.csv"), curves)
 
 
+def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
+    """A DataError when the run was planned for other than the `steps` that `config` gives it: it was
+    trained with another config, and its last_n rows and step count would be read as this one's.  A
+    time-boxed run (train --max-seconds: its planned steps, fewer done) passes; so does a summary
+    without planned_steps (written before runs recorded it)."""
+    planned = summ.get("planned_steps")
+    if planned is not None and planned != steps:
+        raise DataError(f"run {run.name} was trained for {planned} steps ({run / 'summary.json'}: planned_steps), but "
+                        f"{config} gives it {steps}: it was trained with another config; train it again with this one, "
+                        "or summarise it with the config it was trained with")
+
+
 def ablation_summary(config: str, runs_dir: str, out_csv: str):
     """One row per run (variant x seed); ranks order the variants within each seed."""
     import pandas as pd
 
-    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, trained_as
+    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, run_spec, trained_as
 
     s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
@@ -60,6 +72,7 @@ def ablation_summary(config: str, runs_dir: str, out_csv: str):
     for name in ablation_run_names(s):
         twin = trained_as(s, name)  # the pre-training run it is, when it is one
         summ, curve = _load_run(runs_dir, twin, ("mean_distinct_departments",))
+        _check_planned(summ, run_spec(s, twin).steps, runs_dir / twin, config)
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
