@@ -1,10 +1,9 @@
-"""Atomic writes that never touch what the project did not write; text reads that name the fault.
+"""Atomic writes that never touch what the project did not write (reads: deamoe.readers).
 
-Every stage writes through these helpers (write to a temporary sibling, then rename), so a killed
-job leaves either the old output or the new one, never a half-written one, and a failed command
-leaves no staging folder (`.NAME.xxxx`) behind; one killed outright (kill -9) leaves its staging
-folder, which the next write of the same output removes (its writer holds a lock in it while it
-lives, so a folder still in use is never removed).
+Every stage writes through these helpers (a temporary sibling, then a rename): a killed job leaves
+the old output or the new one, never half of one, and no staging folder (`.NAME.xxxx`); one
+killed outright (kill -9) leaves it for the next write of the output to remove (a live writer
+holds a lock in it, so a folder in use is never removed).
 
 What may be replaced:
 - a file output (`atomic_path`, `write_text`, ...) replaces an existing file only when the project
@@ -18,9 +17,8 @@ What may be replaced:
 - nothing under `reports/measured/` (the committed GPU measurements) is written, unless the
   command that owns a committed table replaces it (`replace_committed`, after validating it).
 
-Commands call `check_outputs` before any work, so a path they would refuse is named before an
-hour of training rather than after, and hold `folder_lock` on the folder they write, so two
-commands never write one folder at once.
+Commands call `check_outputs` before any work (a refused path is named before an hour of
+training, not after) and hold `folder_lock` on the folder they write (one writer at a time).
 """
 
 from __future__ import annotations
@@ -37,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from deamoe.errors import DataError, DeaMoEError
+from deamoe.errors import DeaMoEError
 
 OUTPUT_MARKER = ".deamoe-output"
 WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
@@ -253,27 +251,32 @@ def _staged(path: Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def _stops_deferred() -> Iterator[None]:
-    """SIGINT and SIGTERM held back for the block, delivered when it ends: meanwhile the main thread's handlers
-    (it runs them all) note a stop.  Blocking would not do: the kernel hands Ctrl-C to another thread."""
-    caught, stops = [], (signal.SIGINT, signal.SIGTERM) if threading.current_thread() is threading.main_thread() else ()
-    handlers = {n: signal.signal(n, lambda got, _: caught.append(got)) for n in stops}
+    """SIGINT and SIGTERM held back for the block and delivered when it ends; meanwhile the main
+    thread's handlers only note a stop (blocking the signals would not do: the kernel may hand
+    Ctrl-C to another thread, numpy's BLAS pool, and Python raises it all the same)."""
+    main = threading.current_thread() is threading.main_thread()
+    caught = []
+    handlers = {n: signal.signal(n, lambda got, _: caught.append(got))
+                for n in ((signal.SIGINT, signal.SIGTERM) if main else ())}
     try:
         yield
     finally:
-        for n, handler in handlers.items():
-            signal.signal(n, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        for n, handler in handlers.items():  # None: a handler set outside Python
+            signal.signal(n, signal.SIG_DFL if handler is None else handler)
         if caught:  # now, to the command's own handler (KeyboardInterrupt, Terminated)
             signal.raise_signal(caught[0])
 
 
 @contextlib.contextmanager
 def staging_dir(path: str | os.PathLike, publish: bool = False) -> Iterator[Path]:
-    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends.  publish: its files
-    then replace their namesakes under folder `path` at once (a stop waits), never a mix; others there stay."""
+    """A private scratch folder `.NAME.xxxx` beside `path`, removed when the block ends.
+    publish: its files then replace their namesakes under folder `path` all at once (a stop
+    waits), never a mix; other files there stay."""
     path = Path(path)
     with _staged(path) as stage:
         yield stage
-        moves = {p: path / p.relative_to(stage) for p in sorted(stage.rglob("*")) if publish and p.is_file() and p.name != STAGING_MARK}
+        moves = {p: path / p.relative_to(stage) for p in sorted(stage.rglob("*"))
+                 if publish and p.is_file() and p.name != STAGING_MARK}
         for target in moves.values():  # every one checked before the first is moved
             check_output_file(target)
         with _stops_deferred():
@@ -401,50 +404,3 @@ def write_csv(path: str | os.PathLike, frame, replace_committed: bool = False) -
     """Write a pandas DataFrame as CSV atomically (no index column)."""
     with atomic_path(path, replace_committed) as tmp:
         frame.to_csv(tmp, index=False)
-def gunzip(raw: bytes, path: str | os.PathLike) -> bytes:
-    """The content of gzip file `path` (bytes `raw`, one or more members); DataError naming the
-    file and the byte where it goes wrong: not gzip, corrupt, or truncated."""
-    import zlib
-
-    if raw[:2] != b"\x1f\x8b":
-        raise DataError(f"{path}: not a gzip file (its name ends in .gz but byte 0 does not start a "
-                        "gzip stream)")
-    out, pos, chunk = [], 0, 1 << 16
-    while True:
-        member = zlib.decompressobj(wbits=31)
-        while not member.eof:
-            if pos >= len(raw):
-                raise DataError(f"{path}: truncated gzip file (the stream ends early, at byte {len(raw)})")
-            piece = raw[pos:pos + chunk]
-            try:
-                out.append(member.decompress(piece))
-            except zlib.error as exc:
-                raise DataError(f"{path}: corrupt gzip data in bytes {pos}-{pos + len(piece)} ({exc})") from None
-            pos += len(piece) - len(member.unused_data)
-        rest = raw[pos:]
-        if not rest.strip(b"\x00"):
-            return b"".join(out)
-        if rest[:2] != b"\x1f\x8b":
-            raise DataError(f"{path}: corrupt gzip data (not gzip after the stream's end, at byte {pos})")
-
-
-def read_text(path: str | os.PathLike) -> str:
-    """A UTF-8 text file, gunzipped when its name ends in `.gz`; a malformed file is a DataError
-    naming it and where: not gzip, a truncated or corrupt gzip stream, or a byte that is not UTF-8
-    (with its line and byte offset)."""
-    path = Path(path)
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
-    gz = path.suffix == ".gz"
-    if gz:
-        raw = gunzip(raw, path)
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        where = "of the uncompressed text" if gz else "of the file"
-        raise DataError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r} at "
-                        f"offset {exc.start} {where})") from None
-

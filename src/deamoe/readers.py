@@ -1,6 +1,6 @@
 """One reader per kind of file the stages read, each validating what it returns.
 
-Config YAML, token shards with their meta.json, a training run's summary.json and log.csv,
+Text files (UTF-8, gunzipped by name), config YAML, token shards with their meta.json, a training run's summary.json and log.csv,
 lm-eval's lm_eval.json, a serving level's c<N>.json, and CSV tables (the stages' own and the
 committed measurements under reports/measured/).  Each checks encoding, shape, types and ranges
 and raises a DataError (ConfigError for config files) naming the file and, where it helps, the
@@ -14,11 +14,61 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from deamoe.errors import ConfigError, DataError
-from deamoe.io import read_text
+
+# --- text files -----------------------------------------------------------------------------
+
+
+def gunzip(raw: bytes, path: str | os.PathLike) -> bytes:
+    """The content of gzip file `path` (bytes `raw`, one or more members); DataError naming the
+    file and the byte where it goes wrong: not gzip, corrupt, or truncated."""
+    import zlib
+
+    if raw[:2] != b"\x1f\x8b":
+        raise DataError(f"{path}: not a gzip file (its name ends in .gz but byte 0 does not start a "
+                        "gzip stream)")
+    out, pos, chunk = [], 0, 1 << 16
+    while True:
+        member = zlib.decompressobj(wbits=31)
+        while not member.eof:
+            if pos >= len(raw):
+                raise DataError(f"{path}: truncated gzip file (the stream ends early, at byte {len(raw)})")
+            piece = raw[pos:pos + chunk]
+            try:
+                out.append(member.decompress(piece))
+            except zlib.error as exc:
+                raise DataError(f"{path}: corrupt gzip data in bytes {pos}-{pos + len(piece)} ({exc})") from None
+            pos += len(piece) - len(member.unused_data)
+        rest = raw[pos:]
+        if not rest.strip(b"\x00"):
+            return b"".join(out)
+        if rest[:2] != b"\x1f\x8b":
+            raise DataError(f"{path}: corrupt gzip data (not gzip after the stream's end, at byte {pos})")
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """A UTF-8 text file, gunzipped when its name ends in `.gz`; a malformed file is a DataError
+    naming it and where: not gzip, a truncated or corrupt gzip stream, or a byte that is not UTF-8
+    (with its line and byte offset)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
+    gz = path.suffix == ".gz"
+    if gz:
+        raw = gunzip(raw, path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        where = "of the uncompressed text" if gz else "of the file"
+        raise DataError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r} at "
+                        f"offset {exc.start} {where})") from None
 
 # --- YAML -----------------------------------------------------------------------------------
 
@@ -71,7 +121,7 @@ def load_json(text: str, where: str):
 
 
 def _text(path: Path, what: str) -> str:
-    """The UTF-8 text of a file that exists and holds something (io.read_text names the byte
+    """The UTF-8 text of a file that exists and holds something (read_text names the byte
     that is not UTF-8)."""
     if not path.is_file():
         raise DataError(f"{path}: no such file ({what})")

@@ -117,3 +117,22 @@ def test_ablation_accepts_a_time_boxed_run(tmp_path, make_config, shards):
     assert _ablation(config, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 0
     table = pd.read_csv(tmp_path / "a" / "summary.csv")
     assert list(table["run"]) == ["ablation-no2-s0"] and table["steps"].iloc[0] < 500
+
+
+def test_pretrain_refuses_runs_trained_with_another_config(tmp_path, make_config, shards, capsys):
+    # the tokens axis's joins alike: a run planned for 4 steps read as one of 6 is refused
+    trained = _config(tmp_path / "trained", make_config, [])
+    _train(trained, ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps"], shards,
+           tmp_path / "runs")
+    other = Path(_config(tmp_path / "other", make_config, []))
+    other.write_text(other.read_text().replace("- 4\n", "- 6\n"))  # lengths: [6]
+    capsys.readouterr()
+    assert main(["pretrain", "--config", str(other), "--runs", str(tmp_path / "runs"), "--size", "t",
+                 "--steps", "6", "--out", str(tmp_path / "o.csv")]) == 2  # no 6-step runs there
+    (tmp_path / "runs" / "pretrain-t-baseline-s0-4steps").rename(tmp_path / "runs" / "pretrain-t-baseline-s0-6steps")
+    (tmp_path / "runs" / "pretrain-t-deamoe-s0-4steps").rename(tmp_path / "runs" / "pretrain-t-deamoe-s0-6steps")
+    capsys.readouterr()
+    assert main(["pretrain", "--config", str(other), "--runs", str(tmp_path / "runs"), "--size", "t",
+                 "--steps", "6", "--out", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "trained for 4 steps" in err and "gives it 6" in err and "\n" not in err

@@ -52,7 +52,7 @@ class Where:
 def open_text(path: Path):
     """Shipped files are gzip-compressed (`.gz`); plain files work too.  The whole text is read
     (and checked: gzip stream, UTF-8) here, so a damaged file fails naming it, not mid-iteration."""
-    from deamoe.io import read_text
+    from deamoe.readers import read_text
 
     if not path.is_file():
         raise DataError(f"{path}: evaluation data file not found (expected in eval.data_dir)")

@@ -21,7 +21,8 @@ def run(args) -> int:
     from pathlib import Path
 
     from deamoe.errors import DataError
-    from deamoe.io import check_outputs, folder_lock, read_text
+    from deamoe.io import check_outputs, folder_lock
+    from deamoe.readers import read_text
     from deamoe.report.build import ReportSettings, report_outputs, write_report
     from deamoe.settings import read_config
 

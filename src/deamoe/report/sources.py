@@ -188,7 +188,7 @@ def resolved_profile(results: Path) -> str | None:
     """The profile named in the newest resolved config the pipeline wrote
     (results/config/resolved-<content hash>.yaml), if any."""
     from deamoe.errors import ConfigError
-    from deamoe.io import read_text
+    from deamoe.readers import read_text
     from deamoe.readers import load_yaml
 
     paths = sorted(Path(results).glob("config/resolved-*.yaml"), key=lambda p: p.stat().st_mtime)

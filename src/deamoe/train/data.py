@@ -26,7 +26,8 @@ from typing import Iterator
 import numpy as np
 
 from deamoe.errors import DataError
-from deamoe.io import atomic_dir, atomic_path, read_text, write_json
+from deamoe.io import atomic_dir, atomic_path, write_json
+from deamoe.readers import read_text
 from deamoe.train.settings import DataSettings
 
 DOC_SEPARATOR = "\n\x1e\n"  # joins the books of the bundled corpus

@@ -48,15 +48,16 @@ def _curves(frames: list, out_csv: Path) -> None:
 
 
 def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
-    """A DataError when the run was planned for other than the `steps` that `config` gives it: it was
-    trained with another config, and its last_n rows and step count would be read as this one's.  A
-    time-boxed run (train --max-seconds: its planned steps, fewer done) passes; so does a summary
-    without planned_steps (written before runs recorded it)."""
+    """A DataError when the run was planned for other than the `steps` that `config` gives it:
+    it was trained with another config, and its last_n rows and step count would be read as
+    this one's.  A time-boxed run (train --max-seconds: its planned steps, fewer done) passes;
+    so does a summary without planned_steps (written before runs recorded it)."""
     planned = summ.get("planned_steps")
     if planned is not None and planned != steps:
-        raise DataError(f"run {run.name} was trained for {planned} steps ({run / 'summary.json'}: planned_steps), but "
-                        f"{config} gives it {steps}: it was trained with another config; train it again with this one, "
-                        "or summarise it with the config it was trained with")
+        raise DataError(f"run {run.name} was trained for {planned} steps ({run / 'summary.json'}: "
+                        f"planned_steps), but {config} gives it {steps}: it was trained with "
+                        "another config; train it again with this one, or summarise it with the "
+                        "config it was trained with")
 
 
 def ablation_summary(config: str, runs_dir: str, out_csv: str):
@@ -185,6 +186,7 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
                 frames.append(kept_curves[kept_curves["run"] == name])
             continue
         summ, curve = _load_run(runs_dir, twin)
+        _check_planned(summ, runlib.run_spec(s, twin).steps, runs_dir / twin, config)
         tokens = int(curve["tokens"].iloc[-1])
         row = {
             "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],
