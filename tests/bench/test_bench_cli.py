@@ -16,6 +16,7 @@ from deamoe.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = str(ROOT / "reports/measured/h200/microbench.csv")
+COMMITTED_FP8 = str(ROOT / "reports/measured/h200/microbench_fp8.csv")
 MINE = "the user's own file\n"
 
 
@@ -71,6 +72,11 @@ def files(tmp_path):
      ["point 'Baseline-7B:x'"]),
     (["bench", "variants", "o", "a:split_launches=2", "Baseline-7B:3", "--table", COMMITTED],
      ["no row for Baseline-7B batch 3"]),
+    # an A/B on FP8 picks names its precision: the FP8 table holds no bf16 row, and one at a time
+    (["bench", "variants", "o", "a:split_launches=2", "DeepSeek-V3:4", "--table", COMMITTED_FP8],
+     ["no row for DeepSeek-V3 batch 4"]),
+    (["bench", "variants", "o", "a:split_launches=2", "DeepSeek-V3:4", "--table", COMMITTED_FP8,
+      "--weight-dtype", "fp8,fp8-w8a8"], ["--weight-dtype takes one precision"]),
     (["bench", "trace", "o", "--table", COMMITTED, "--models", "Kimi-K2"], ["no row of --models Kimi-K2"]),
     (["bench", "trace", "o", "--table", COMMITTED, "--batches", "3,5"], ["at --batches 3,5"]),
     (["bench", "train", "o", "--config", "nope.yaml"], ["nope.yaml"]),
@@ -102,6 +108,8 @@ def test_bad_input_is_named_before_the_cuda_check(files, monkeypatch, capsys, ar
     (["bench", "routing-check", "o"], "routing_time.csv"),
     (["bench", "smem-check", "o"], "smem_check.csv"),
     (["bench", "variants", "o", "a:split_launches=2", "Baseline-7B:4", "--table", COMMITTED], "variants.csv"),
+    (["bench", "variants", "o", "qo:dept_up=n128-k128-w4-s6-tma-swap-pq-qo", "Qwen3-235B-A22B:4",
+      "--table", COMMITTED_FP8, "--weight-dtype", "fp8-w8a8"], "variants.csv"),
     (["bench", "trace", "o", "--table", COMMITTED], "trace.csv"),
     (["bench", "read-sizes", "o"], "read_sizes.csv"),
     (["bench", "overread", "o"], "dense_overread.csv"),

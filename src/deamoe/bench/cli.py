@@ -118,6 +118,9 @@ def _register_bench(sub) -> None:
                    "tile with -sfx appended) or MODEL:BATCH")
     t.add_argument("--table", default=TABLE)
     t.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
+    t.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
+                   help="the layers' weight precision, one of bf16, fp8, fp8-w8a8 (FP8: the "
+                   "table's picks of that weight_dtype, e.g. microbench_fp8.csv)")
     t = tool("trace", _trace, "CUDA: kernel timeline (stream, start, duration, idle gap) of the "
              "picked layers in their CUDA graph -> OUT/trace.csv")
     t.add_argument("--table", default=TABLE)
@@ -289,11 +292,17 @@ def _variants(args) -> int:
     from deamoe.bench.vllm_peer_run import checked_points
 
     sets, points = parse_variants(args.items)
+    if len(args.weight_dtype) != 1:
+        from deamoe.errors import ConfigError
+
+        raise ConfigError(f"bench variants: --weight-dtype takes one precision, got "
+                          f"{','.join(args.weight_dtype)}")
+    precision = args.weight_dtype[0]
     _picks(args.table)
-    checked_points(points, args.table)
+    checked_points(points, args.table, precision)
     _outputs(args.out, "variants.csv")
     _needs_cuda("variants")
-    return variants(args.out, sets, points, args.table, args.rounds)
+    return variants(args.out, sets, points, args.table, args.rounds, precision)
 
 
 def _trace(args) -> int:

@@ -73,7 +73,10 @@ def apply_variant(knobs: dict, variant: dict) -> dict:
                         else v for k, v in variant.items()}}
 
 
-def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int = 2) -> int:
+def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int = 2,
+             precision: str = "bf16") -> int:
+    """Each knob set against the table's picks of `precision` (FP8: on weights of that format)
+    at each point, interleaved rounds -> out/variants.csv."""
     import pandas as pd
 
     from deamoe.bench.microbench import committed_points, time_knob_sets
@@ -82,7 +85,8 @@ def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int =
 
     s = MicrobenchSettings()
     rows = []
-    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(points, s, table):
+    for model, shape, weights, batch, knobs, inputs, nbytes in committed_points(
+            points, s, table, fp8=s.fp8_format(precision)):
         runs_of = {"committed": knobs}
         if shape.kind == "moe":
             runs_of["committed again"] = knobs
