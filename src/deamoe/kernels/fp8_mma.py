@@ -97,7 +97,7 @@ def store_quantised(v, c_ptrs, s_ptrs, c_mask, row_ok, FROM_BF16: tl.constexpr,
     scales (TileConfig.qout): rounded to bf16 first where the layer's activations are bf16, so
     the numbers are those of storing it and quantising it in a launch after (fp8_quant)."""
     if FROM_BF16:
-        v = v.to(tl.bfloat16)
+        v = v.to(tl.bfloat16).to(tl.float32)
     q, v_s = quantize_rows(v, DOT_F32)
     tl.store(c_ptrs, q, mask=c_mask)
     tl.store(s_ptrs, v_s, mask=row_ok)
