@@ -1,8 +1,8 @@
 """One reader per kind of file the stages read, each validating what it returns.
 
-Text files (UTF-8, gunzipped by name), config YAML, token shards with their meta.json, a training run's summary.json and log.csv,
-lm-eval's lm_eval.json, a serving level's c<N>.json, and CSV tables (the stages' own and the
-committed measurements under reports/measured/).  Each checks encoding, shape, types and ranges
+Text files (UTF-8, gunzipped by name), config YAML, token shards with their meta.json, a
+training run's summary.json and log.csv, lm-eval's lm_eval.json, a serving level's c<N>.json,
+and CSV tables (the stages' own and the committed measurements under reports/measured/).  Each checks encoding, shape, types and ranges
 and raises a DataError (ConfigError for config files) naming the file and, where it helps, the
 line, key or byte offset -- so a truncated, foreign or hand-edited file is one line, never a
 JSONDecodeError, KeyError, UnicodeDecodeError or IndexError from deep inside a stage, and never

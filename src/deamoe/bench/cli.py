@@ -306,13 +306,13 @@ def _variants(args) -> int:
 
 
 def _trace(args) -> int:
-    _picks(args.table)
     import pandas as pd
 
-    mb = pd.read_csv(args.table)  # read by _picks: a microbench.csv
-    if not (mb.model.isin(args.models) & mb.batch.isin(args.batches)).any():
-        from deamoe.errors import ConfigError
+    from deamoe.errors import ConfigError
 
+    _picks(args.table)
+    mb = pd.read_csv(args.table)  # checked by _picks: a microbench.csv
+    if not (mb.model.isin(args.models) & mb.batch.isin(args.batches)).any():
         raise ConfigError(f"bench trace: {args.table} has no row of --models "
                           f"{','.join(args.models)} at --batches "
                           f"{','.join(map(str, args.batches))}; nothing to trace")

@@ -164,7 +164,8 @@ def trace(out: Path, table: str, models: list[str], batches: list[int],
         # the big models' single layer per graph shows first-in-graph effects; 4 copies of the
         # 7B layer show the steady state
         n = copies or (4 if model == "Baseline-7B" else 1)
-        for precision in mb[mb.model == model].weight_dtype.unique():
+        # only the precisions with a pick at these batches: each needs its own layer weights
+        for precision in mb[(mb.model == model) & mb.batch.isin(batches)].weight_dtype.unique():
             for kind, shape in (("baseline", table1_row(model).baseline),
                                 ("deamoe", table1_row(model).deamoe)):
                 ws = [random_weights(shape, "cuda", seed=c, fp8=Fp8Format.of(precision))

@@ -433,7 +433,7 @@ def grouped_gemm(
         DOT_F32=INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
-        W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
+        W_FP8=fp8, A_FP8=w8a8,
         GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1, A_PREQ=preq,
         C_FP8=c_q, C_FROM_BF16=c_bf16,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
