@@ -8,6 +8,7 @@ from __future__ import annotations
 import types
 
 import pandas as pd
+import pytest
 
 import deamoe.kernels  # noqa: F401  (interpreter without CUDA)
 from deamoe.shapes import DeaMoEShape, MoEShape
@@ -39,21 +40,39 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     assert "fp8 check: 16/16 ok" in out
 
 
-def test_fp8_check_runs_w8a8_also_on_tiles_that_quantise_before_the_gemm(tmp_path, monkeypatch):
-    # w8a8: the battery and the stream options twice, the second time on '-pq' tiles where the
-    # layer can take them (here the baseline: DeaMoE's h_ffn 32 is not a multiple of 128)
+# the unchosen departments' rows of DeaMoE's department output are poisoned (NaN) and quantised
+# too: the interpreter warns of their all-NaN max
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+def test_fp8_check_runs_w8a8_once_per_way_its_activations_meet_the_gemms(tmp_path, monkeypatch):
+    # w8a8: the battery and the stream options three times, on the main loop's quantiser, on
+    # '-pq' tiles and on '-qo' tiles, each where the layer can take them: with h_ffn 32 only the
+    # baseline takes '-pq' and neither '-qo' (not whole 128-column groups); with h_ffn 128 both
+    # take both
     import deamoe.kernels.battery as battery
     import deamoe.shapes as shapes
     from deamoe.bench.checks import fp8_check
 
     calls = []
+    monkeypatch.setattr(battery, "full_battery", lambda *a, **kw: calls.append(kw["w8a8_pass"]) or [])
     monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
-    monkeypatch.setattr(battery, "full_battery", lambda *a, **kw: calls.append(kw["preq"]) or [])
     assert fp8_check(tmp_path, ("fp8-w8a8",), ["DeepSeek-V3"], kernel=None, device="cpu") == 0
     df = pd.read_csv(tmp_path / "fp8_check.csv")
     assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8, "stream-pq": 2}
-    assert calls == [False, True] and df["ok"].all()
+    assert calls == ["", "-pq", "-qo"] and df["ok"].all()
     assert set(df.loc[df["part"] == "stream-pq", "kind"]) == {"moe"}
+
+    wide = types.SimpleNamespace(
+        baseline=MoEShape(h=64, h_ffn=128, n_expert=4, k_expert=2),
+        deamoe=DeaMoEShape(h=64, h_ffn=128, n_dept=2, n_expert=4, k_dept=1, k_expert=2,
+                           expert_init="random"))
+    monkeypatch.setattr(shapes, "table1_row", lambda model: wide)
+    monkeypatch.setattr("deamoe.bench.checks._graph_rows", lambda *a, **kw: [])
+    assert fp8_check(tmp_path / "wide", ("fp8-w8a8",), ["DeepSeek-V3"], kernel=None,
+                     device="cpu") == 0
+    df = pd.read_csv(tmp_path / "wide" / "fp8_check.csv")
+    per = df.groupby(["part", "kind"]).size().to_dict()
+    assert per == {(p, k): n for p in ("stream", "stream-pq", "stream-qo")
+                   for k, n in (("moe", 2), ("deamoe", 6))} and df["ok"].all()
 
 
 def test_picks_check_runs_an_fp8_tables_picks_on_fp8_weights(tmp_path, monkeypatch, capsys):

@@ -283,3 +283,25 @@ def test_block_m_search_is_capped_by_batch():
         return sum(cost[n][v] for n, v in k.items())
     assert search_tiles(MOE, measure, s, batch=20)["block_m"] == 32  # 64 > next_pow2(20)
     assert 64 not in tried
+
+
+def test_a_qo_tile_is_searched_on_the_up_projections_only():
+    # one fp8_tiles list serves every GEMM: a '-qo' tile starts the search with its output
+    # stored quantised on the up-projections and as the plain '-pq' tile on the GEMMs that sum
+    # their output; no trial puts '-qo' on those, and none is timed twice
+    s = MicrobenchSettings(tiles=["n64-k64-w4-s1"], block_m=16, grid_order=False,
+                           split_launches=[]).searching("bf16")
+    s.tiles = ["n128-k128-w4-s1-pq-qo", "n128-k128-w4-s1-pq"]
+    for shape, ups, downs in ((MOE, ("w13",), ("w2",)),
+                              (DEA, ("dept_up", "expert_up"), ("expert_down", "dept_down"))):
+        tried = []
+
+        def cost(k):
+            tried.append(dict(k))
+            return -sum(v.endswith("-qo") for v in k.values() if isinstance(v, str))
+        best = search_tiles(shape, cost, s)
+        assert all(not k[d].endswith("-qo") for k in tried for d in downs)
+        assert all(best[u] == "n128-k128-w4-s1-pq-qo" for u in ups)
+        assert all(best[d] == "n128-k128-w4-s1-pq" for d in downs)
+        names = [knobs_name(k) for k in tried]
+        assert len(names) == len(set(names))

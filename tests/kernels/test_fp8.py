@@ -165,7 +165,39 @@ def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
     assert sorted(refused) == ["deamoe-oddk", "deamoe-shared"]
     from deamoe.kernels.battery import full_battery
     with pytest.raises(ValueError, match="needs w8a8 weights"):
-        full_battery("cpu", torch.float32, [], fp8=Fp8Format(32, 32), preq=True)
+        full_battery("cpu", torch.float32, [], fp8=Fp8Format(32, 32), w8a8_pass="-pq")
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_take_it():
+    # the battery's '-qo' pass: every GEMM on '-pq' tiles, the up-projections also storing their
+    # output quantised (BLOCK_N one group); it leaves out exactly the layers whose h_ffn is not
+    # whole groups, and keeps DeaMoE's department up-projection plain where the operator runs
+    # outside the kernel (rmsnorm)
+    from deamoe.kernels.battery import operator_variants, pass_tiles, takes_pass
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.shared_expert import SharedTiles
+
+    fmt = Fp8Format(32, 32, "fp8")
+    taken = []
+    for name, shape in {**small_shapes(), **shared_shapes()}.items():
+        layer = DeaMoETiles() if shape.kind == "deamoe" else MoETiles()
+        tiles = pass_tiles(layer, shape, "-qo", fmt)
+        ups = ("w13",) if shape.kind == "moe" else ("dept_up", "expert_up")
+        assert {f.name for f in dataclasses.fields(tiles) if getattr(getattr(tiles, f.name), "qout", 0)} \
+            == set(ups) and all(getattr(tiles, u).block_n == 32 for u in ups)
+        if takes_pass(shape, "-qo", fmt):
+            taken.append(name)
+            row = check_case(Case(name, shape, 5, "random", seed=2), tiles=tiles,
+                             shared_tiles=pass_tiles(SharedTiles(), shape, "-pq", fmt), fp8=fmt)
+            assert row["ok"], row
+    assert taken == ["moe-small", "deamoe-small", "deamoe-strict", "moe-shared"]
+    rms = [s for s in operator_variants(small_shapes()["deamoe-small"]) if s.operator == "rmsnorm"][0]
+    tiles = pass_tiles(DeaMoETiles(), rms, "-qo", fmt)
+    assert (tiles.dept_up.qout, tiles.dept_up.preq, tiles.expert_up.qout) == (False, True, True)
+    assert check_case(Case("op-rmsnorm", rms, 5, "random", 3), tiles=tiles, fp8=fmt)["ok"]
+    with pytest.raises(ValueError, match="not one of"):
+        pass_tiles(MoETiles(), small_shapes()["moe-small"], "-q", fmt)
 
 
 def _layer_on_tile(shape, t: TileConfig, fmt: Fp8Format, **other) -> torch.Tensor:

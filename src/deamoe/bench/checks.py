@@ -14,8 +14,10 @@
   fp8_check       block-scaled FP8 weights (deamoe.kernels.fp8), per precision: the battery
                   (small shapes and the Table 1 layers) against the dequantised reference, the
                   stream options of both layers (w8a8 also on '-pq' tiles, the activations
-                  quantised before each GEMM), the step in CUDA graphs, and -- with vLLM's
-                  kernel file -- vLLM's FP8 block path beside ours on the same Table 1 inputs
+                  quantised before each GEMM, and on '-qo' ones, the up-projections' output
+                  stored quantised for the GEMM after them), the step in CUDA graphs, and --
+                  with vLLM's kernel file -- vLLM's FP8 block path beside ours on the same
+                  Table 1 inputs
 Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1
 if any case fails.  CUDA only.
 """
@@ -176,31 +178,32 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
               device="cuda") -> int:
     """FP8 weights in each of `precisions`, on the Table 1 `models` (module doc) ->
     out/fp8_check.csv, written after each precision too (a stopped call keeps them)."""
-    from deamoe.kernels.battery import Case, build_layer, check_case, full_battery
+    from deamoe.kernels.battery import (W8A8_PASSES, Case, build_layer, check_case, full_battery,
+                                        pass_tiles, takes_pass)
     from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fp8 import Fp8Format, preq_fits, with_preq
+    from deamoe.kernels.fp8 import Fp8Format
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.shapes import table1_row
 
     rows = []
     for precision in precisions:
         fmt = Fp8Format.of(precision)
-        # w8a8 twice: activations quantised in the GEMM's main loop, and before it ('-pq')
-        passes = ["", "-pq"] if fmt.activations == "fp8" else [""]
-        for pq in passes:
-            rows += [{**r, "part": "battery" + pq} for r in
+        # w8a8 once per way its activations meet the GEMMs (battery.W8A8_PASSES)
+        passes = W8A8_PASSES if fmt.activations == "fp8" else ("",)
+        for how in passes:
+            rows += [{**r, "part": "battery" + how} for r in
                      full_battery(device, torch.bfloat16, [1, 13, 64, 256], models, fp8=fmt,
-                                  preq=bool(pq))]
+                                  w8a8_pass=how)]
         for model in models:
             for shape in (table1_row(model).baseline, table1_row(model).deamoe):
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
                 cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
-                for pq in (p for p in passes if not p or preq_fits(shape, fmt)):
+                for how in (p for p in passes if takes_pass(shape, p, fmt)):
                     for option in STREAM_OPTIONS[shape.kind]:
-                        tiles = with_preq(cls(**option)) if pq else cls(**option)
+                        tiles = pass_tiles(cls(**option), shape, how, fmt)
                         r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
                                        layer=layer, tiles=tiles, fp8=fmt)
-                        rows.append({**r, "part": "stream" + pq, "variant": str(option)})
+                        rows.append({**r, "part": "stream" + how, "variant": str(option)})
                 del layer
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()

@@ -9,9 +9,12 @@ the knob space coordinate by coordinate and `search_point` re-times its finalist
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 from deamoe.decode.knobs import EXPERT_STAGES, GEMM_STAGES, parse_knobs
+from deamoe.kernels.fp8 import UP_PROJECTIONS
+from deamoe.kernels.tile_config import TileConfig
 
 if TYPE_CHECKING:
     from deamoe.bench.settings import MicrobenchSettings
@@ -33,9 +36,19 @@ def block_m_values(values, batch: int | None) -> tuple:
     return tuple(v for v in values if v <= cap)
 
 
+def on_stage(stage: str, tile: str) -> str:
+    """`tile` as GEMM `stage` can run it: a '-qo' tile (the output stored quantised for the next
+    GEMM) without '-qo' on a GEMM that sums its output (fp8.UP_PROJECTIONS), so one list of
+    tiles serves every GEMM."""
+    if stage in UP_PROJECTIONS or "-qo" not in tile:
+        return tile
+    return dataclasses.replace(TileConfig.parse(tile), qout=False).name
+
+
 def joint_knobs(shape, tile: str, block_m: int) -> dict:
-    """Every GEMM of the layer on `tile`, every grouping on `block_m`: the search's start."""
-    knobs = {stage: tile for stage in GEMM_STAGES[shape.kind]}
+    """Every GEMM of the layer on `tile` (on_stage), every grouping on `block_m`: the search's
+    start."""
+    knobs = {stage: on_stage(stage, tile) for stage in GEMM_STAGES[shape.kind]}
     knobs.update({k: block_m for k in BLOCK_M_KNOBS[shape.kind]})
     return knobs
 
@@ -52,7 +65,8 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     GEMMs, each with the split found and with none; with s.final_tile_pass, one more
     coordinate pass over each GEMM's tile on those final knobs, keeping each GEMM's grid order
     (DeaMoE-7B 2-4% faster, the rest within 0.5%).
-    measure(knobs) -> median us or None."""
+    measure(knobs) -> median us or None; a knob set reached twice is timed once."""
+    measure = _timed_once(measure)
     best, best_t = None, None
     for tile in s.tiles:
         knobs = joint_knobs(shape, tile, s.block_m)
@@ -67,7 +81,7 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
             for tile in [None, *s.tiles]:  # None: keep the current tiles
                 trial = {**start, knob: value}
                 if tile is not None:
-                    trial.update({g: tile for g in GROUPING_GEMMS[knob]})
+                    trial.update({g: on_stage(g, tile) for g in GROUPING_GEMMS[knob]})
                 if trial == best or (tile is None and value == start[knob]):
                     continue
                 t = measure(trial)
@@ -93,6 +107,19 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     if s.final_tile_pass:
         best, best_t = tile_pass(shape, measure, s, best, best_t)
     return best
+
+
+def _timed_once(measure):
+    """measure, remembering each knob set's time: the search's steps reach some sets twice (a
+    BLOCK_M trial with the current tile, a '-qo' tile made plain on a GEMM that sums)."""
+    times = {}
+
+    def once(knobs):
+        key = tuple(sorted(knobs.items()))
+        if key not in times:
+            times[key] = measure(knobs)
+        return times[key]
+    return once
 
 
 def dense_dept_trials(measure, s: "MicrobenchSettings", start: dict, batch: int | None):
@@ -157,6 +184,7 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
     (-nf or not): (best, its time)."""
     for stage in GEMM_STAGES[shape.kind]:
         for value in s.tiles:
+            value = on_stage(stage, value)
             if best[stage].endswith("-nf"):
                 value = _with_nf(value)
             if value == best[stage]:

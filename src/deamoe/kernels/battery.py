@@ -255,28 +255,64 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
     return [dataclasses.replace(shape, operator=op) for op in ("gelu", "rmsnorm", "none")]
 
 
+# How a w8a8 layer's GEMMs meet their activations, each a pass of the battery: quantised in the
+# GEMM's main loop (""), in a launch before each GEMM ('-pq'), or that and, for the
+# up-projections, stored quantised by the GEMM before them ('-qo').
+W8A8_PASSES = ("", "-pq", "-qo")
+
+
+def pass_tiles(tiles, shape, how: str, fmt: Fp8Format):
+    """A routed layer's `tiles` as w8a8 pass `how` runs them on `shape`'s layer.  DeaMoE's
+    department up-projection takes '-pq' alone where the operator is applied outside the kernel
+    (and a shared expert's tiles always do: its GEMMs store plain outputs)."""
+    from deamoe.kernels.deamoe_decode import FUSED_OPERATORS
+    from deamoe.kernels.fp8 import UP_PROJECTIONS, with_preq, with_qout
+
+    if how not in W8A8_PASSES:
+        raise ValueError(f"w8a8 pass {how!r} is not one of {W8A8_PASSES}")
+    if how == "-pq":
+        return with_preq(tiles)
+    if how == "-qo":
+        outside = shape.kind == "deamoe" and shape.operator not in FUSED_OPERATORS
+        return with_qout(tiles, fmt, [u for u in UP_PROJECTIONS if not (outside and u == "dept_up")])
+    return tiles
+
+
+def takes_pass(shape, how: str, fmt: Fp8Format | None) -> bool:
+    """Whether `shape`'s layer can run w8a8 pass `how` in `fmt` (fp8.preq_fits, fp8.qout_fits)."""
+    from deamoe.kernels.fp8 import preq_fits, qout_fits
+
+    if how == "-pq":
+        return preq_fits(shape, fmt)
+    if how == "-qo":
+        return qout_fits(shape, fmt)
+    return True
+
+
 def full_battery(device: str, dtype, table1_tokens: list[int], models=None, progress=None,
-                 fp8: Fp8Format | None = None, preq: bool = False) -> list[dict]:
+                 fp8: Fp8Format | None = None, w8a8_pass: str = "") -> list[dict]:
     """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes; fp8:
     every case on block-quantised FFN matrices (small shapes: blocks of 32, so they hold
-    several; the Table 1 shapes in `fp8`'s own blocks).  preq (w8a8): every GEMM on '-pq' tiles
-    (activations quantised before it), on the shapes that can take them (fp8.preq_fits)."""
+    several; the Table 1 shapes in `fp8`'s own blocks).  w8a8_pass (W8A8_PASSES): every GEMM's
+    tile as that pass runs it (pass_tiles), on the shapes that can take it (takes_pass)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
-    from deamoe.kernels.fp8 import preq_fits, with_preq
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.kernels.shared_expert import SharedTiles
     from deamoe.shapes import TABLE1
 
-    if preq and (fp8 is None or fp8.activations != "fp8"):
-        raise ValueError("full_battery: preq (activations quantised before the GEMM) needs w8a8 weights")
+    if w8a8_pass and (fp8 is None or fp8.activations != "fp8"):
+        raise ValueError(f"full_battery: pass {w8a8_pass!r} (activations quantised outside the "
+                         "GEMM's main loop) needs w8a8 weights")
 
-    def tiles(shape):  # None: the defaults
-        return with_preq(DeaMoETiles() if shape.kind == "deamoe" else MoETiles()) if preq else None
+    def tiles(shape, fmt):  # None: the defaults
+        layer = DeaMoETiles() if shape.kind == "deamoe" else MoETiles()
+        return pass_tiles(layer, shape, w8a8_pass, fmt) if w8a8_pass else None
 
-    shared = with_preq(SharedTiles()) if preq else None
+    def shared(shape, fmt):
+        return pass_tiles(SharedTiles(), shape, "-pq", fmt) if w8a8_pass else None
 
     def wanted(shape, fmt):
-        return not preq or preq_fits(shape, fmt)
+        return not w8a8_pass or takes_pass(shape, w8a8_pass, fmt)
 
     small = fp8 and dataclasses.replace(fp8, block_n=32, block_k=32)
     rows = []
@@ -284,10 +320,11 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
         for seed, tokens in enumerate((1, 37, 256) if wanted(shape, small) else ()):
             for pattern in PATTERNS:
                 rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype,
-                                       tiles=tiles(shape), shared_tiles=shared, fp8=small))
+                                       tiles=tiles(shape, small), shared_tiles=shared(shape, small),
+                                       fp8=small))
     for shape in (s for s in operator_variants(small_shapes()["deamoe-small"]) if wanted(s, small)):
         rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device,
-                               dtype, tiles=tiles(shape), fp8=small))
+                               dtype, tiles=tiles(shape, small), fp8=small))
     for model, row in TABLE1.items():
         if models is not None and model not in models:
             continue
@@ -296,8 +333,8 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
             cases = [Case(model, shape, t, "random", seed=20 + t) for t in table1_tokens]
             cases += [Case(model, shape, 64, "same", 1), Case(model, shape, 64, "empty", 2)]
             for case in cases:
-                rows.append(check_case(case, device, dtype, layer=layer, tiles=tiles(shape),
-                                       shared_tiles=shared, fp8=fp8))
+                rows.append(check_case(case, device, dtype, layer=layer, tiles=tiles(shape, fp8),
+                                       shared_tiles=shared(shape, fp8), fp8=fp8))
                 if progress is not None:
                     progress.update(1)
             del layer

@@ -105,6 +105,21 @@ def with_preq(tiles):
     return dataclasses.replace(tiles, **quantised)
 
 
+# The GEMMs whose output the next GEMM reads whole (no sum across experts): the ones that can
+# store that output quantised for it ('-qo').
+UP_PROJECTIONS = ("w13", "dept_up", "expert_up")
+
+
+def with_qout(tiles, fmt: "Fp8Format", ups=UP_PROJECTIONS):
+    """with_preq(tiles), and the up-projections named in `ups` also storing their output
+    quantised for the GEMM after them ('-qo', TileConfig.qout; w8a8 only) with BLOCK_N one scale
+    group wide: the epilogue quantises a tile's columns as one group."""
+    tiles = with_preq(tiles)
+    stored = {n: dataclasses.replace(getattr(tiles, n), qout=True, block_n=fmt.block_k)
+              for n in ups if hasattr(tiles, n)}
+    return dataclasses.replace(tiles, **stored)
+
+
 def preq_groups_fit(a_up_off: int, k: int, width: int, block_k: int) -> bool:
     """Whether a GEMM reading K columns of A (rows `width` wide; SwiGLU's up input at column
     a_up_off) can take A quantised before it in groups of block_k: the groups must be the main
@@ -119,6 +134,12 @@ def preq_fits(shape, fmt: "Fp8Format") -> bool:
     department output, h_ffn columns each)."""
     f = shape.h_ffn
     return shape.kind != "deamoe" or preq_groups_fit(f, f, 2 * f, fmt.block_k)
+
+
+def qout_fits(shape, fmt: "Fp8Format") -> bool:
+    """Whether `shape`'s layer can take with_qout's tiles in `fmt`: '-pq' fits, and the gate and
+    up halves of each up-projection's output (h_ffn columns each) are whole scale groups."""
+    return preq_fits(shape, fmt) and shape.h_ffn % fmt.block_k == 0
 
 
 @dataclass(frozen=True)
