@@ -63,6 +63,44 @@ def check_config(doc: dict) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def path_problems(doc: dict) -> list[str]:
+    """The files and folders the config names, against the disk (relative paths: from the working
+    directory), one line each: data.files (source=files) and, offline, eval.data_dir with the
+    file of every configured task.  The workflow runs it after `config_problems`, so a missing
+    corpus or evaluation file is named before any job, not by a job after training."""
+    from pathlib import Path
+
+    from deamoe.errors import DataError
+
+    problems = []
+    data = doc.get("data") or {}
+    if data.get("source") == "files" and data.get("files"):
+        from deamoe.train.data import corpus_files
+
+        try:
+            corpus_files(data["files"])
+        except DataError as exc:
+            problems.append(str(exc))
+    ev = doc.get("eval") or {}
+    if not ev.get("online", False):
+        from deamoe.eval.corpus import PERPLEXITY_FILES
+        from deamoe.eval.data import DOWNSTREAM
+
+        folder = Path(ev.get("data_dir", "data/eval"))
+        if not folder.is_dir():
+            problems.append(f"eval.data_dir {str(folder)!r} is not a folder "
+                            f"({'a file' if folder.exists() else 'no such path'}); offline "
+                            "evaluation reads its task files there (the shipped data: data/eval)")
+        else:
+            files = {t: DOWNSTREAM[t].file if t in DOWNSTREAM else PERPLEXITY_FILES.get(t)
+                     for t in ev.get("tasks") or []}
+            missing = sorted({f for f in files.values() if f and not (folder / f).is_file()})
+            if missing:
+                problems.append(f"eval.data_dir {str(folder)!r} lacks {', '.join(missing)} (the "
+                                "configured eval.tasks read them offline)")
+    return problems
+
+
 def _model_conflicts(m) -> list[str]:
     out = []
     if m.hidden_size % m.num_attention_heads:

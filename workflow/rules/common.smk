@@ -27,7 +27,7 @@ from snakemake.utils import validate
 SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
 # this checkout's package: its cross-field checks are the ones the commands run
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from deamoe.checks import config_problems
+from deamoe.checks import config_problems, path_problems
 from deamoe.errors import ConfigError
 from deamoe.readers import load_json, load_yaml
 from deamoe.schema import first_problem, load as load_schema
@@ -36,6 +36,15 @@ SECTIONS = [
     "eval", "serve", "microbench", "report",
 ]
 PRETRAIN_MODELS = ["baseline", "deamoe"]  # budget-matched baseline and DeaMoE
+
+
+def config_stop(problems):
+    """Stop the parse on config problems: each a line `config: ...` on stderr, exit status 1, before
+    any job.  Not a WorkflowError: Snakemake would print it with the file, line and call stack of
+    the Snakefile code that raised it, several lines around the one that matters."""
+    for problem in problems:
+        print(f"config: {problem}", file=sys.stderr)
+    sys.exit(1)
 
 
 def _schema_error(exc, instance, schema_path, prefix=""):
@@ -51,8 +60,8 @@ def _schema_error(exc, instance, schema_path, prefix=""):
     except Exception:  # e.g. a $ref this plain re-check cannot resolve: keep Snakemake's text
         problem = None
     if problem is None:
-        return WorkflowError(f"config{' section ' + prefix if prefix else ''}: {exc}")
-    return WorkflowError(f"config: {problem}")
+        problem = f"{'section ' + prefix + ': ' if prefix else ''}{' '.join(str(exc).split())}"
+    return problem
 
 
 def check_config_files(paths):
@@ -63,7 +72,7 @@ def check_config_files(paths):
             text = Path(path).read_text(encoding="utf-8")
             (load_json if str(path).endswith(".json") else load_yaml)(text, str(path))
         except ConfigError as exc:
-            raise WorkflowError(f"config: {exc}") from None
+            config_stop([exc])
         except (OSError, UnicodeDecodeError):
             pass  # Snakemake itself reported an unreadable file before this point
 
@@ -77,7 +86,7 @@ def validate_config(cfg):
     try:
         validate(cfg, str(SCHEMA_DIR / "config.schema.yaml"))
     except WorkflowError as exc:
-        raise _schema_error(exc, cfg, SCHEMA_DIR / "config.schema.yaml") from None
+        config_stop([_schema_error(exc, cfg, SCHEMA_DIR / "config.schema.yaml")])
     for name in SECTIONS:
         schema = SCHEMA_DIR / f"{name}.schema.yaml"
         if not schema.exists():
@@ -87,12 +96,16 @@ def validate_config(cfg):
         try:
             validate(cfg[name], str(schema))
         except WorkflowError as exc:
-            raise _schema_error(exc, cfg[name], schema, prefix=name) from None
+            config_stop([_schema_error(exc, cfg[name], schema, prefix=name)])
     # values that are each valid but conflict with another (k_dept > n_dept, a micro-batch that
-    # does not divide the batch, ...): the same function the commands run, every conflict a line
-    problems = config_problems(json.loads(json.dumps(dict(cfg))))
+    # does not divide the batch, ...): the same function the commands run, every conflict a line;
+    # then the files and folders it names (a corpus, the evaluation data), which only the
+    # workflow checks before any job (a command reads them when it runs)
+    doc = json.loads(json.dumps(dict(cfg)))
+    problems = config_problems(doc)
+    problems += [] if problems else path_problems(doc)
     if problems:
-        raise WorkflowError("\n".join(f"config: {p}" for p in problems))
+        config_stop(problems)
 
 
 def _typed_cli_overrides(cfg, overrides):

@@ -1,6 +1,6 @@
 # Corpus -> tokenizer + memory-mapped token shards with a held-out split (src/deamoe/train/data).
 
-import glob
+from deamoe.train.data import corpus_files as _corpus_glob
 
 
 def _corpus_files(wildcards):
@@ -10,14 +10,8 @@ def _corpus_files(wildcards):
     source = data.get("source", "bundled")
     if source == "bundled":
         return [str(Path(workflow.basedir) / "data" / "corpus" / "gutenberg-slice.txt.gz")]
-    if source == "files":
-        files = []
-        for pattern in data.get("files", []):
-            hits = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
-            if not hits:
-                raise WorkflowError(f"config: data.files: {pattern!r} matches no file")
-            files += hits
-        return files
+    if source == "files":  # each entry matches a regular file: checked with the config (common.smk)
+        return [str(p) for p in _corpus_glob(data.get("files", []))]
     return []  # online sources (e.g. redpajama) are fetched by the command itself
 
 

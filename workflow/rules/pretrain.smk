@@ -12,7 +12,7 @@ try:
     _TRAIN = _load_settings(doc=RESOLVED)
     SIZES = {name: _runs.size(_TRAIN, name) for name in _TRAIN.pretrain.sizes}
 except _ConfigError as _exc:
-    raise WorkflowError(f"config: {_exc}") from None
+    config_stop([_exc])
 PRETRAIN_RUNS = _runs.pretrain_run_names(_TRAIN)
 
 

@@ -45,13 +45,20 @@ def _split_docs(text: str) -> list[str]:
     return [d for d in text.split(DOC_SEPARATOR) if d.strip()]
 
 
-def _expand(patterns: tuple[str, ...]) -> list[Path]:
+def corpus_files(patterns) -> list[Path]:
+    """The regular files data.files names (globs, `~` expanded), in order; a DataError names an
+    entry that matches nothing or only folders.  The workflow checks the config with it too."""
     paths: list[Path] = []
     for pattern in patterns:
         hits = sorted(glob.glob(os.path.expanduser(pattern), recursive=True))
         if not hits:
             raise DataError(f"data.files entry {pattern!r} matches no file")
-        paths += [Path(h) for h in hits if Path(h).is_file()]
+        files = [Path(h) for h in hits if Path(h).is_file()]
+        if not files:
+            raise DataError(f"data.files entry {pattern!r} matches no regular file (only "
+                            f"{'a folder' if len(hits) == 1 else 'folders'}: give a glob of its text "
+                            f"files, e.g. '{hits[0].rstrip('/')}/*.txt')")
+        paths += files
     return paths
 
 
@@ -80,7 +87,7 @@ def iter_documents(settings: DataSettings) -> Iterator[tuple[str, str]]:
         texts = ((f"{BUNDLED.name}#{i}", d) for i, d in enumerate(_split_docs(_read(BUNDLED))))
     elif settings.source == "files":
         texts = (
-            (f"{p}#{i}", d) for p in _expand(settings.files) for i, d in enumerate(_split_docs(_read(p)))
+            (f"{p}#{i}", d) for p in corpus_files(settings.files) for i, d in enumerate(_split_docs(_read(p)))
         )
     else:
         texts = _redpajama(settings)
@@ -104,7 +111,7 @@ def held_out_whole(text: str, fraction: float) -> bool:
 def _sources(settings: DataSettings) -> str:
     """The files (or dataset) a source reads, for a message."""
     if settings.source == "files":
-        paths = _expand(settings.files)
+        paths = corpus_files(settings.files)
         more = f" and {len(paths) - 3} more" if len(paths) > 3 else ""
         if not paths:
             return f"data.files {list(settings.files)}, which match no regular file"

@@ -1,0 +1,43 @@
+"""What a user sees when the workflow refuses: a bad config, or a file or folder it names, is the
+`config: ...` lines alone (no Snakemake traceback or banner), before any job runs."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def _errors(proc) -> list[str]:
+    """stderr without Snakemake's one informational line about --config."""
+    return [line for line in proc.stderr.splitlines()
+            if line.strip() and not line.startswith("Config file config.yaml is extended")]
+
+
+@pytest.mark.parametrize("override, line", [
+    ("train={'lr': 'abc'}", "config: train.lr: 'abc' is not of type 'number'"),
+    ("foo=1", "config: unknown key foo (allowed: "),
+    ("pretrain={'sizes': {'a': {'deamoe': {'h_ffn': 24, 'n_dept': 8}}}}",
+     "config: pretrain.sizes.a.deamoe: missing key n_expert"),
+    # a file or folder the config names, checked against the disk
+    ("data={'source': 'files', 'files': ['nowhere/*.txt']}",
+     "config: data.files entry 'nowhere/*.txt' matches no file"),
+    ("data={'source': 'files', 'files': ['data']}",
+     "config: data.files entry 'data' matches no regular file (only a folder"),
+    ("eval={'data_dir': 'nowhere'}", "config: eval.data_dir 'nowhere' is not a folder (no such path)"),
+    ("eval={'data_dir': 'config.yaml'}", "config: eval.data_dir 'config.yaml' is not a folder (a file)"),
+    ("eval={'data_dir': 'data', 'tasks': ['ptb', 'boolq']}",
+     "config: eval.data_dir 'data' lacks boolq.jsonl.gz, ptb_test.txt.gz"),
+])
+def test_a_bad_config_is_its_lines_alone_before_any_job(snakemake, workdir, override, line):
+    proc = snakemake(workdir, "-n", "--cores", "1", "--config", override)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert _errors(proc) == [_errors(proc)[0]] and _errors(proc)[0].startswith(line), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr and "File \"" not in proc.stderr
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+def test_every_conflict_is_a_line_and_nothing_else(snakemake, workdir):
+    proc = snakemake(workdir, "--cores", "1", "--config", "model={'num_attention_heads': 5}",
+                     "train={'micro_batch_size': 3}")
+    assert proc.returncode == 1
+    assert all(line.startswith("config: ") for line in _errors(proc)) and len(_errors(proc)) >= 3, proc.stderr
+    assert not (workdir / "logs").exists()
