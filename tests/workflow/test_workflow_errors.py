@@ -41,3 +41,15 @@ def test_every_conflict_is_a_line_and_nothing_else(snakemake, workdir):
     assert proc.returncode == 1
     assert all(line.startswith("config: ") for line in _errors(proc)) and len(_errors(proc)) >= 3, proc.stderr
     assert not (workdir / "logs").exists()
+
+
+def test_a_damaged_resolved_config_is_written_again_before_the_jobs_read_it(snakemake, workdir):
+    """results/config/resolved-<hash>.yaml is named by its content: one edited or cut short since it
+    was written is replaced by that content, not handed to every job."""
+    assert snakemake(workdir, "--cores", "1", "resolved_config").returncode == 0
+    (resolved,) = (workdir / "results" / "config").glob("resolved-*.yaml")
+    good = resolved.read_text()
+    resolved.write_text(good[: len(good) // 2] + "\ntrain: [broken\n")
+    proc = snakemake(workdir, "--cores", "1", "results/analysis/table1.csv")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert resolved.read_text() == good and (workdir / "results" / "analysis" / "table1.csv").is_file()

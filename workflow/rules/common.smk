@@ -142,10 +142,17 @@ RESOLVED_CONFIG = (
 
 
 def write_resolved_config():
-    """Write RESOLVED_CONFIG once (temp file + rename); an existing one has this very content."""
+    """Write RESOLVED_CONFIG once (temp file + rename).  An existing one is left as it is when it
+    holds this very content (its name is the hash of it); one edited or damaged since is written
+    again, so that no job reads a config other than the one its name stands for."""
     path = Path(RESOLVED_CONFIG)
-    if path.is_file():
-        return
+    try:
+        if path.read_text(encoding="utf-8") == RESOLVED_TEXT:
+            return
+        print(f"note: {path} differs from the config it is named after (edited?); written again",
+              file=sys.stderr)
+    except (OSError, UnicodeDecodeError):
+        pass  # absent (or unreadable: the write names the problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as fh:
