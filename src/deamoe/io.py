@@ -110,6 +110,33 @@ def _record(path: Path) -> None:
             fh.write(path.name + "\n")
 
 
+def foreign_entries(folder: str | os.PathLike) -> list[Path]:
+    """What inside directory output `folder` the project did not write (Snakemake deletes such an
+    output as a whole before its job runs again): none when it was written as a whole, else every
+    file its folder's marker does not name, below too (markers, locks, Snakemake's timestamp and
+    staging folders are the project's)."""
+    folder = Path(folder)
+    if _whole(folder) or (folder / STAGING_MARK).is_file():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name in (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp"):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            found += foreign_entries(entry)
+        elif not is_ours(entry):
+            found.append(entry)
+    return found
+
+
+def record_output(path: str | os.PathLike) -> None:
+    """Name file `path` in its folder's marker (the folder made if need be) before a writer outside
+    this package writes it: the workflow's logs and benchmark files, which Snakemake writes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _record(path)
+
+
 def _in_staging(path: Path) -> bool:
     return any((folder / STAGING_MARK).is_file() for folder in path.parents)
 

@@ -53,3 +53,45 @@ def test_a_damaged_resolved_config_is_written_again_before_the_jobs_read_it(snak
     proc = snakemake(workdir, "--cores", "1", "results/analysis/table1.csv")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert resolved.read_text() == good and (workdir / "results" / "analysis" / "table1.csv").is_file()
+
+
+def _refusals(proc) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("refused before any job: ")]
+
+
+@pytest.mark.parametrize("where, target, named", [
+    # Snakemake deletes a job's outputs and log before running it: a user's file there is named,
+    # nothing runs, and the file stays as it was
+    ("results/data/meta.json", "results/data/train.bin", "results/data/meta.json exists and was not written"),
+    ("logs/analysis/table1.log", "results/analysis/table1.csv",
+     "logs/analysis/table1.log exists and was not written by this workflow (rule table1's log)"),
+])
+def test_a_users_file_where_a_job_writes_is_refused_and_kept(snakemake, workdir, where, target, named):
+    mine = workdir / where
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"my own notes\n")
+    proc = snakemake(workdir, "--cores", "1", target)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = _refusals(proc)
+    assert named in line and "Traceback" not in proc.stderr
+    assert mine.read_bytes() == b"my own notes\n"
+    assert not (workdir / target).exists()
+
+
+def test_a_users_file_inside_an_output_folder_is_refused_and_kept(snakemake, workdir):
+    assert snakemake(workdir, "--cores", "1", "results/microbench").returncode == 0
+    mine = workdir / "results" / "microbench" / "notes.txt"
+    mine.write_text("mine\n")
+    proc = snakemake(workdir, "--cores", "1", "--forcerun", "microbench", "--", "results/microbench")
+    assert proc.returncode == 1
+    (line,) = _refusals(proc)
+    assert "results/microbench holds results/microbench/notes.txt, not written by this workflow" in line
+    assert mine.read_text() == "mine\n"
+
+
+def test_the_workflows_own_outputs_and_logs_are_rewritten(snakemake, workdir):
+    target = "results/analysis/table1.csv"
+    assert snakemake(workdir, "--cores", "1", target).returncode == 0
+    proc = snakemake(workdir, "--cores", "1", "--forcerun", "table1", "--", target)
+    assert proc.returncode == 0 and not _refusals(proc), proc.stderr[-3000:]
+    assert "table1.log" in (workdir / "logs" / "analysis" / ".deamoe-output").read_text().split()

@@ -160,7 +160,73 @@ def write_resolved_config():
     os.replace(tmp, path)
 
 
+def foreign_outputs(dag, persistence):
+    """Every path of this run that holds something the pipeline did not write, one line each.
+
+    Snakemake deletes a job's outputs and logs before it runs the job, so the commands' own
+    refusal to replace a file they did not write (deamoe.io) would come too late: a user's file at
+    an output path would be gone without a word.  So, before any job: an existing output of any
+    job of the run must be the project's (deamoe.io's rules: a file its folder's marker names, a
+    folder written as a whole or empty) -- otherwise it would be taken for a result, or deleted --
+    and an existing log or benchmark file of a job that will run must be one the workflow wrote:
+    named in its folder's marker (recorded here before each run) or, for a log, in Snakemake's
+    record of the job's outputs; a benchmark Snakemake wrote starts with its header line.
+    """
+    from deamoe.io import OutputPathError, check_output_file, foreign_entries, is_ours
+
+    problems, needrun = [], set(dag.needrun_jobs())
+    for job in dag.jobs:
+        if job.rule.name == "resolved_config":
+            continue  # named by its content: write_resolved_config's own business
+        for f in job.output:
+            path = Path(f)
+            if not f.is_directory:
+                try:
+                    check_output_file(path)
+                except OutputPathError as exc:
+                    problems.append(f"{exc} (an output of rule {job.rule.name})")
+            elif path.is_symlink() or (path.exists() and not path.is_dir()):
+                problems.append(f"{path} exists and is not a folder (an output folder of rule "
+                                f"{job.rule.name}); move it away or remove it yourself")
+            elif path.is_dir() and (foreign := foreign_entries(path)):
+                problems.append(f"{path} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
+                                f", not written by this workflow (an output folder of rule {job.rule.name}, "
+                                "replaced as a whole when it runs); move it away or remove it yourself")
+        if job not in needrun:
+            continue
+        logged = {log for f in job.output for log in (persistence.log(f) or [])}
+        for f in job.log:
+            if os.path.lexists(f) and not (is_ours(f) or str(f) in logged):
+                problems.append(f"{f} exists and was not written by this workflow (rule {job.rule.name}'s "
+                                "log); move it away or remove it yourself")
+        bench = str(job.benchmark) if job.benchmark else None
+        if bench and os.path.lexists(bench) and not is_ours(bench):
+            try:
+                ours = Path(bench).read_text(errors="replace").startswith("s\th:m:s")
+            except OSError:
+                ours = False
+            if not ours:
+                problems.append(f"{bench} exists and was not written by this workflow (rule "
+                                f"{job.rule.name}'s benchmark); move it away or remove it yourself")
+    return problems
+
+
+def record_logs(dag):
+    """Name the log and benchmark files of the jobs about to run in their folders' markers."""
+    from deamoe.io import record_output
+
+    for job in dag.needrun_jobs():
+        for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:
+            record_output(str(f))
+
+
 onstart:
+    problems = foreign_outputs(workflow.dag, workflow.persistence)
+    if problems:
+        for problem in problems:
+            print(f"refused before any job: {problem}", file=sys.stderr)
+        sys.exit(1)
+    record_logs(workflow.dag)
     write_resolved_config()
 
 
