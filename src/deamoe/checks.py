@@ -197,6 +197,20 @@ def _warmup_conflicts(settings) -> list[str]:
     return []
 
 
+def _eval_seed_conflicts(ev, settings) -> list[str]:
+    """eval.seeds picks the pre-training runs that get the downstream tasks: a seed no size of the
+    ladder trains picks none (Table 2 would be silently empty of it)."""
+    from deamoe.train.runs import size
+
+    trained = sorted({seed for name in settings.pretrain.sizes for seed in size(settings, name).seeds})
+    unknown = [seed for seed in ev.seeds if seed not in trained]
+    if unknown:
+        return [f"eval.seeds: {', '.join(map(str, unknown))} is not a seed of any pre-training size "
+                f"(they train seeds {', '.join(map(str, trained))}: pretrain.seeds, "
+                "pretrain.sizes.<size>.seeds), so no run would get the downstream tasks for it"]
+    return []
+
+
 def _conflicts(s: dict) -> list[str]:
     out = []
     if "model" in s:
@@ -212,6 +226,8 @@ def _conflicts(s: dict) -> list[str]:
         settings = Settings("", *(s[k] for k in training))
         out += _pretrain_conflicts(settings) + _ablation_conflicts(settings)
         out += [] if out else _warmup_conflicts(settings)
+        if "eval" in s and not out:
+            out += _eval_seed_conflicts(s["eval"], settings)
     if "serve" in s and "model" in s and "train" in s:
         out += _serve_conflicts(s["serve"], s["model"], s["train"])
     if "eval" in s and "model" in s and "train" in s:

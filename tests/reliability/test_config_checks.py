@@ -45,6 +45,7 @@ CONFLICTS = [
     ({"eval": {"max_length": 4096}}, "eval.max_length=4096 is more than the models' context"),
     ({"eval": {"num_fewshot": 2}}, "eval.num_fewshot must be 0 offline"),
     ({"analysis": {"loading_trials": 1}}, "analysis.loading_trials=1 must be >= 2"),
+    ({"eval": {"seeds": [0, 5]}}, "eval.seeds: 5 is not a seed of any pre-training size (they train seeds 0"),
 ]
 
 
