@@ -2,9 +2,40 @@
 # config.yaml (the tiny CPU default); `--workflow-profile workflow/profiles/gpu` (or slurm) changes
 # the scale and where jobs run.  Each rule calls one `python -m deamoe <command>`; see README.md.
 
+import sys
+from pathlib import Path
+
 from snakemake.utils import min_version
 
 min_version("9.0")
+
+
+def _config_yaml_problem(path="config.yaml"):
+    """config.yaml's own fault, as one line naming its file and line, before Snakemake reads it
+    (Snakemake's message names neither); None when it parses to a mapping, or is absent (Snakemake
+    says so)."""
+    import sys
+
+    sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+    from deamoe.errors import ConfigError
+    from deamoe.readers import load_yaml
+
+    try:
+        doc = load_yaml(Path(path).read_text(encoding="utf-8"), path)
+    except OSError:
+        return None
+    except (ConfigError, UnicodeDecodeError) as exc:
+        return str(exc).splitlines()[0]
+    if not isinstance(doc, dict):
+        got = "it is empty" if doc is None else f"got a {type(doc).__name__}"
+        return f"{path} must be a mapping of sections (profile, analysis, data, ...); {got}"
+    return None
+
+
+_problem = _config_yaml_problem()
+if _problem:
+    print(f"config: {_problem}", file=sys.stderr)
+    sys.exit(1)
 
 
 configfile: "config.yaml"

@@ -95,3 +95,16 @@ def test_the_workflows_own_outputs_and_logs_are_rewritten(snakemake, workdir):
     proc = snakemake(workdir, "--cores", "1", "--forcerun", "table1", "--", target)
     assert proc.returncode == 0 and not _refusals(proc), proc.stderr[-3000:]
     assert "table1.log" in (workdir / "logs" / "analysis" / ".deamoe-output").read_text().split()
+
+
+@pytest.mark.parametrize("text, line", [
+    ("train: [\n", "config: config.yaml cannot be parsed: while parsing a flow node (line 2, column 1)"),
+    ("", "config: config.yaml must be a mapping of sections (profile, analysis, data, ...); it is empty"),
+    ("train:\n  steps: 5\ntrain:\n  lr: 0.1\n", "config: config.yaml:3: key 'train' is given twice"),
+])
+def test_a_broken_config_yaml_is_one_line_naming_it(snakemake, workdir, text, line):
+    (workdir / "config.yaml").unlink()  # a link to the checkout's: this test's own copy instead
+    (workdir / "config.yaml").write_text(text)
+    proc = snakemake(workdir, "-n", "--cores", "1")
+    assert proc.returncode == 1
+    assert _errors(proc) == [_errors(proc)[0]] and _errors(proc)[0].startswith(line), proc.stderr
