@@ -14,8 +14,6 @@ def _config_yaml_problem(path="config.yaml"):
     """config.yaml's own fault, as one line naming its file and line, before Snakemake reads it
     (Snakemake's message names neither); None when it parses to a mapping, or is absent (Snakemake
     says so)."""
-    import sys
-
     sys.path.insert(0, str(Path(workflow.basedir) / "src"))
     from deamoe.errors import ConfigError
     from deamoe.readers import load_yaml
