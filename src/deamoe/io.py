@@ -15,7 +15,9 @@ What may be replaced:
   too).  A directory without that marker, the working directory or any folder above it, and a
   folder holding `.git` are never replaced: the command stops with an error naming the path;
 - nothing under `reports/measured/` (the committed GPU measurements) is written, unless the
-  command that owns a committed table replaces it (`replace_committed`, after validating it).
+  command that owns a committed table replaces it (`replace_committed`, after validating it);
+- a folder a command writes files into is never a folder of the user's files, the working
+  directory or above (`check_output_folder`); no output is or holds an input (`check_apart`).
 
 Commands call `check_outputs` before any work (a refused path is named before an hour of
 training, not after) and hold `folder_lock` on the folder they write (one writer at a time).
@@ -174,19 +176,56 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
             f"{path.parent / OUTPUT_MARKER}); give another path or remove it yourself")
 
 
-def check_replaceable_dir(path: str | os.PathLike) -> None:
-    """Raise OutputPathError unless `path` is absent, empty, or a directory this project wrote."""
-    path = Path(path)
+def _existing_folder(path: Path) -> bool:
+    """Whether output folder `path` exists; an OutputPathError if it is a link, no directory, the
+    working directory or above it, or holds .git."""
     _no_file_in_the_way(path)
     if not (path.exists() or path.is_symlink()):
-        return
-    if path.is_symlink() or not path.is_dir():
+        return False
+    if path.is_symlink():
+        raise OutputPathError(f"{path} is a link; give a new folder (not a link) for this output")
+    if not path.is_dir():
         raise OutputPathError(f"{path} exists and is not a directory; give a new folder for this output")
     real, cwd = path.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         raise OutputPathError(f"{path} is the working directory or holds it; give a new folder for this output")
     if (path / ".git").exists():
         raise OutputPathError(f"{path} holds a .git repository; give a new folder for this output")
+    return True
+
+
+def check_output_folder(path: str | os.PathLike) -> None:
+    """Fail before any work unless folder `path`, that a command writes files into, is absent or
+    fit (`_existing_folder`) and holds no file but lock files unless deamoe wrote into it before
+    (its marker) or it is committed measurements: a folder of the user's files is no output."""
+    path = Path(path)
+    if not _existing_folder(path) or (path / OUTPUT_MARKER).is_file() or is_committed(path):
+        return
+    foreign = next((e for e in sorted(path.iterdir()) if not (e.is_dir() or _is_lock_file(e))), None)
+    if foreign is not None:
+        raise OutputPathError(f"{path} holds files deamoe did not write (e.g. {foreign}; no "
+                              f"{OUTPUT_MARKER} marker); give a new folder for this output")
+
+
+def check_apart(outputs, inputs=()) -> None:
+    """Fail before any work when an output is, or lies inside, another output or an input.
+    outputs, inputs: (what, path) pairs, `what` naming the option in the message."""
+    others = [(w, p, "another output") for w, p in outputs] + [(w, p, "an input") for w, p in inputs]
+    for i, (what, path) in enumerate(outputs):
+        real = Path(os.path.realpath(path))
+        for j, (other, other_path, kind) in enumerate(others):
+            theirs = Path(os.path.realpath(other_path))
+            how = "is" if real == theirs else "lies inside" if theirs in real.parents else None
+            if how and i != j:
+                raise OutputPathError(f"{what} {path} {how} {other} {other_path}, {kind} of this "
+                                      "command; give it another path")
+
+
+def check_replaceable_dir(path: str | os.PathLike) -> None:
+    """Raise OutputPathError unless `path` is absent, empty, or a directory this project wrote."""
+    path = Path(path)
+    if not _existing_folder(path):
+        return
     if is_committed(path):
         raise OutputPathError(f"{path} is under reports/measured/ (committed measurements); give another folder")
     if any(path.iterdir()) and not _whole(path):
@@ -196,14 +235,16 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
         )
 
 
-def check_outputs(files=(), dirs=(), replace_committed: bool = False) -> None:
+def check_outputs(files=(), dirs=(), replace_committed: bool = False, folders=()) -> None:
     """Before any work: every file output absent or the project's (`check_output_file`), every
-    directory output absent, empty or the project's (`check_replaceable_dir`); the staging
-    folders a killed earlier write of each left behind are removed."""
+    directory output absent, empty or the project's (`check_replaceable_dir`), every folder
+    (`check_output_folder`); the staging folders a killed earlier write of each left are removed."""
     for f in files:
         check_output_file(f, replace_committed=replace_committed)
     for d in dirs:
         check_replaceable_dir(d)
+    for folder in folders:
+        check_output_folder(folder)
     for path in (*files, *dirs):
         clear_stale_staging(path)
 
@@ -357,6 +398,12 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 LOCK_TEXT = re.compile(r"\d*\n?")  # what a lock file holds: its holder's PID
 
 
+def _is_lock_file(path: Path) -> bool:
+    """Whether `path` is a lock file of `folder_lock` (a plain file holding at most a PID)."""
+    return (path.is_file() and not path.is_symlink() and path.stat().st_size <= 32
+            and bool(LOCK_TEXT.fullmatch(path.read_bytes().decode(errors="replace"))))
+
+
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str = "another process",
                 subject: str | os.PathLike | None = None) -> Iterator[Path]:
@@ -372,11 +419,7 @@ def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str
     folder = Path(folder)
     subject = folder if subject is None else subject
     lock = folder / name
-    if lock.is_file() and not lock.is_symlink() and lock.stat().st_size <= 32:
-        foreign = not LOCK_TEXT.fullmatch(lock.read_bytes().decode(errors="replace"))
-    else:
-        foreign = lock.exists() or lock.is_symlink()
-    if foreign:
+    if (lock.exists() or lock.is_symlink()) and not _is_lock_file(lock):
         raise OutputPathError(f"{lock} exists and is not a deamoe lock file; remove it yourself or "
                               "give another output folder")
     created = _make_parent(folder)

@@ -189,7 +189,7 @@ def _outputs(out: Path, *names: str) -> None:
     """Before any work: each output OUT/NAME absent or written by deamoe (deamoe.io)."""
     from deamoe.io import check_outputs
 
-    check_outputs(files=[Path(out) / name for name in names])
+    check_outputs(files=[Path(out) / name for name in names], folders=[out])
 
 
 def _picks(table: str) -> None:
@@ -414,7 +414,7 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         _check_merge_target(Path(args.merge_decode_into), out, skip)
     from deamoe.io import check_outputs, folder_lock
 
-    check_outputs(files=[out / name for name in MICROBENCH_OUTPUTS])
+    check_outputs(files=[out / name for name in MICROBENCH_OUTPUTS], folders=[out])
     with folder_lock(out, what="another `python -m deamoe microbench`"):
         if not torch.cuda.is_available():
             write_json(out / "status.json", {"status": "not run", "reason": "no CUDA GPU",

@@ -37,7 +37,7 @@ def cmd_eval(args) -> int:
     from pathlib import Path
 
     from deamoe.eval.runner import run_eval
-    from deamoe.io import check_outputs, folder_lock
+    from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
@@ -48,7 +48,8 @@ def cmd_eval(args) -> int:
 
         s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
     result = Path(args.out) / "lm_eval.json"
-    check_outputs(files=[result])
+    check_apart([("--out", args.out)], [("--checkpoint", args.checkpoint)])
+    check_outputs(files=[result], folders=[args.out])
     if result.is_file():  # this project's: replaced only by the same model's evaluation
         from deamoe.readers import read_lm_eval
 
@@ -71,7 +72,8 @@ def cmd_tables(args) -> int:
     from deamoe.io import check_outputs, folder_lock
 
     load_eval_settings(args.config)  # a bad eval section fails here too, not only in `eval`
-    check_outputs(files=[Path(args.out) / "downstream.csv", Path(args.out) / "perplexity.csv"])
+    check_outputs(files=[Path(args.out) / "downstream.csv", Path(args.out) / "perplexity.csv"],
+                  folders=[args.out])
     with folder_lock(args.out, what="another `python -m deamoe eval-tables`"):
         down, ppl = write_tables(args.in_dir, args.out)
     print(f"eval-tables: {down}, {ppl}")

@@ -32,7 +32,7 @@ def run(args) -> int:
         if not Path(folder).is_dir():  # a mistyped folder would give a report of "not run" rows
             raise DataError(f"{flag} {folder}: no such folder")
     description = read_text(args.description) if args.description else ""
-    check_outputs(files=report_outputs(Path(args.out)))
+    check_outputs(files=report_outputs(Path(args.out)), folders=[args.out])
     with folder_lock(args.out, what="another `python -m deamoe report`"):
         written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
                                profile=cfg.get("profile"), description=description)

@@ -87,12 +87,15 @@ def _client_log(log_path: Path) -> Path:
     return log_path.with_name(stem + ".client.log")
 
 
-def check_serve_outputs(out: Path, log_path: Path, model: str) -> None:
-    """Before any work: the results folder and both logs are absent or this project's, and a
-    results folder of this project's holds this model's levels (never another model's)."""
-    from deamoe.io import check_outputs
+def check_serve_outputs(out: Path, log_path: Path, model: str, checkpoint: Path) -> None:
+    """Before any work: the results folder and both logs are absent or this project's, apart
+    from each other and from the checkpoint, and a results folder of this project's holds this
+    model's levels (never another model's)."""
+    from deamoe.io import check_apart, check_outputs
     from deamoe.readers import read_serve_result
 
+    check_apart([("--out", out), ("--log", log_path), ("the client log", _client_log(log_path))],
+                [("--checkpoint", checkpoint)])
     check_outputs(files=[log_path, _client_log(log_path)], dirs=[out])
     for level in sorted(out.glob("c*.json"))[:1]:
         other = read_serve_result(level)["model"]

@@ -27,7 +27,7 @@ def _serve(args) -> int:
     s = load_serve_settings(args.config)
     # beside the output, never in the working directory (the pipeline names logs/serve/<model>)
     log = Path(args.log or f"{Path(args.out)}.server.log")
-    bench.check_serve_outputs(Path(args.out), log, args.model)
+    bench.check_serve_outputs(Path(args.out), log, args.model, Path(args.checkpoint))
     with output_lock(args.out, what="another `python -m deamoe serve`"):
         rows = bench.run(args.checkpoint, args.model, s, args.out, log)
     for r in rows:
@@ -44,7 +44,7 @@ def _tables(args) -> int:
 
     s = load_serve_settings(args.config)
     profile = read_config(args.config).get("profile")
-    check_outputs(files=[Path(args.out) / "tpot.csv", Path(args.out) / "slo.csv"])
+    check_outputs(files=[Path(args.out) / "tpot.csv", Path(args.out) / "slo.csv"], folders=[args.out])
     with folder_lock(args.out, what="another `python -m deamoe serve-tables`"):
         tpot, slo = tables.write_tables(args.in_dir, args.out, s, profile=profile)
     print(f"wrote {tpot} and {slo}")

@@ -55,7 +55,8 @@ def cmd_data(args) -> int:
 
     s = load_settings(args.config)
     out = Path(args.out)
-    check_outputs(files=[out / n for n in ("train.bin", "val.bin", "meta.json")], dirs=[out / "tokenizer"])
+    check_outputs(files=[out / n for n in ("train.bin", "val.bin", "meta.json")], dirs=[out / "tokenizer"],
+                  folders=[out])
     with folder_lock(out, what="another `python -m deamoe data`"):
         meta = prepare(s.data, out)
     print(f"data: {meta['train_tokens']} train / {meta['val_tokens']} held-out tokens, "
@@ -78,8 +79,9 @@ def cmd_train(args) -> int:
         return _train(s, spec, args)
     from contextlib import nullcontext
 
-    from deamoe.io import folder_lock
+    from deamoe.io import check_output_folder, folder_lock
 
+    check_output_folder(args.out)  # before its lock file is made there
     nproc, nodes = s.train.nproc_per_node, parallel.slurm_launchers()
     # One trainer per run folder: a second one (e.g. started by --rerun-incomplete while an
     # orphaned job of a killed Snakemake still runs) stops here, naming the first one's PID.  With
@@ -118,14 +120,17 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
     """A summary command: its outputs checked before any work, its folder held while it writes."""
     from pathlib import Path
 
-    from deamoe.io import check_outputs, folder_lock
+    from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.train.summaries import summary_outputs
 
     if not Path(args.runs).is_dir():
         from deamoe.errors import DataError
 
         raise DataError(f"--runs {args.runs}: no such folder (the training runs' folder, e.g. results/train)")
-    check_outputs(files=summary_outputs(args.out, evals))
+    outputs = summary_outputs(args.out, evals)
+    check_apart([("--out", outputs[0]), *((f"its {p.stem} table", p) for p in outputs[1:])],
+                [("--runs", args.runs), *((("--eval", args.eval_dir),) if evals else ())])
+    check_outputs(files=outputs)
     with folder_lock(Path(args.out).parent, what=f"another `python -m deamoe {name}`"):
         write()
     return 0

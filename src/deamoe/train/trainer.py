@@ -247,7 +247,7 @@ def _preflight(t, spec: RunSpec, data: TokenData, cfg, out: Path, d) -> None:
     from deamoe.readers import read_run_summary
 
     check_outputs(files=[out / "log.csv", out / "summary.json", out / "state" / "resume.pt"],
-                  dirs=[out / "checkpoint"])
+                  dirs=[out / "checkpoint"], folders=[out])
     if (out / "summary.json").is_file():
         other = read_run_summary(out / "summary.json", whole=False).get("run")
         if other not in (None, spec.name):
