@@ -175,13 +175,16 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
 @dataclass(frozen=True)
 class TableSpec:
     """What a CSV table must hold: its columns, the numeric ones among them (non-numeric text is
-    an error), the ones every row must give as a finite number, and its provenance columns (each
-    row must name the commit and date its numbers came from)."""
+    an error), the ones every row must give as a finite number, its provenance columns (each
+    row must name the commit and date its numbers came from), the columns naming a row's point
+    (`key`, those present: no two rows alike) and whether it must hold a row (`rows`)."""
 
     required: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
     finite: tuple[str, ...] = ()
     provenance: tuple[str, ...] = ()
+    key: tuple[str, ...] = ()
+    rows: bool = False
 
 
 def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "table"):
@@ -220,11 +223,28 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
         if blank.any():
             raise DataError(f"{path}:{int(blank.to_numpy().argmax()) + 2}: column {col} is empty "
                             "(every row must say where its numbers came from)")
+    if spec.rows and frame.empty:
+        raise DataError(f"{path}: a {what} with no rows (only a header)")
+    check_unique(frame, spec, path)
     return frame
 
 
+def check_unique(frame, spec: TableSpec, path=None, lines=None) -> None:
+    """A DataError naming the line of a row whose point (spec.key's columns) an earlier row has:
+    FILE:LINE of `frame` read from `path`, or lines[i] for row i (tables stacked)."""
+    key = [c for c in spec.key if c in frame.columns]
+    twice = frame.duplicated(key) if key else None
+    if twice is not None and twice.any():
+        i = int(twice.to_numpy().argmax())
+        first = int(frame[key].astype(str).eq(frame[key].iloc[i].astype(str)).all(axis=1).to_numpy().argmax())
+        at = lines or [f"{path}:{n + 2}" for n in range(len(frame))]
+        point = ", ".join(f"{c}={frame[c].iloc[i]}" for c in key)
+        raise DataError(f"{at[i]}: the row of {point} is given twice (also at {at[first]}); keep one")
+
+
+POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_dtype: FP8 tables)
 _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
-                    provenance=("date", "git_sha"))
+                    provenance=("date", "git_sha"), key=POINT, rows=True)
 # The tables the stages write and the report reads, and the committed measurements under
 # reports/measured/<gpu>/, by file name ("folder/name" where two differ): what `bench import` and
 # `microbench --merge-decode-into` check before replacing a committed one, and what the report
@@ -240,15 +260,17 @@ TABLES = {
     "microbench.csv": _KERNEL,
     "microbench_shared.csv": _KERNEL,
     "microbench_fp8.csv": TableSpec(_KERNEL.required + ("weight_dtype",), finite=_KERNEL.finite,
-                                    provenance=_KERNEL.provenance),
+                                    provenance=_KERNEL.provenance, key=_KERNEL.key, rows=True),
     "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
-                                 provenance=("date", "git_sha")),
+                                 provenance=("date", "git_sha"), key=("model", "batch"), rows=True),
     "vllm_peer.csv": TableSpec(("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
-                               finite=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha")),
+                               finite=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha"),
+                               rows=True),
     "train_throughput.csv": TableSpec(("section", "shape", "ffn", "path", "ms"), finite=("ms",),
-                                      provenance=("date", "git_sha")),
-    "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), provenance=("date", "git_sha")),
+                                      provenance=("date", "git_sha"), rows=True),
+    "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), provenance=("date", "git_sha"),
+                                rows=True),
     "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
                           provenance=("date", "git_sha")),
     "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n")),

@@ -310,15 +310,22 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     from deamoe.bench.shared import SHARED_FILE, is_shared
     from deamoe.errors import ConfigError, DataError
     from deamoe.io import check_outputs, is_committed, write_csv
-    from deamoe.readers import read_table, table_spec
+    from deamoe.readers import check_unique, read_table, table_spec
 
+    twice = next((d for i, d in enumerate(dirs) if Path(d).resolve() in {Path(e).resolve() for e in dirs[:i]}),
+                 None)
+    if twice is not None:  # its rows would be imported twice
+        raise ConfigError(f"bench import: {twice} is given twice; name each part of the run once")
     tables = {}
     for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
-        parts = [read_table(d / name, table_spec(name), name) for d in dirs if (d / name).exists()]
+        found = [d / name for d in dirs if (d / name).exists()]
+        parts = [read_table(path, table_spec(name), name) for path in found]
         if not parts:
             continue
-        df = pd.concat(parts, ignore_index=True)
+        df = pd.concat(parts, ignore_index=True)  # and no point measured by two parts
+        check_unique(df, table_spec(name), lines=[f"{path}:{n + 2}" for path, part in zip(found, parts)
+                                                  for n in range(len(part))])
         if "git_sha" in df and (df["git_sha"].astype(str) == "unknown").any():
             sha = sha or _head_sha()
             if not sha:

@@ -66,12 +66,12 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
     """{(model, batch): the table's row} of every 'MODEL:BATCH' point, before any GPU work; a
     PeerError naming the point, or the table and the row it lacks.  precision: the rows of
     that weight precision (a table's `weight_dtype`; a table without it holds bf16 rows)."""
-    from deamoe.readers import TableSpec, read_table
+    from deamoe.readers import POINT, TableSpec, read_table
     from deamoe.shapes import table1_row
 
     if not Path(table).is_file():
         raise PeerError(f"--table: no such file {table}")
-    df = read_table(table, TableSpec(("model", "batch", "baseline_tile"), finite=("batch",)),
+    df = read_table(table, TableSpec(("model", "batch", "baseline_tile"), finite=("batch",), key=POINT),
                     "microbench.csv")
     df = df[df["weight_dtype"] == precision] if "weight_dtype" in df else df
     rows = {}

@@ -144,7 +144,7 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     # "not recorded" (only the commands that replace a committed table require it)
     spec = table_spec(path)
     frame = read_table(path, TableSpec(tuple(dict.fromkeys(required + spec.required)), spec.numbers,
-                                       spec.finite), path.name)
+                                       spec.finite, key=spec.key, rows=spec.rows), path.name)
     records = frame.to_dict("records")
     prov = provenance_of(records, profile, scale_records)
     for key, value in (scale or {}).items():

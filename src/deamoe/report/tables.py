@@ -226,15 +226,13 @@ def figure3_slo(results: Path, profile: str | None) -> Artifact:
 
 def _read_sizes_note(path: Path) -> str | None:
     """One line from the committed streaming read by read size: what ONE launch of N bytes
-    reaches, i.e. the per-launch floor under every GEMM of a layer."""
+    reaches, i.e. the per-launch floor under every GEMM of a layer (a malformed table: a
+    DataError naming it, as every committed table read)."""
     if not path.exists():
         return None
-    try:
-        df = pd.read_csv(path)
-        best = df.groupby("mb")["tbps"].max()
-        where = f"{df['gpu'].iloc[0]}, {str(df['date'].iloc[0])[:10]}" if "gpu" in df else "GPU"
-    except (KeyError, ValueError, pd.errors.ParserError):
-        return None
+    df = read_csv(path).frame
+    best = df.groupby("mb")["tbps"].max()
+    where = f"{df['gpu'].iloc[0]}, {str(df['date'].iloc[0])[:10]}" if {"gpu", "date"} <= set(df) else "GPU"
     parts = ", ".join(f"{mb:g} MiB {tbps:.2f} TB/s" for mb, tbps in best.items())
     return (f"streaming read, one launch per read ({where}; {path}): {parts}; a layer of "
             "several launches (DeaMoE 4 GEMMs, baseline 2) cannot beat the sum of its "

@@ -1,0 +1,81 @@
+"""A committed measurement table with a row given twice, or with no row, is one line naming it.
+
+Every command that reads a table of reports/measured/ through an option (a copy, damaged here)
+stops before any work: a point measured twice would be picked or plotted from either row, and
+a header without rows crashed the report (IndexError) instead of naming the file.  `bench
+import` never writes a table holding a point twice (a folder given twice, or two parts that
+both measured a point).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from conftest import REPO, write_config
+
+MEASURED = REPO / "reports" / "measured"
+
+
+def _damaged(work, name: str, how: str):
+    """A copy of reports/measured/ whose h200/NAME has its first row twice, or no row."""
+    shutil.copytree(MEASURED, work / "meas")
+    path = work / "meas" / "h200" / name
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines + lines[1:2] if how == "twice" else lines[:1]))
+    return path
+
+
+PICKS = "meas/h200/microbench.csv"
+TABLE_COMMANDS = {
+    "bench picks-check": ["bench", "picks-check", "o", "--table", PICKS],
+    "bench variants": ["bench", "variants", "o", "x:split_launches=2", "Baseline-7B:4", "--table", PICKS],
+    "bench trace": ["bench", "trace", "o", "--table", PICKS],
+    "bench peer run": ["bench", "peer", "run", "o", "Baseline-7B:4", "--table", PICKS],
+    "microbench --tiles-from": ["microbench", "--config", "c.yaml", "--out", "o", "--tiles-from", PICKS],
+}
+
+
+@pytest.mark.parametrize("command", list(TABLE_COMMANDS))
+def test_a_tile_picks_table_with_a_row_twice_is_named_with_both_lines(work, failing, command):
+    write_config(work / "c.yaml")
+    _damaged(work, "microbench.csv", "twice")
+    failing(TABLE_COMMANDS[command], f"{PICKS}:32", "model=Baseline-7B, batch=4", "given twice",
+            f"{PICKS}:2")
+
+
+@pytest.mark.parametrize("how, names", [("twice", [":18", "given twice", ":2"]), ("header", ["no rows"])])
+def test_a_decode_table_to_merge_into_is_checked(work, failing, how, names):
+    write_config(work / "c.yaml")
+    _damaged(work, "decode_tpot.csv", how)
+    failing(["microbench", "--config", "c.yaml", "--out", "o", "--merge-decode-into",
+             "meas/h200/decode_tpot.csv"], "meas/h200/decode_tpot.csv", *names)
+
+
+@pytest.mark.parametrize("name", ["microbench.csv", "microbench_fp8.csv", "microbench_shared.csv",
+                                  "decode_tpot.csv", "vllm_peer.csv", "read_sizes.csv",
+                                  "train_throughput.csv"])
+@pytest.mark.parametrize("how", ["twice", "header"])
+def test_the_report_names_a_committed_table_with_a_row_twice_or_none(work, failing, name, how):
+    if how == "twice" and name in ("vllm_peer.csv", "read_sizes.csv", "train_throughput.csv"):
+        pytest.skip("no point of its own: several rows per model and batch")
+    write_config(work / "c.yaml")
+    (work / "results").mkdir()
+    _damaged(work, name, how)
+    failing(["report", "--config", "c.yaml", "--measured", "meas", "--out", "rep"], f"meas/h200/{name}",
+            "given twice" if how == "twice" else "no rows")
+
+
+def test_import_of_a_folder_given_twice_is_refused(work, failing):
+    (work / "run").mkdir()
+    shutil.copy(MEASURED / "h200" / "microbench.csv", work / "run")
+    failing(["bench", "import", "run", "run", "--dest", "dest", "--sha", "abc"], "run is given twice")
+
+
+def test_import_of_two_parts_measuring_one_point_is_refused(work, failing):
+    for part in ("a", "b"):
+        (work / part).mkdir()
+        shutil.copy(MEASURED / "h200" / "decode_tpot.csv", work / part)
+    failing(["bench", "import", "a", "b", "--dest", "dest", "--sha", "abc"], "b/decode_tpot.csv:2",
+            "given twice", "a/decode_tpot.csv:2")
