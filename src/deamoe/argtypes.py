@@ -31,6 +31,15 @@ def non_negative_int(text: str) -> int:
     return _int(text, 0)
 
 
+def int_range(low: int, high: int):
+    """The type of a flag taking an integer in [low, high] (a bound keeps a huge value from
+    running for days, or from overflowing what it feeds)."""
+    return lambda text: _int(text, low, high)
+
+
+LARGEST_DIMENSION = 2**31 - 1  # a layer's width or count of experts: an int32
+
+
 def _bounds(section: str, key: str) -> tuple[int, int | None]:
     """The range of integer config key section.key (of its items, for a list) in its schema."""
     from deamoe import schema

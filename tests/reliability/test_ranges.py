@@ -78,8 +78,13 @@ def test_a_key_given_twice_in_a_json_config_is_an_error(work, failing):
     (["loading", "--config", "c.yaml", "--out", "l.csv", "--tokens", "1,100000"], ["--tokens", "<= 65536"]),
     (["microbench", "--config", "c.yaml", "--out", "mb", "--batches", "4,5000"], ["--batches", "<= 4096"]),
     (["bench", "overread", "o", "--draws", "-3"], ["--draws", ">= 1"]),
+    # unbounded, it ran for days; budget's products of 3000-digit sizes failed unexpectedly (exit 1)
+    (["bench", "overread", "o", "--draws", str(10 ** 12)], ["--draws", "<= 1000000"]),
+    (["budget", "--h", "9" * 3000, "--h-ffn", "9" * 3000, "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
+      "--dea-n-expert", "8", "--k-dept", "1", "--dea-k-expert", "2"], ["--h", "<= 2147483647"]),
     (["bench", "trace", "o", "--batches", "4,x"], ["--batches", "'4,x'"]),
 ])
+@pytest.mark.timeout(120)  # an unbounded flag runs its work instead of failing
 def test_a_flag_out_of_range_is_named(work, failing, argv, names):
     write_config(work / "c.yaml")
     failing(argv, *names)

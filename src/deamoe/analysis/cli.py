@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from deamoe.analysis.settings import AnalysisSettings
-from deamoe.argtypes import config_int, config_int_list, model_list, non_negative_int, positive_int
+from deamoe.argtypes import LARGEST_DIMENSION, config_int, config_int_list, int_range, model_list
 
 
 def cmd_table1(args) -> int:
@@ -91,8 +91,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("budget", help="params/FLOPs of any baseline vs DeaMoE configuration (JSON)")
     for name in ("h", "h-ffn", "n-expert", "k-expert", "n-dept", "dea-n-expert", "k-dept", "dea-k-expert"):
-        p.add_argument(f"--{name}", type=positive_int, required=True)
-    p.add_argument("--n-shared", type=non_negative_int, default=0,
+        p.add_argument(f"--{name}", type=int_range(1, LARGEST_DIMENSION), required=True)
+    p.add_argument("--n-shared", type=int_range(0, LARGEST_DIMENSION), default=0,
                    help="always-active shared experts of width h_ffn in both layers (default 0)")
     p.set_defaults(func=cmd_budget)
 

@@ -28,7 +28,7 @@ MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
-from deamoe.argtypes import config_int_list, model_list, positive_int
+from deamoe.argtypes import config_int_list, int_range, model_list, positive_int
 
 
 def _precisions(text: str) -> tuple[str, ...]:
@@ -131,7 +131,8 @@ def _register_bench(sub) -> None:
     tool("read-sizes", _read_sizes, "CUDA: streaming read by read size -> OUT/read_sizes.csv")
     t = tool("overread", _overread, "CPU: distinct departments and the dense department GEMM's "
              "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
-    t.add_argument("--draws", type=positive_int, default=2000)
+    t.add_argument("--draws", type=int_range(1, 10**6), default=2000,
+                   help="routings drawn per model and batch (at most 10^6: about an hour)")
     t = tool("import", _import, "copy a device run's tables (several parts of one run: "
              "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
              "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
