@@ -141,7 +141,8 @@ def damaged_runs(checkpoint, tmp_path_factory):
     helpers = _helpers()
     work = tmp_path_factory.mktemp("damaged") / "work"
     work.mkdir()
-    helpers.write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1})
+    helpers.write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1,  # its data, read first
+                                                "data_dir": str(helpers.REPO / "data" / "eval")})
     err, log = work.parent / "stderr.txt", work.parent / "driver.log"
     env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "PYTHONWARNINGS": "ignore"}
     argv = ["eval", "--config", "c.yaml", "--checkpoint", "ckpt", "--model", "deamoe", "--out", "res/eval"]
@@ -172,3 +173,20 @@ def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(damaged_
     _helpers().assert_one_line_error(status, err, "ckpt")
     assert after == before, "a failed command changed the tree"
 
+
+
+def test_a_missing_evaluation_file_is_named_before_the_checkpoint_loads(work, failing, checkpoint, monkeypatch):
+    """Loading a large checkpoint takes minutes; a data file absent from eval.data_dir was
+    named only after it."""
+    from conftest import write_config
+
+    from deamoe.eval import runner
+
+    def load(*args):
+        raise AssertionError("the checkpoint was loaded before the data were checked")
+
+    monkeypatch.setattr(runner, "load_checkpoint", load)
+    (work / "empty").mkdir()
+    write_config(work / "c.yaml", eval={"data_dir": "empty"})
+    failing(["eval", "--config", "c.yaml", "--checkpoint", checkpoint, "--model", "deamoe", "--out", "e"],
+            "empty/", "evaluation data file not found")

@@ -160,6 +160,14 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def checkpoint_dir(checkpoint: str | Path) -> Path:
+    """`checkpoint` as a Path, or a DataError when it is no checkpoint directory (no config.json)."""
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        raise DataError(f"{path}: not a checkpoint directory (no config.json)")
+    return path
+
+
 def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     """Model and tokenizer from a Hugging Face checkpoint directory (DeaMoE or any causal LM)."""
     import torch
@@ -167,9 +175,7 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
 
     import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
 
-    path = Path(checkpoint)
-    if not (path / "config.json").is_file():
-        raise DataError(f"{path}: not a checkpoint directory (no config.json)")
+    path = checkpoint_dir(checkpoint)
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
         model, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
@@ -199,20 +205,23 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
         check_online()
     started = time.time()
     device = resolve_device(s.device)
-    model, tok = load_checkpoint(checkpoint, device, s.dtype)  # a bad checkpoint fails first
-    context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
-    if s.max_length and context and s.max_length > context:
-        # a longer window would score tokens at positions the model never saw (RoPE extrapolation)
-        raise ConfigError(f"eval.max_length={s.max_length} is longer than the context of {checkpoint} "
-                          f"(max_position_embeddings={context}); set it <= {context}, or 0 for the model's own")
+    checkpoint_dir(checkpoint)  # no checkpoint there: named first
     from deamoe.io import staging_dir
 
     with staging_dir(out) as work:
-        return _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile)
+        # every data file read and checked (seconds) before the model loads (minutes, when large)
+        sources = prepare_data(s, work)
+        model, tok = load_checkpoint(checkpoint, device, s.dtype)
+        context = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        if s.max_length and context and s.max_length > context:
+            # a longer window would score tokens at positions the model never saw (RoPE extrapolation)
+            raise ConfigError(f"eval.max_length={s.max_length} is longer than the context of {checkpoint} "
+                              f"(max_position_embeddings={context}); set it <= {context}, or 0 for the "
+                              "model's own")
+        return _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile, sources)
 
 
-def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile) -> dict:
-    sources = prepare_data(s, work)
+def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile, sources) -> dict:
     same = shared_text_tasks(s)
     names = [n for n in write_tasks(s, work) if n not in same]  # same text: score it once
 
