@@ -72,6 +72,12 @@ def files(tmp_path):
      ["point 'Baseline-7B:x'"]),
     (["bench", "variants", "o", "a:split_launches=2", "Baseline-7B:3", "--table", COMMITTED],
      ["no row for Baseline-7B batch 3"]),
+    # a variant's value that makes no knob set of the committed picks: named before any GPU work,
+    # not after the points timed before it
+    (["bench", "variants", "o", "a:split_launches=nan", "Baseline-7B:4", "--table", COMMITTED],
+     ["variant 'a' at Baseline-7B:4", "'nan'"]),
+    (["bench", "variants", "o", "moe/b:w13=+tma", "Baseline-7B:4", "--table", COMMITTED],
+     ["variant 'moe/b' at Baseline-7B:4", "-tma-nf-tma"]),
     # an A/B on FP8 picks names its precision: the FP8 table holds no bf16 row, and one at a time
     (["bench", "variants", "o", "a:split_launches=2", "DeepSeek-V3:4", "--table", COMMITTED_FP8],
      ["no row for DeepSeek-V3 batch 4"]),

@@ -289,7 +289,7 @@ def _smem_check(args) -> int:
 
 
 def _variants(args) -> int:
-    from deamoe.bench.tools import parse_variants, variants
+    from deamoe.bench.tools import check_variants, parse_variants, variants
     from deamoe.bench.vllm_peer_run import checked_points
 
     sets, points = parse_variants(args.items)
@@ -300,7 +300,7 @@ def _variants(args) -> int:
                           f"{','.join(args.weight_dtype)}")
     precision = args.weight_dtype[0]
     _picks(args.table)
-    checked_points(points, args.table, precision)
+    check_variants(sets, checked_points(points, args.table, precision))
     _outputs(args.out, "variants.csv")
     _needs_cuda("variants")
     return variants(args.out, sets, points, args.table, args.rounds, precision)
