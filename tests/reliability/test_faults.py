@@ -149,3 +149,23 @@ def test_sigterm_stops_a_training_run_cleanly_and_the_rerun_resumes(work, shards
     assert (work / "run" / "state" / "resume.pt").is_file()
     status, err = run_cli(argv, capsys)
     assert status == 0 and "resumed from step" in err, err
+
+
+# Ctrl-C lands while the interpreter shuts down, after the command has finished (an atexit
+# callback stands in for the moment): before, a KeyboardInterrupt traceback from that callback
+TEARDOWN = """
+import atexit, os, runpy, signal, sys
+atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))
+sys.argv = ["deamoe", *sys.argv[1:]]
+runpy.run_module("deamoe", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_the_interpreter_shuts_down_prints_no_traceback(tmp_path):
+    argv = ["budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
+            "--dea-n-expert", "8", "--k-dept", "1", "--dea-k-expert", "2"]
+    done = subprocess.run([sys.executable, "-c", TEARDOWN, *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert '"params_ratio"' in done.stdout  # the command's work was done
+    assert "Traceback" not in done.stderr and done.stderr.strip() == "", done.stderr
+    assert done.returncode == -signal.SIGINT  # ended by the signal, as its default action
