@@ -51,7 +51,8 @@ def read_config(path: str | Path) -> dict:
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory; give the config YAML file")
     if not path.is_file():
-        raise ConfigError(f"config file {path} does not exist")
+        what = "is not a regular file (a device, pipe or socket)" if path.exists() else "does not exist"
+        raise ConfigError(f"config file {path} {what}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:

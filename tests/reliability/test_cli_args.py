@@ -104,3 +104,17 @@ def test_bad_config_file_is_one_line_naming_it(work, failing, content, names, co
     else:
         (work / "c2.yaml").write_bytes(content)
     failing([*command, "--config", "c2.yaml"], *names)
+
+
+@pytest.mark.timeout(60)  # a pipe read would wait for a writer
+def test_a_config_that_is_a_pipe_is_named_as_such_not_as_missing(work, capsys):
+    """A FIFO (or /dev/null) exists: 'does not exist' sent the user looking for a typo.  (Not
+    `failing`: its tree of the folder would read the pipe.)"""
+    import os
+
+    from conftest import assert_one_line_error, run_cli
+
+    os.mkfifo(work / "c2.yaml")
+    status, err = run_cli(["loading", "--out", "l.csv", "--config", "c2.yaml"], capsys)
+    assert_one_line_error(status, err, "c2.yaml", "is not a regular file")
+    assert sorted(p.name for p in work.iterdir()) == ["c2.yaml"]
