@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from conftest import write_config
+
 # A fresh interpreter in isolated mode (-I: no PYTHONPATH, no user site, no script folder on
 # sys.path) run from an empty folder, with `deamoe` made unimportable: only the checkpoint's own
 # files can define the model.
@@ -178,8 +180,6 @@ def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(damaged_
 def test_a_missing_evaluation_file_is_named_before_the_checkpoint_loads(work, failing, checkpoint, monkeypatch):
     """Loading a large checkpoint takes minutes; a data file absent from eval.data_dir was
     named only after it."""
-    from conftest import write_config
-
     from deamoe.eval import runner
 
     def load(*args):

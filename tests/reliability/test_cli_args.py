@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import write_config
+from conftest import assert_one_line_error, run_cli, write_config
 
 BUDGET = ["budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
           "--dea-n-expert", "8", "--k-dept", "1", "--dea-k-expert", "2"]
@@ -111,8 +111,6 @@ def test_a_config_that_is_a_pipe_is_named_as_such_not_as_missing(work, capsys):
     """A FIFO (or /dev/null) exists: 'does not exist' sent the user looking for a typo.  (Not
     `failing`: its tree of the folder would read the pipe.)"""
     import os
-
-    from conftest import assert_one_line_error, run_cli
 
     os.mkfifo(work / "c2.yaml")
     status, err = run_cli(["loading", "--out", "l.csv", "--config", "c2.yaml"], capsys)

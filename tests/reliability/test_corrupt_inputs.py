@@ -10,7 +10,7 @@ import pytest
 
 from deamoe.io import write_json
 
-from conftest import copy_shards, run_cli, train_config, tree, write_config
+from conftest import REPO, copy_shards, run_cli, train_config, tree, write_config
 
 TRAIN = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", "d", "--out", "run"]
 
@@ -185,7 +185,8 @@ def test_a_checkpoint_lacking_weights_is_not_evaluated(work, capsys, checkpoint)
     shutil.copytree(checkpoint, ck)
     weights = load_file(ck / "model.safetensors")
     save_file({k: v for k, v in weights.items() if ".1." not in k}, ck / "model.safetensors", metadata={"format": "pt"})
-    write_config(work / "c.yaml", eval={"tasks": ["ptb"], "limit": 1})
+    write_config(work / "c.yaml", eval={"tasks": ["ptb"], "limit": 1,  # its data, read first
+                                        "data_dir": str(REPO / "data" / "eval")})
     before = tree(work)
     status, err = run_cli(["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e"],
                           capsys)

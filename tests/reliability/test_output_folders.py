@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_config
+from conftest import run_cli, write_config
 
 # each command with its output folder last; the inputs are checked before the output or need none
 FOLDER_COMMANDS = [
@@ -65,8 +65,6 @@ def test_a_checkout_is_no_output_folder(inputs, failing):
 
 
 def test_a_folder_of_folders_or_of_deamoes_files_is_an_output_folder(inputs, capsys):
-    from conftest import run_cli
-
     (inputs / "results" / "eval" / "run").mkdir(parents=True)  # e.g. results/eval before eval-tables
     for out in ("results/eval", "results/eval"):  # the second time: its own files, replaced
         status, err = run_cli(["bench", "overread", "--draws", "1", out], capsys)

@@ -40,12 +40,12 @@ def test_serve_and_tables(tiny_pipeline, tmp_path):
     cfg.write_text(yaml.safe_dump({"profile": "tiny", "serve": {
         **reduced["serve"], "tpot_budgets_ms": [1000.0], "slo_metric": "tpot_server_mean_ms"}}))
     r = deamoe_cli("serve-tables", "--config", str(cfg), "--in", str(served),
-                   "--out", str(tmp_path), cwd=tmp_path)
+                   "--out", str(tmp_path / "tables"), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
-    tpot = pd.read_csv(tmp_path / "tpot.csv")
+    tpot = pd.read_csv(tmp_path / "tables" / "tpot.csv")
     assert sorted(zip(tpot.model, tpot.concurrency)) == [
         ("baseline", 1), ("baseline", 2), ("deamoe", 1), ("deamoe", 2)]
-    slo = pd.read_csv(tmp_path / "slo.csv")
+    slo = pd.read_csv(tmp_path / "tables" / "slo.csv")
     assert slo.loc[0, "deamoe_max_concurrency"] == 2  # a 1 s budget is met everywhere
 
 

@@ -218,19 +218,26 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
             raise ConfigError(f"eval.max_length={s.max_length} is longer than the context of {checkpoint} "
                               f"(max_position_embeddings={context}); set it <= {context}, or 0 for the "
                               "model's own")
-        return _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile, sources)
+        results = _evaluate(s, checkpoint, model_name, work, model, tok, device, started, profile, sources)
+        import json
+
+        from lm_eval.utils import handle_non_serializable
+
+        from deamoe.io import write_text
+
+        write_text(out / "lm_eval.json",
+                   json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
+        return results
 
 
-def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started, profile, sources) -> dict:
+def _evaluate(s, checkpoint, model_name, work, model, tok, device, started, profile, sources) -> dict:
     same = shared_text_tasks(s)
     names = [n for n in write_tasks(s, work) if n not in same]  # same text: score it once
 
     import lm_eval
     from lm_eval.models.huggingface import HFLM
     from lm_eval.tasks import TaskManager
-    from lm_eval.utils import handle_non_serializable
 
-    from deamoe.io import write_text
     from deamoe.provenance import provenance, version
 
     max_length = s.max_length or int(getattr(model.config, "max_position_embeddings", 2048))
@@ -279,8 +286,4 @@ def _evaluate(s, checkpoint, model_name, out, work, model, tok, device, started,
         **provenance(device, profile=profile, lm_eval=version("lm-eval"),
                      transformers=version("transformers")),
     }
-    import json
-
-    write_text(out / "lm_eval.json",
-               json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
     return results
