@@ -1,4 +1,5 @@
-"""Atomic writes that never touch what the project did not write (reads: deamoe.readers).
+"""Atomic writes that never touch what the project did not write (reads: deamoe.readers; what
+the project wrote: deamoe.ownership).
 
 Every stage writes through these helpers (a temporary sibling, then a rename): a killed job leaves
 the old output or the new one, never half of one, and no staging folder (`.NAME.xxxx`); one
@@ -38,115 +39,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
-
-OUTPUT_MARKER = ".deamoe-output"
-WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
-FILES_BELOW = "written by python -m deamoe: the files named below"
-STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
-COMMITTED = ("reports", "measured")  # a folder of committed measurements
-
-
-class OutputPathError(DeaMoEError):
-    """An output path that the command will not overwrite (it holds something it did not write)."""
-
-
-def _make_parent(parent: Path) -> list[Path]:
-    """mkdir -p `parent`; returns the folders it created (deepest last)."""
-    created = []
-    for folder in reversed([parent, *parent.parents]):
-        if not folder.exists():
-            created.append(folder)
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except FileExistsError:
-        raise OutputPathError(f"{parent}: cannot create the output folder (a file is in the way)") from None
-    except OSError as exc:
-        raise OutputPathError(f"{parent}: cannot create the output folder ({exc.strerror})") from None
-    return created
-
-
-def _remove_created(created: list[Path]) -> None:
-    """Remove folders this write created, if still empty (a failed command leaves no trace)."""
-    for folder in reversed(created):
-        with contextlib.suppress(OSError):
-            folder.rmdir()
-
-
-# --- what the project wrote ----------------------------------------------------------------
-
-def _marker_lines(folder: Path) -> list[str]:
-    try:
-        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-
-
-def _whole(folder: Path) -> bool:
-    lines = _marker_lines(folder)
-    return bool(lines) and lines[0] == WHOLE_FOLDER
-
-
-def is_ours(path: str | os.PathLike) -> bool:
-    """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
-    written as a whole), or a folder written as a whole."""
-    path = Path(path)
-    if path.is_symlink():
-        return False
-    if path.is_dir():
-        return _whole(path)
-    lines = _marker_lines(path.parent)
-    return bool(lines) and (lines[0] == WHOLE_FOLDER or (lines[0] == FILES_BELOW and path.name in lines[1:]))
-
-
-def _record(path: Path) -> None:
-    """Name `path` in its folder's marker (created on first use; appends are serialised)."""
-    if _in_staging(path) or _whole(path.parent):
-        return  # a private scratch folder, or a folder that is ours as a whole
-    with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        fh.seek(0)
-        lines = fh.read().splitlines()
-        if not lines:
-            fh.write(FILES_BELOW + "\n")
-        if path.name not in lines[1:]:
-            fh.write(path.name + "\n")
-
-
-def foreign_entries(folder: str | os.PathLike) -> list[Path]:
-    """What inside directory output `folder` the project did not write (Snakemake deletes such an
-    output as a whole before its job runs again): none when it was written as a whole, else every
-    file its folder's marker does not name, below too (markers, locks, Snakemake's timestamp and
-    staging folders are the project's)."""
-    folder = Path(folder)
-    if _whole(folder) or (folder / STAGING_MARK).is_file():
-        return []
-    found = []
-    for entry in sorted(folder.iterdir()):
-        if entry.name in (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp"):
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            found += foreign_entries(entry)
-        elif not is_ours(entry):
-            found.append(entry)
-    return found
-
-
-def record_output(path: str | os.PathLike) -> None:
-    """Name file `path` in its folder's marker (the folder made if need be) before a writer outside
-    this package writes it: the workflow's logs and benchmark files, which Snakemake writes."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _record(path)
-
-
-def _in_staging(path: Path) -> bool:
-    return any((folder / STAGING_MARK).is_file() for folder in path.parents)
-
-
-def is_committed(path: str | os.PathLike) -> bool:
-    """Whether `path` lies under reports/measured/ (committed measurements)."""
-    parts = Path(os.path.abspath(path)).parts
-    return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
+from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, WHOLE_FOLDER, OutputPathError,
+                              is_committed, is_lock_file, is_ours, make_parent, name_in_marker,
+                              remove_created, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -201,7 +96,7 @@ def check_output_folder(path: str | os.PathLike) -> None:
     path = Path(path)
     if not _existing_folder(path) or (path / OUTPUT_MARKER).is_file() or is_committed(path):
         return
-    foreign = next((e for e in sorted(path.iterdir()) if not (e.is_dir() or _is_lock_file(e))), None)
+    foreign = next((e for e in sorted(path.iterdir()) if not (e.is_dir() or is_lock_file(e))), None)
     if foreign is not None:
         raise OutputPathError(f"{path} holds files deamoe did not write (e.g. {foreign}; no "
                               f"{OUTPUT_MARKER} marker); give a new folder for this output")
@@ -228,7 +123,7 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
         return
     if is_committed(path):
         raise OutputPathError(f"{path} is under reports/measured/ (committed measurements); give another folder")
-    if any(path.iterdir()) and not _whole(path):
+    if any(path.iterdir()) and not written_whole(path):
         raise OutputPathError(
             f"{path} exists and was not written by deamoe (no {OUTPUT_MARKER} marker); "
             "give a new folder or remove it yourself"
@@ -288,7 +183,7 @@ def clear_stale_staging(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def _staged(path: Path) -> Iterator[Path]:
     """A private staging folder `.NAME.xxxx` beside `path`, removed whatever happens."""
-    created = _make_parent(path.parent)
+    created = make_parent(path.parent)
     clear_stale_staging(path)
     stage = fd = None
     ok = False
@@ -314,7 +209,7 @@ def _staged(path: Path) -> Iterator[Path]:
             if fd is not None:
                 os.close(fd)
             if not ok:
-                _remove_created(created)
+                remove_created(created)
 
 
 @contextlib.contextmanager
@@ -349,8 +244,8 @@ def staging_dir(path: str | os.PathLike, publish: bool = False) -> Iterator[Path
             check_output_file(target)
         with _stops_deferred():
             for src, target in moves.items():
-                _make_parent(target.parent)
-                _record(target)
+                make_parent(target.parent)
+                name_in_marker(target)
                 os.replace(src, target)
 
 
@@ -367,7 +262,7 @@ def atomic_path(path: str | os.PathLike, replace_committed: bool = False) -> Ite
         yield tmp
         check_output_file(path, replace_committed)  # something may have appeared meanwhile
         if not replace_committed:
-            _record(path)  # before the rename: a named file that is absent harms nobody
+            name_in_marker(path)  # before the rename: a named file that is absent harms nobody
         os.replace(tmp, path)
 
 
@@ -395,15 +290,6 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
 
 # --- one writer per folder ------------------------------------------------------------------
 
-LOCK_TEXT = re.compile(r"\d*\n?")  # what a lock file holds: its holder's PID
-
-
-def _is_lock_file(path: Path) -> bool:
-    """Whether `path` is a lock file of `folder_lock` (a plain file holding at most a PID)."""
-    return (path.is_file() and not path.is_symlink() and path.stat().st_size <= 32
-            and bool(LOCK_TEXT.fullmatch(path.read_bytes().decode(errors="replace"))))
-
-
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str = "another process",
                 subject: str | os.PathLike | None = None) -> Iterator[Path]:
@@ -419,10 +305,10 @@ def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str
     folder = Path(folder)
     subject = folder if subject is None else subject
     lock = folder / name
-    if (lock.exists() or lock.is_symlink()) and not _is_lock_file(lock):
+    if (lock.exists() or lock.is_symlink()) and not is_lock_file(lock):
         raise OutputPathError(f"{lock} exists and is not a deamoe lock file; remove it yourself or "
                               "give another output folder")
-    created = _make_parent(folder)
+    created = make_parent(folder)
     while True:
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -430,7 +316,7 @@ def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
-            _remove_created(created)
+            remove_created(created)
             raise DeaMoEError(
                 f"{subject} is in use by {what} (PID {holder}, lock {lock}); wait for it to end "
                 f"or stop it (kill {holder}) first"
@@ -450,7 +336,7 @@ def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str
         lock.unlink(missing_ok=True)  # still holding it: nobody else can be using this file
         os.close(fd)
         if not ok:
-            _remove_created(created)
+            remove_created(created)
 
 
 def output_lock(path: str | os.PathLike, what: str = "another deamoe command"):

@@ -66,7 +66,7 @@ def test_a_stop_while_the_report_is_moved_in_waits_until_it_is_whole(report, res
     assert report() == 0
     (out / "tables" / "mine.csv").write_text("the user's own table\n")
     (results / "eval" / "downstream.csv").unlink()
-    real, sent = io._record, []
+    real, sent = io.name_in_marker, []
 
     def record_then_ctrl_c(path):  # Ctrl-C as the first file moved into r/ is named in its marker
         real(path)
@@ -74,14 +74,14 @@ def test_a_stop_while_the_report_is_moved_in_waits_until_it_is_whole(report, res
             sent.append(path)
             os.kill(os.getpid(), signal.SIGINT)
 
-    monkeypatch.setattr(io, "_record", record_then_ctrl_c)
+    monkeypatch.setattr(io, "name_in_marker", record_then_ctrl_c)
     # a terminal's Ctrl-C (KeyboardInterrupt), whatever an earlier test in this process left
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         status = report()
     finally:
         signal.signal(signal.SIGINT, previous)
-    assert sent, "no file was moved into r/ through io._record"
+    assert sent, "no file was moved into r/ through io.name_in_marker"
     assert status == 130, f"stopped with {status}; SIGINT's handler before the test: {previous!r}"
     assert "**not run**" in (out / "tables" / "table2.md").read_text()
     assert (out / "tables" / "mine.csv").read_text() == "the user's own table\n"

@@ -172,7 +172,8 @@ def foreign_outputs(dag, persistence):
     named in its folder's marker (recorded here before each run) or, for a log, in Snakemake's
     record of the job's outputs; a benchmark Snakemake wrote starts with its header line.
     """
-    from deamoe.io import OutputPathError, check_output_file, foreign_entries, is_ours
+    from deamoe.io import OutputPathError, check_output_file
+    from deamoe.ownership import foreign_entries, is_ours
 
     problems, needrun = [], set(dag.needrun_jobs())
     for job in dag.jobs:
@@ -213,7 +214,7 @@ def foreign_outputs(dag, persistence):
 
 def record_logs(dag):
     """Name the log and benchmark files of the jobs about to run in their folders' markers."""
-    from deamoe.io import record_output
+    from deamoe.ownership import record_output
 
     for job in dag.needrun_jobs():
         for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:

@@ -1,0 +1,132 @@
+"""What the project wrote, as deamoe.io decides it: the marker file `.deamoe-output` in each folder
+an output lies in (naming the files written there, or saying the folder was written as a whole),
+the staging folders' mark, the committed measurements' folder (reports/measured/) and the lock
+files of `deamoe.io.folder_lock`.  deamoe.io's writes record here what they write; its checks
+ask here what may be replaced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import re
+from pathlib import Path
+
+from deamoe.errors import DeaMoEError
+
+OUTPUT_MARKER = ".deamoe-output"
+WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
+FILES_BELOW = "written by python -m deamoe: the files named below"
+STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
+COMMITTED = ("reports", "measured")  # a folder of committed measurements
+
+
+class OutputPathError(DeaMoEError):
+    """An output path that the command will not overwrite (it holds something it did not write)."""
+
+
+def make_parent(parent: Path) -> list[Path]:
+    """mkdir -p `parent`; returns the folders it created (deepest last)."""
+    created = []
+    for folder in reversed([parent, *parent.parents]):
+        if not folder.exists():
+            created.append(folder)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputPathError(f"{parent}: cannot create the output folder (a file is in the way)") from None
+    except OSError as exc:
+        raise OutputPathError(f"{parent}: cannot create the output folder ({exc.strerror})") from None
+    return created
+
+
+def remove_created(created: list[Path]) -> None:
+    """Remove folders this write created, if still empty (a failed command leaves no trace)."""
+    for folder in reversed(created):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _marker_lines(folder: Path) -> list[str]:
+    try:
+        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def written_whole(folder: Path) -> bool:
+    lines = _marker_lines(folder)
+    return bool(lines) and lines[0] == WHOLE_FOLDER
+
+
+def is_ours(path: str | os.PathLike) -> bool:
+    """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
+    written as a whole), or a folder written as a whole."""
+    path = Path(path)
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        return written_whole(path)
+    lines = _marker_lines(path.parent)
+    return bool(lines) and (lines[0] == WHOLE_FOLDER or (lines[0] == FILES_BELOW and path.name in lines[1:]))
+
+
+def name_in_marker(path: Path) -> None:
+    """Name `path` in its folder's marker (created on first use; appends are serialised)."""
+    if in_staging(path) or written_whole(path.parent):
+        return  # a private scratch folder, or a folder that is ours as a whole
+    with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        lines = fh.read().splitlines()
+        if not lines:
+            fh.write(FILES_BELOW + "\n")
+        if path.name not in lines[1:]:
+            fh.write(path.name + "\n")
+
+
+def foreign_entries(folder: str | os.PathLike) -> list[Path]:
+    """What inside directory output `folder` the project did not write (Snakemake deletes such an
+    output as a whole before its job runs again): none when it was written as a whole, else every
+    file its folder's marker does not name, below too (markers, locks, Snakemake's timestamp and
+    staging folders are the project's)."""
+    folder = Path(folder)
+    if written_whole(folder) or (folder / STAGING_MARK).is_file():
+        return []
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name in (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp"):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            found += foreign_entries(entry)
+        elif not is_ours(entry):
+            found.append(entry)
+    return found
+
+
+def record_output(path: str | os.PathLike) -> None:
+    """Name file `path` in its folder's marker (the folder made if need be) before a writer outside
+    this package writes it: the workflow's logs and benchmark files, which Snakemake writes."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name_in_marker(path)
+
+
+def in_staging(path: Path) -> bool:
+    return any((folder / STAGING_MARK).is_file() for folder in path.parents)
+
+
+def is_committed(path: str | os.PathLike) -> bool:
+    """Whether `path` lies under reports/measured/ (committed measurements)."""
+    parts = Path(os.path.abspath(path)).parts
+    return any(parts[i:i + 2] == COMMITTED for i in range(len(parts) - 1))
+
+
+LOCK_TEXT = re.compile(r"\d*\n?")  # what a lock file holds: its holder's PID
+
+
+def is_lock_file(path: Path) -> bool:
+    """Whether `path` is a lock file of `folder_lock` (a plain file holding at most a PID)."""
+    return (path.is_file() and not path.is_symlink() and path.stat().st_size <= 32
+            and bool(LOCK_TEXT.fullmatch(path.read_bytes().decode(errors="replace"))))
