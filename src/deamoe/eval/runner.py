@@ -206,7 +206,11 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
     started = time.time()
     device = resolve_device(s.device)
     checkpoint_dir(checkpoint)  # no checkpoint there: named first
-    from deamoe.io import staging_dir
+    import json
+
+    from lm_eval.utils import handle_non_serializable
+
+    from deamoe.io import staging_dir, write_text
 
     with staging_dir(out) as work:
         # every data file read and checked (seconds) before the model loads (minutes, when large)
@@ -219,12 +223,6 @@ def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str 
                               f"(max_position_embeddings={context}); set it <= {context}, or 0 for the "
                               "model's own")
         results = _evaluate(s, checkpoint, model_name, work, model, tok, device, started, profile, sources)
-        import json
-
-        from lm_eval.utils import handle_non_serializable
-
-        from deamoe.io import write_text
-
         write_text(out / "lm_eval.json",
                    json.dumps(results, indent=2, default=handle_non_serializable, ensure_ascii=False) + "\n")
         return results
