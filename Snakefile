@@ -12,21 +12,15 @@ min_version("9.0")
 
 def _config_yaml_problem(path="config.yaml"):
     """config.yaml's own fault, as one line naming its file and line, before Snakemake reads it
-    (Snakemake's message names neither); None when it parses to a mapping, or is absent (Snakemake
-    says so)."""
+    (Snakemake's message names neither); None when it parses to a mapping."""
     sys.path.insert(0, str(Path(workflow.basedir) / "src"))
     from deamoe.errors import ConfigError
-    from deamoe.readers import load_yaml
+    from deamoe.settings import parse_config_file
 
     try:
-        doc = load_yaml(Path(path).read_text(encoding="utf-8"), path)
-    except OSError:
-        return None
-    except (ConfigError, UnicodeDecodeError) as exc:
+        parse_config_file(path, name=path)
+    except ConfigError as exc:
         return str(exc).splitlines()[0]
-    if not isinstance(doc, dict):
-        got = "it is empty" if doc is None else f"got a {type(doc).__name__}"
-        return f"{path} must be a mapping of sections (profile, analysis, data, ...); {got}"
     return None
 
 

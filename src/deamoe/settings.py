@@ -45,32 +45,43 @@ def section_class(section: str) -> type:
     return getattr(importlib.import_module(module), name)
 
 
-def read_config(path: str | Path) -> dict:
-    """The whole pipeline config as a dict; a missing or unparsable file is a ConfigError."""
+def parse_config_file(path: str | Path, name: str | None = None) -> dict:
+    """A pipeline config file's mapping, parsed but not checked (read_config checks it); a
+    ConfigError naming the file -- as `name`, by default "config file PATH" -- when it is missing,
+    a folder or no regular file, not UTF-8, unparsable, gives a key twice, or is no mapping.  The
+    workflow reads config.yaml and its --configfile files through it too."""
     path = Path(path)
+    name = name or f"config file {path}"
     if path.is_dir():
-        raise ConfigError(f"config file {path} is a directory; give the config YAML file")
+        raise ConfigError(f"{name} is a directory; give the config YAML file")
     if not path.is_file():
         what = "is not a regular file (a device, pipe or socket)" if path.exists() else "does not exist"
-        raise ConfigError(f"config file {path} {what}")
+        raise ConfigError(f"{name} {what}")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte offset {exc.start})") from None
+        raise ConfigError(f"{name}: not UTF-8 text (byte offset {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"config file {path} cannot be read ({exc.strerror})") from None
+        raise ConfigError(f"{name} cannot be read ({exc.strerror})") from None
     from deamoe.readers import load_json, load_yaml
 
     try:  # both refuse a key given twice
-        data = (load_json if path.suffix == ".json" else load_yaml)(text, f"config file {path}")
+        data = (load_json if path.suffix == ".json" else load_yaml)(text, name)
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - any parse error becomes one line
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"config file {path} cannot be parsed: {first}") from None
+        raise ConfigError(f"{name} cannot be parsed: {first}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {path} must hold a mapping at top level (section: settings), "
-                          f"not {type(data).__name__ if data is not None else 'nothing'}")
+        got = "it is empty" if data is None else f"got a {type(data).__name__}"
+        raise ConfigError(f"{name} must be a mapping of sections (profile, analysis, data, ...); "
+                          f"{got}: give a mapping at top level (section: settings)")
+    return data
+
+
+def read_config(path: str | Path) -> dict:
+    """The whole pipeline config as a dict (parse_config_file), checked (deamoe.checks)."""
+    data = parse_config_file(path)
     try:
         check_config(data)
     except ConfigError as exc:

@@ -29,8 +29,8 @@ SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from deamoe.checks import config_problems, path_problems
 from deamoe.errors import ConfigError
-from deamoe.readers import load_json, load_yaml
 from deamoe.schema import first_problem, load as load_schema
+from deamoe.settings import parse_config_file
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
@@ -69,12 +69,9 @@ def check_config_files(paths):
     the file and line -- YAML would keep the second value and drop the first silently."""
     for path in paths:
         try:
-            text = Path(path).read_text(encoding="utf-8")
-            (load_json if str(path).endswith(".json") else load_yaml)(text, str(path))
+            parse_config_file(path, name=str(path))
         except ConfigError as exc:
             config_stop([exc])
-        except (OSError, UnicodeDecodeError):
-            pass  # Snakemake itself reported an unreadable file before this point
 
 
 def validate_config(cfg):

@@ -263,8 +263,7 @@ W8A8_PASSES = ("", "-pq", "-qo")
 
 def pass_tiles(tiles, shape, how: str, fmt: Fp8Format):
     """A routed layer's `tiles` as w8a8 pass `how` runs them on `shape`'s layer.  DeaMoE's
-    department up-projection takes '-pq' alone where the operator is applied outside the kernel
-    (and a shared expert's tiles always do: its GEMMs store plain outputs)."""
+    department up-projection takes '-pq' alone where the operator is applied outside the kernel."""
     from deamoe.kernels.deamoe_decode import FUSED_OPERATORS
     from deamoe.kernels.fp8 import UP_PROJECTIONS, with_preq, with_qout
 
@@ -296,6 +295,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
     several; the Table 1 shapes in `fp8`'s own blocks).  w8a8_pass (W8A8_PASSES): every GEMM's
     tile as that pass runs it (pass_tiles), on the shapes that can take it (takes_pass)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fp8 import with_preq
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.kernels.shared_expert import SharedTiles
     from deamoe.shapes import TABLE1
@@ -308,8 +308,8 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
         layer = DeaMoETiles() if shape.kind == "deamoe" else MoETiles()
         return pass_tiles(layer, shape, w8a8_pass, fmt) if w8a8_pass else None
 
-    def shared(shape, fmt):
-        return pass_tiles(SharedTiles(), shape, "-pq", fmt) if w8a8_pass else None
+    # a shared expert's output is summed into the layer's: '-pq' on every pass but the first
+    shared_tiles = with_preq(SharedTiles()) if w8a8_pass else None
 
     def wanted(shape, fmt):
         return not w8a8_pass or takes_pass(shape, w8a8_pass, fmt)
@@ -320,7 +320,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
         for seed, tokens in enumerate((1, 37, 256) if wanted(shape, small) else ()):
             for pattern in PATTERNS:
                 rows.append(check_case(Case(name, shape, tokens, pattern, seed), device, dtype,
-                                       tiles=tiles(shape, small), shared_tiles=shared(shape, small),
+                                       tiles=tiles(shape, small), shared_tiles=shared_tiles,
                                        fp8=small))
     for shape in (s for s in operator_variants(small_shapes()["deamoe-small"]) if wanted(s, small)):
         rows.append(check_case(Case(f"op-{shape.operator}", shape, 64, "random", 5), device,
@@ -334,7 +334,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
             cases += [Case(model, shape, 64, "same", 1), Case(model, shape, 64, "empty", 2)]
             for case in cases:
                 rows.append(check_case(case, device, dtype, layer=layer, tiles=tiles(shape, fp8),
-                                       shared_tiles=shared(shape, fp8), fp8=fp8))
+                                       shared_tiles=shared_tiles, fp8=fp8))
                 if progress is not None:
                     progress.update(1)
             del layer
