@@ -86,6 +86,11 @@ def files(tmp_path):
     (["bench", "trace", "o", "--table", COMMITTED, "--models", "Kimi-K2"], ["no row of --models Kimi-K2"]),
     (["bench", "trace", "o", "--table", COMMITTED, "--batches", "3,5"], ["at --batches 3,5"]),
     (["bench", "train", "o", "--config", "nope.yaml"], ["nope.yaml"]),
+    # timing counts are bounded: a typo of a few zeros would hold the GPU for days
+    (["bench", "variants", "o", "a:split_launches=2", "Baseline-7B:4", "--rounds", "100000"],
+     ["--rounds", "<= 100"]),
+    (["bench", "peer", "run", "o", "Baseline-7B:4", "--replays", "5000000"], ["--replays", "<= 10000"]),
+    (["bench", "train", "o", "--steps", "0"], ["--steps", ">= 1"]),
     (["bench", "fp8-check", "o", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),
     (["bench", "peer", "run", "o", "Baseline-7B:4", "--tiny", "--table", "empty.csv"], ["empty.csv"]),

@@ -30,6 +30,8 @@ PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
 from deamoe.argtypes import config_int_list, int_range, model_list, positive_int
 
+ROUNDS = int_range(1, 100)  # interleaved timing rounds: a bound keeps a typo from running for days
+
 
 def _precisions(text: str) -> tuple[str, ...]:
     """Comma-separated weight precisions (deamoe.kernels.fp8.PRECISIONS), each once."""
@@ -117,7 +119,7 @@ def _register_bench(sub) -> None:
                    help="[moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] (VALUE '+sfx': the committed "
                    "tile with -sfx appended) or MODEL:BATCH")
     t.add_argument("--table", default=TABLE)
-    t.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
+    t.add_argument("--rounds", type=ROUNDS, default=2, help="interleaved rounds (the best kept)")
     t.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
                    help="the layers' weight precision, one of bf16, fp8, fp8-w8a8 (FP8: the "
                    "table's picks of that weight_dtype, e.g. microbench_fp8.csv)")
@@ -153,7 +155,8 @@ def _register_bench(sub) -> None:
     t.add_argument("--paths", default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
     t.add_argument("--tokens", type=positive_int, default=32768, help="tokens per layer call")
-    t.add_argument("--steps", type=positive_int, default=10, help="timed steps per run and path")
+    t.add_argument("--steps", type=int_range(1, 10**4), default=10,
+                   help="timed steps per run and path (at most 10^4)")
     _register_peer(tools)
 
 
@@ -176,8 +179,9 @@ def _register_peer(tools) -> None:
     rn.add_argument("--table", default=TABLE, help="the microbench.csv whose baseline picks are "
                     "timed (baseline_tile; '<model>+shared' points: their shared experts' "
                     "schedule too, e.g. reports/measured/h200/microbench_shared.csv)")
-    rn.add_argument("--rounds", type=positive_int, default=2, help="interleaved rounds (the best kept)")
-    rn.add_argument("--replays", type=positive_int, default=50, help="graph replays per timing")
+    rn.add_argument("--rounds", type=ROUNDS, default=2, help="interleaved rounds (the best kept)")
+    rn.add_argument("--replays", type=int_range(1, 10**4), default=50,
+                    help="graph replays per timing (at most 10^4)")
     rn.add_argument("--tiny", action="store_true", help="CPU smoke test: a small layer shape")
     rn.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
                     help="comma-separated weight precisions: bf16, fp8 (block-scaled FP8 "
