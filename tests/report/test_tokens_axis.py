@@ -61,6 +61,25 @@ def test_each_length_gets_its_paired_difference_and_two_standard_errors(tmp_path
     assert t.loc[1000, "tokens per param"] == pytest.approx(32_768_000 / PARAMS)
 
 
+def test_one_length_made_in_this_run_stands_beside_the_committed_others(tmp_path):
+    # re-measuring one length (or taking a GPU call's rows into results/) keeps the committed rows
+    # of every other length and size; only that length's table is this run's
+    for size in ("small", "medium"):
+        commit(tmp_path / "measured", axis_frame(size=size))
+    fresh = axis_frame(steps=(8000,))
+    fresh.loc[fresh["model"] == "deamoe", "val_loss"] += 0.5
+    fresh = fresh.assign(git_sha="fedcba987654")
+    (tmp_path / "results" / "quality" / "small" / "8000steps").mkdir(parents=True)
+    fresh.to_csv(tmp_path / "results" / "quality" / "small" / "8000steps" / "runs.csv", index=False)
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    t = art.table.set_index(["size", "steps"])
+    assert len(t) == 2 * len(STEPS)
+    assert t.loc[("small", 8000), "diff DeaMoE - baseline"] == pytest.approx(GAP[8000] + 0.5, abs=1e-12)
+    assert t.loc[("small", 4000), "diff DeaMoE - baseline"] == pytest.approx(GAP[4000], abs=1e-12)
+    assert t.loc[("medium", 8000), "diff DeaMoE - baseline"] == pytest.approx(GAP[8000], abs=1e-12)
+    assert {str(s.path.parent.name) for s in art.sources if "fedcba" in str(s.frame["git_sha"].iloc[0])} == {"8000steps"}
+
+
 def test_the_trend_is_a_log_linear_fit_labelled_extrapolation_outside_the_lengths():
     table = tokens_axis.axis_table(axis_frame())
     # the gap falls by 1/16 per doubling: -(1/16) / log10(2) per decade

@@ -1,9 +1,9 @@
 """Quality at GPU scale: the pre-training ladder and Tables 2-4 with their seed spread.
 
 Rows are the `quality_<size>` and `ablation` tables of a GPU run (results/quality/<size>/runs.csv,
-results/ablation/summary.csv).  Rows made on a GPU in this run are shown; otherwise the committed
-ones under reports/measured/<gpu>/quality/ (<size>/runs.csv, ablation/summary.csv); a size with
-neither is "not run".  Every figure in the text is computed from those rows.
+results/ablation/summary.csv).  Per table, rows made on a GPU in this run are shown, otherwise the
+committed ones under reports/measured/<gpu>/quality/ (<size>/runs.csv, ablation/summary.csv); a
+size with neither is "not run".  Every figure in the text is computed from those rows.
 """
 
 from __future__ import annotations
@@ -87,26 +87,42 @@ def _is_gpu(frame: pd.DataFrame) -> bool:
     return dev is not None and len(frame) > 0 and not dev.astype(str).str.startswith("CPU").any()
 
 
-def load_gpu_rows(fresh: list[Path], committed: list[Path], required: tuple[str, ...],
-          profile: str | None) -> tuple[pd.DataFrame | None, list[Loaded]]:
-    """Rows made on a GPU in this run where there are any, else the committed ones."""
-    for paths in (fresh, committed):
-        loaded = [read_csv(p, profile=profile) for p in paths]
-        loaded = [s for s in loaded if s.ok and _is_gpu(s.frame)]  # a CPU run's rows are not GPU scale
-        for s in loaded:
+def load_gpu_rows(pairs: list[tuple[Path, Path]], required: tuple[str, ...],
+                  profile: str | None) -> tuple[pd.DataFrame | None, list[Loaded]]:
+    """Per table (this run's path, the committed path): the rows a GPU made in this run where
+    there are any, else the committed ones -- so re-measuring one size or length keeps the
+    committed rows of the others beside it, each with its own provenance."""
+    frames, used = [], []
+    for pair in pairs:
+        for path in pair:
+            s = read_csv(path, profile=profile)
+            if not (s.ok and _is_gpu(s.frame)):  # a CPU run's rows are not GPU scale
+                continue
             missing = [c for c in required if c not in s.frame.columns]
             if missing:
                 raise DataError(f"{s.path}: missing column(s) {', '.join(missing)}")
-        if loaded:
-            return pd.concat([s.frame for s in loaded], ignore_index=True), loaded
-    return None, []
+            frames.append(s.frame)
+            used.append(s)
+            break
+    if not frames:
+        return None, []
+    return pd.concat(frames, ignore_index=True), used
+
+
+def quality_pairs(results: Path, measured: Path, patterns: tuple[str, ...]) -> list[tuple[Path, Path]]:
+    """(this run's, committed) paths of every quality table matching patterns under either root
+    (quality/<size>/..., the ablation's folder left out)."""
+    found = set()
+    for root in (Path(results), Path(measured)):
+        for pattern in patterns:
+            found.update(p.relative_to(root) for p in root.glob(pattern) if p.parts[-2] != "ablation")
+    return [(Path(results) / rel, Path(measured) / rel) for rel in sorted(found)]
 
 
 def ladder_rows(results: Path, measured: Path, profile: str | None):
     """The pre-training rows of every size (runs.csv) and their loss curves, with sources."""
-    fresh = sorted(Path(results).glob("quality/*/runs.csv"))
-    committed = sorted(p for p in Path(measured).glob("quality/*/runs.csv") if p.parent.name != "ablation")
-    rows, sources = load_gpu_rows(fresh, committed, ("size", "model", "seed", "val_loss"), profile)
+    pairs = quality_pairs(results, measured, ("quality/*/runs.csv",))
+    rows, sources = load_gpu_rows(pairs, ("size", "model", "seed", "val_loss"), profile)
     return rows, _curves_beside(sources), sources
 
 
@@ -309,8 +325,8 @@ def noise_note(versus: pd.DataFrame) -> str:
 
 def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
     req = ("variant", "seed", "loss_last_n")
-    rows, sources = load_gpu_rows([Path(results) / "ablation" / "summary.csv"],
-                          [Path(measured) / "quality" / "ablation" / "summary.csv"], req, profile)
+    rows, sources = load_gpu_rows([(Path(results) / "ablation" / "summary.csv",
+                                    Path(measured) / "quality" / "ablation" / "summary.csv")], req, profile)
     paper_rows = pd.DataFrame(paper.TABLE4, columns=["variant", "operator", "init", "dept_topk", "paper_loss"])
     if rows is None:
         table = paper_rows.assign(loss_last_n=NOT_RUN)

@@ -22,7 +22,7 @@ from deamoe.paper import PRETRAIN_TOKENS_PER_PARAM as PAPER_TOKENS_PER_PARAM
 from deamoe.report.annotate import footer, not_run_panel
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_rows, operator_of,
-                                  paired_difference, seed_spread, verdict)
+                                  paired_difference, quality_pairs, seed_spread, verdict)
 from deamoe.report.sources import human, not_run
 
 TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
@@ -30,14 +30,10 @@ REQUIRED = ("size", "model", "seed", "val_loss", "tokens", "params", "corpus_tok
 
 
 def axis_rows(results: Path, measured: Path, profile: str | None):
-    """Every length's rows of every size (fresh GPU rows where there are any, else committed),
+    """Every length's rows of every size (per table: this run's GPU rows, else the committed ones),
     with the sources they came from and the rows left out for another corpus."""
-    def files(root: Path) -> list[Path]:
-        q = Path(root) / "quality"
-        return sorted([p for p in q.glob("*/runs.csv") if p.parent.name != "ablation"]
-                      + list(q.glob("*/*steps/runs.csv")))
-
-    rows, sources = load_gpu_rows(files(results), files(measured), ("size", "model", "seed", "val_loss"), profile)
+    pairs = quality_pairs(results, measured, ("quality/*/runs.csv", "quality/*/*steps/runs.csv"))
+    rows, sources = load_gpu_rows(pairs, ("size", "model", "seed", "val_loss"), profile)
     if rows is None:
         return None, [], []
     known = rows.dropna(subset=[c for c in REQUIRED if c in rows.columns])
