@@ -14,6 +14,9 @@
 #                when every book of corpus.tsv is there, so the calls carrying the parts follow
 #                each other while the machine is warm (gpu_wheels.sh prints them)
 # Without pulp (gpu_wheels.sh leaves its 16 MB out) Snakemake schedules greedily.
+# Rows record the commit the tree came from: set DEAMOE_GIT_SHA to the local commit the sent tree
+# matches (the machine's copy may carry no .git, or an older one: then 'unknown' or
+# '<sha>+uncommitted').
 # The small tables (results/**/*.csv|json) go to OUT_DIR/results.tar.gz and the logs to
 # OUT_DIR/logs.tar.gz, whether or not snakemake succeeded.  results/ (token shards, checkpoints,
 # resume states) stays on the machine: a call within 30 s of the last continues its runs.

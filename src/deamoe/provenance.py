@@ -15,22 +15,29 @@ import subprocess
 from pathlib import Path
 
 
-@functools.lru_cache(maxsize=1)
-def git_sha() -> str:
+UNCOMMITTED = "+uncommitted"  # after the sha: tracked files differ from that commit
+
+
+@functools.lru_cache(maxsize=4)
+def git_sha(where: Path = Path(__file__).resolve().parent) -> str:
+    """The commit of the tree at `where` (12 hex digits), with UNCOMMITTED appended when tracked
+    files differ from it: a number made from an edited tree does not pass for that commit's (a
+    copy of the tree sent to a GPU machine may carry an older .git than its files)."""
     # a copy without .git (e.g. the tree sent to a GPU machine) is told its commit by the caller
     if os.environ.get("DEAMOE_GIT_SHA"):
         return os.environ["DEAMOE_GIT_SHA"][:12]
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            cwd=Path(__file__).resolve().parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-        return out.stdout.strip() or "unknown"
+        sha = _git(where, "rev-parse", "--short=12", "HEAD")
+        if sha and _git(where, "status", "--porcelain", "--untracked-files=no"):
+            sha += UNCOMMITTED
+        return sha or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+def _git(where: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 def version(package: str) -> str:

@@ -33,14 +33,15 @@ def test_import_concatenates_the_calls_and_fills_in_the_sha(tmp_path):
     a.mkdir(), b.mkdir()
     pd.DataFrame({"model": ["DeepSeek-V3"], "batch": [4], "git_sha": ["unknown"], **LAYER}).to_csv(
         a / "microbench.csv", index=False)
-    pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [4], "git_sha": ["abc"], **LAYER}).to_csv(
-        b / "microbench.csv", index=False)
+    pd.DataFrame({"model": ["Qwen3-235B-A22B", "Qwen3-235B-A22B"], "batch": [4, 16],
+                  "git_sha": ["abc", "491c0ce08053+uncommitted"], **LAYER}).to_csv(b / "microbench.csv", index=False)
     pd.DataFrame({"model": ["Baseline-7B"], "batch": [8], "git_sha": ["unknown"], **STEP}).to_csv(
         b / "decode_tpot.csv", index=False)
     assert main(["bench", "import", str(a), str(b), "--sha", "541eb69", "--dest", str(dest)]) == 0
     mb = pd.read_csv(dest / "microbench.csv")
-    assert list(mb.model) == ["DeepSeek-V3", "Qwen3-235B-A22B"]
-    assert list(mb.git_sha) == ["541eb69", "abc"]
+    assert list(mb.model) == ["DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-235B-A22B"]
+    # a device copy without .git, or with an older one than its files: the commit that was sent
+    assert list(mb.git_sha) == ["541eb69", "abc", "541eb69"]
     assert list(pd.read_csv(dest / "decode_tpot.csv").git_sha) == ["541eb69"]
 
 

@@ -314,11 +314,17 @@ def _merged(old, new):
     return pd.concat(rows, ignore_index=True)
 
 
+def _sha_unsure(sha: str) -> bool:
+    from deamoe.provenance import UNCOMMITTED
+
+    return sha == "unknown" or sha.endswith(UNCOMMITTED)
+
+
 def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: bool = False) -> int:
     """microbench.csv, microbench_fp8.csv and decode_tpot.csv of one run (several device calls: their rows
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
-    copy of the tree has no .git, so its rows say git_sha 'unknown': the sha of the commit
-    that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
+    copy of the tree has no .git (git_sha 'unknown') or an older one than its files
+    ('<sha>+uncommitted'): the sha of the commit that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
     (workflow/profiles/gpu/microbench-shared.yaml's run) goes to microbench_shared.csv, where
     the report reads them, never over the main table.  Under reports/measured/ the tables are
     replaced (this command owns them); elsewhere only a table deamoe wrote is.  merge: the
@@ -345,12 +351,14 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
         df = pd.concat(parts, ignore_index=True)  # and no point measured by two parts
         check_unique(df, table_spec(name), lines=[f"{path}:{n + 2}" for path, part in zip(found, parts)
                                                   for n in range(len(part))])
-        if "git_sha" in df and (df["git_sha"].astype(str) == "unknown").any():
+        unsure = df["git_sha"].astype(str).map(_sha_unsure) if "git_sha" in df else pd.Series(False)
+        if unsure.any():
             sha = sha or _head_sha()
             if not sha:
-                raise ConfigError(f"bench import: {name} has rows of git_sha 'unknown' and "
-                                  "`git rev-parse HEAD` gives no commit here; give --sha")
-            df["git_sha"] = df["git_sha"].astype(str).replace("unknown", sha)
+                raise ConfigError(f"bench import: {name} has rows whose git_sha does not name the "
+                                  "tree they ran ('unknown' or '+uncommitted') and `git rev-parse "
+                                  "HEAD` gives no commit here; give --sha")
+            df.loc[unsure, "git_sha"] = sha
         if name == "microbench.csv" and is_shared(df["model"]).any():
             name = SHARED_FILE
         if merge and (Path(dest) / name).is_file():
