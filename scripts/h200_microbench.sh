@@ -30,7 +30,7 @@ export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
     timeout 200 python3 -m deamoe bench stream-check "$OUT"
     echo "checks done at ${SECONDS}s"
   fi
-  timeout "${T_MB:-560}" python3 -m deamoe.bench microbench --config "${CONFIG:-scripts/h200_tables.yaml}" \
+  timeout "${T_MB:-560}" python3 -m deamoe.commands.bench_only microbench --config "${CONFIG:-scripts/h200_tables.yaml}" \
     --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"} ${TILES_FROM:+--tiles-from "$TILES_FROM"} \
     ${WEIGHTS:+--weight-dtype "$WEIGHTS"} ${BATCHES:+--batches "$BATCHES"}
   echo "microbench exit $? at ${SECONDS}s"

@@ -27,6 +27,10 @@ FORBIDDEN = {
     "serve": {"bench", "report"},
     "bench": {"report"},
 }
+# the commands and the config loader sit above every stage: a stage's library takes checked
+# settings as arguments and never loads a config file or parses a command line itself
+for _stage in ("model", "kernels", "decode", "analysis", "train", "eval", "serve", "bench", "report"):
+    FORBIDDEN[_stage] = FORBIDDEN.get(_stage, set()) | {"commands", "settings", "checks"}
 
 
 def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:

@@ -17,12 +17,12 @@ import sys
 
 # Stage modules that contribute commands. Order is the order of `--help`.
 STAGE_MODULES = [
-    "deamoe.analysis.cli",  # table1, budget, loading
-    "deamoe.train.cli",  # data, train, ablation, pretrain
-    "deamoe.eval.cli",  # eval
-    "deamoe.serve.cli",  # serve
-    "deamoe.bench.cli",  # microbench, decode
-    "deamoe.report.cli",  # report
+    "deamoe.commands.analysis",  # table1, budget, loading
+    "deamoe.commands.train",  # data, train, ablation, pretrain
+    "deamoe.commands.eval",  # eval
+    "deamoe.commands.serve",  # serve
+    "deamoe.commands.bench",  # microbench, decode
+    "deamoe.commands.report",  # report
 ]
 
 

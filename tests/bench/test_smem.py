@@ -51,7 +51,7 @@ def test_rows_and_the_verdict(tmp_path, monkeypatch, capsys):
 
 
 def test_the_command_gives_each_precision_its_tiles(tmp_path, monkeypatch, capsys):
-    from deamoe.bench import cli
+    from deamoe.commands import bench as cli
     from deamoe.cli import main
 
     calls = []

@@ -274,8 +274,9 @@ def choices(flag: str, given: list[str], known: tuple[str, ...]) -> list[str]:
     return given
 
 
-def bench_train(out: Path, config: str, parts: list[str], paths: list[str], tokens: int, steps: int) -> int:
-    """`parts` and `paths` as checked by `choices` (the CLI does, before it needs a GPU)."""
+def bench_train(out: Path, settings, parts: list[str], paths: list[str], tokens: int, steps: int) -> int:
+    """`settings`: a training config's, checked (its largest pretrain size's layers and runs are
+    timed); `parts` and `paths` as checked by `choices` (the CLI does, before it needs a GPU)."""
     import pandas as pd
 
     from deamoe.bench.train_kernels import KERNEL_COLUMNS
@@ -284,9 +285,7 @@ def bench_train(out: Path, config: str, parts: list[str], paths: list[str], toke
     from deamoe.shapes import TABLE1
     from deamoe.train import parallel
     from deamoe.train.runs import pretrain_run_names, size
-    from deamoe.settings import load_settings
 
-    settings = load_settings(config)
     big = max(settings.pretrain.sizes, key=lambda n: size(settings, n).decoder["hidden_size"])
     z = size(settings, big)
     runs = [r for r in pretrain_run_names(settings, [big]) if r.endswith(f"-s{z.seeds[0]}")]

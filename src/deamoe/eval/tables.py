@@ -97,6 +97,34 @@ def perplexity_rows(model: str, doc: dict) -> list[dict]:
     return rows
 
 
+def run_eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dict]]:
+    """Word perplexity per corpus and the table metric per task, as columns of the run's row;
+    and the long downstream/perplexity rows (the pre-training summary's `evals`).  A run
+    without lm_eval.json is a DataError naming it."""
+    from deamoe.readers import read_lm_eval
+
+    path = eval_dir / name / "lm_eval.json"
+    if not path.is_file():
+        raise DataError(f"run {name}: {path} is missing (evaluate it first: python -m deamoe eval)")
+    doc = read_lm_eval(path)
+    cols, long = {}, []
+    for r in perplexity_rows(model, doc):
+        cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]
+        cols[f"token_ppl_{r['dataset']}"] = r["token_perplexity"]
+        cols[f"tokens_per_word_{r['dataset']}"] = r["tokens_per_word"]
+        long.append({"run": name, "kind": "perplexity", "task": r["dataset"], "metric": "word_perplexity",
+                     "value": r["word_perplexity"], "stderr": None, "n": r["n"], "paper_value": r["paper_value"]})
+    for r in downstream_rows(model, doc):
+        if r["table_metric"]:
+            cols[f"acc_{r['task']}"] = r["value"]
+        long.append({"run": name, "kind": "downstream", "task": r["task"], "metric": r["metric"],
+                     "value": r["value"], "stderr": r["stderr"], "n": r["n"], "paper_value": r["paper_value"]})
+    meta = doc.get("deamoe", {})
+    cols.update(eval_limit_per_task=meta.get("limit_per_task"), eval_ppl_max_chars=meta.get("ppl_max_chars"),
+                lm_eval=meta.get("lm_eval"))
+    return cols, long
+
+
 def _run_fields(run: str) -> dict:
     from deamoe.errors import ConfigError
     from deamoe.train.runs import parse_run

@@ -7,12 +7,13 @@ Each writes a summary CSV (one row per run, with its provenance) and, next to it
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from deamoe.errors import DataError
 from deamoe.io import write_csv
 from deamoe.shapes import table1_row
 from deamoe.train.runs import TABLE4
-from deamoe.settings import load_settings
+from deamoe.train.settings import Settings
 
 
 def _load_run(runs_dir: Path, name: str, columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
@@ -60,13 +61,13 @@ def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
                         "config it was trained with")
 
 
-def ablation_summary(config: str, runs_dir: str, out_csv: str):
-    """One row per run (variant x seed); ranks order the variants within each seed."""
+def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
+    """One row per run (variant x seed); ranks order the variants within each seed.  s: the
+    checked settings of the config file `config` (named in messages)."""
     import pandas as pd
 
     from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, run_spec, trained_as
 
-    s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     rows, frames = [], []
     n = s.ablation.last_n
@@ -113,35 +114,6 @@ def _provenance(summ: dict) -> dict:
     return {k: summ.get(k) for k in CORPUS + PROVENANCE}
 
 
-def _eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[dict]]:
-    """Word perplexity per corpus and the table metric per task, as columns of the run's row;
-    and the long downstream/perplexity rows.  A run without lm_eval.json gets none."""
-    from deamoe.eval.tables import downstream_rows, perplexity_rows
-
-    from deamoe.readers import read_lm_eval
-
-    path = eval_dir / name / "lm_eval.json"
-    if not path.is_file():
-        raise DataError(f"run {name}: {path} is missing (evaluate it first: python -m deamoe eval)")
-    doc = read_lm_eval(path)
-    cols, long = {}, []
-    for r in perplexity_rows(model, doc):
-        cols[f"ppl_{r['dataset']}"] = r["word_perplexity"]
-        cols[f"token_ppl_{r['dataset']}"] = r["token_perplexity"]
-        cols[f"tokens_per_word_{r['dataset']}"] = r["tokens_per_word"]
-        long.append({"run": name, "kind": "perplexity", "task": r["dataset"], "metric": "word_perplexity",
-                     "value": r["word_perplexity"], "stderr": None, "n": r["n"], "paper_value": r["paper_value"]})
-    for r in downstream_rows(model, doc):
-        if r["table_metric"]:
-            cols[f"acc_{r['task']}"] = r["value"]
-        long.append({"run": name, "kind": "downstream", "task": r["task"], "metric": r["metric"],
-                     "value": r["value"], "stderr": r["stderr"], "n": r["n"], "paper_value": r["paper_value"]})
-    meta = doc.get("deamoe", {})
-    cols.update(eval_limit_per_task=meta.get("limit_per_task"), eval_ppl_max_chars=meta.get("ppl_max_chars"),
-                lm_eval=meta.get("lm_eval"))
-    return cols, long
-
-
 def _kept_rows(keep: str):
     """{run: row} of an earlier summary table, and its curves.csv beside it (None if absent)."""
     from deamoe.readers import TableSpec, read_table
@@ -154,26 +126,26 @@ def _kept_rows(keep: str):
     return {r["run"]: r for r in table.to_dict("records")}, curves
 
 
-def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", eval_dir: str = "",
-                     steps: int = 0, keep: str = ""):
+def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size: str = "",
+                     steps: int = 0, keep: str = "", evals: Callable | None = None):
     """One row per pre-training run (size x model x seed) at each size's own length, or at
     `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
-    `eval_dir` the run's perplexities and task accuracies; curves.csv beside it, and with
-    `eval_dir` also evals.csv (one row per run, task and metric).  A run trained as another
+    `evals` (name, model -> the run's columns and long rows: eval.tables.run_eval_columns) its
+    perplexities and task accuracies; curves.csv beside it, and with `evals` also evals.csv
+    (one row per run, task and metric).  A run trained as another
     (runs.trained_as) is read from that one and names it in `trained_as`.  keep: an earlier
     summary table whose row stands for a run of the plan not in `runs_dir` (seeds trained in
     another call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a
-    curves.csv stands beside it."""
+    curves.csv stands beside it.  s: the checked settings of the config file `config`."""
     import pandas as pd
 
     from deamoe.train import runs as runlib
 
-    s = load_settings(config)
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
     kept, kept_curves = _kept_rows(keep) if keep else ({}, None)
     sizes = [size] if size else list(s.pretrain.sizes)
     paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
-    rows, frames, evals = [], [], []
+    rows, frames, eval_rows = [], [], []
     n = s.ablation.last_n
     for name in runlib.pretrain_run_names(s, sizes, steps):
         r = runlib.parse_run(name)
@@ -212,17 +184,17 @@ def pretrain_summary(config: str, runs_dir: str, out_csv: str, size: str = "", e
             "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
             "trained_as": twin, "profile": s.profile, **_provenance(summ),
         }
-        if eval_dir:
-            cols, long = _eval_columns(Path(eval_dir), twin, which)
+        if evals:
+            cols, long = evals(twin, which)
             row.update(cols)
-            evals += [{"size": r["size"], "model": which, "seed": r["seed"], **e} for e in long]
+            eval_rows += [{"size": r["size"], "model": which, "seed": r["seed"], **e} for e in long]
         rows.append(row)
         frames.append(curve[["step", "tokens", "loss"]].assign(run=name, size=r["size"], model=which,
                                                                seed=r["seed"]))
     table = pd.DataFrame(rows)
     write_csv(out_csv, table)
     _curves(frames, out_csv)
-    if eval_dir:
-        write_csv(out_csv.with_name("evals.csv"), pd.DataFrame(evals))
+    if evals:
+        write_csv(out_csv.with_name("evals.csv"), pd.DataFrame(eval_rows))
     print(table[["run", "params", "tokens", "final_loss", "val_loss", "params_ratio", "flops_ratio"]].to_string(index=False))
     return table

@@ -1,7 +1,7 @@
-"""`python -m deamoe bench ...` and `microbench` (deamoe.bench.cli) on bad input: every mistake a
+"""`python -m deamoe bench ...` and `microbench` (deamoe.commands.bench) on bad input: every mistake a
 user can make on the command line is one line naming it, before the CUDA check (so a CPU
 machine names it too) and before any work; an output the project did not write is never
-replaced; `python -m deamoe.bench` answers like `python -m deamoe`."""
+replaced; `python -m deamoe.commands.bench_only` answers like `python -m deamoe`."""
 
 from __future__ import annotations
 
@@ -144,7 +144,8 @@ def test_a_users_file_where_a_tool_writes_is_named_before_any_work(tmp_path, mon
 def test_fp8_check_without_kernel_and_none_extracted_runs_without_vllm(tmp_path, monkeypatch, capsys):
     """--kernel not given and no .peer/vllm_fused_moe.py: the check runs, its vLLM part not (and
     says so), where the same file given as --kernel is an error."""
-    from deamoe.bench import checks, cli
+    from deamoe.bench import checks
+    from deamoe.commands import bench as cli
 
     given = []
     monkeypatch.setattr(cli, "_needs_cuda", lambda what: None)
@@ -174,16 +175,16 @@ def test_an_output_folder_that_is_a_file_is_named_before_any_work(tmp_path, monk
 
 
 def _bench_module(argv, monkeypatch) -> int:
-    """`python -m deamoe.bench ARGV` in this process: its exit status."""
-    monkeypatch.setattr(sys, "argv", ["python -m deamoe.bench", *map(str, argv)])
+    """`python -m deamoe.commands.bench_only ARGV` in this process: its exit status."""
+    monkeypatch.setattr(sys, "argv", ["python -m deamoe.commands.bench_only", *map(str, argv)])
     sys.modules.pop("deamoe.bench.__main__", None)
     try:
-        runpy.run_module("deamoe.bench", run_name="__main__")
+        runpy.run_module("deamoe.commands.bench_only", run_name="__main__")
     except SystemExit as exc:
         return exc.code
     except KeyboardInterrupt:
-        pytest.fail("Ctrl-C went through `python -m deamoe.bench` as a traceback")
-    pytest.fail("`python -m deamoe.bench` returned without an exit status")
+        pytest.fail("Ctrl-C went through `python -m deamoe.commands.bench_only` as a traceback")
+    pytest.fail("`python -m deamoe.commands.bench_only` returned without an exit status")
 
 
 def test_the_bench_module_answers_a_fault_in_one_line(tmp_path, monkeypatch, capsys):
@@ -196,7 +197,7 @@ def test_the_bench_module_answers_a_fault_in_one_line(tmp_path, monkeypatch, cap
     assert _bench_module(["bench", "overread", tmp_path / "o"], monkeypatch) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "ValueError: boom" in err and "python -m deamoe.bench --traceback" in err
+    assert "ValueError: boom" in err and "python -m deamoe.commands.bench_only --traceback" in err
     # bad input: exit status 2 and its one line, as `python -m deamoe` gives
     assert _bench_module(["bench", "picks-check", tmp_path, "--table", tmp_path / "no.csv"], monkeypatch) == 2
     assert "no.csv" in capsys.readouterr().err
@@ -211,7 +212,7 @@ def test_the_bench_module_stops_on_ctrl_c_in_one_line(tmp_path, monkeypatch, cap
     monkeypatch.setattr(tools, "overread", interrupted)
     assert _bench_module(["bench", "overread", tmp_path / "o"], monkeypatch) == 130
     err = capsys.readouterr().err
-    assert "Traceback" not in err and err.startswith("interrupted: python -m deamoe.bench"), err
+    assert "Traceback" not in err and err.startswith("interrupted: python -m deamoe.commands.bench_only"), err
 
 
 @pytest.mark.gpu

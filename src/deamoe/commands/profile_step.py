@@ -1,6 +1,6 @@
 """Where a training step's GPU time goes: torch.profiler over a few steps of one run.
 
-`python -m deamoe.train.profile_step CONFIG RUN DATA OUT.csv [steps]` builds the run's model as
+`python -m deamoe.commands.profile_step CONFIG RUN DATA OUT.csv [steps]` builds the run's model as
 the trainer does (bf16 autocast, AdamW), warms up, profiles `steps` steps and writes the top
 operators by self CUDA time (name, calls, self_cuda_ms per step, share of the step).
 """
@@ -31,7 +31,7 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
     if not torch.cuda.is_available():
         from deamoe.errors import DeaMoEError
 
-        raise DeaMoEError("python -m deamoe.train.profile_step: needs a CUDA GPU")
+        raise DeaMoEError("python -m deamoe.commands.profile_step: needs a CUDA GPU")
     torch.manual_seed(t.seed)
     torch.set_float32_matmul_precision("high")
     model = DeaMoEForCausalLM(cfg).cuda().train()
@@ -76,7 +76,7 @@ def main(a: list[str]) -> int:
     from deamoe.errors import run_reporting
 
     if len(a) not in (4, 5) or (len(a) == 5 and not (a[4].isdigit() and int(a[4]) > 0)):
-        print("usage: python -m deamoe.train.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]",
+        print("usage: python -m deamoe.commands.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]",
               file=sys.stderr)
         return 2
     return run_reporting(profile, a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)

@@ -137,9 +137,11 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
 
 
 def cmd_ablation(args) -> int:
+    from deamoe.settings import load_settings
     from deamoe.train.summaries import ablation_summary
 
-    return _summary_command(args, "ablation", lambda: ablation_summary(args.config, args.runs, args.out))
+    s = load_settings(args.config)
+    return _summary_command(args, "ablation", lambda: ablation_summary(s, args.config, args.runs, args.out))
 
 
 def cmd_pretrain(args) -> int:
@@ -150,6 +152,14 @@ def cmd_pretrain(args) -> int:
 
         raise ConfigError("pretrain: --keep and --eval do not go together (a kept row's "
                           "evaluation is not re-read); join the evaluated length without --keep")
+    from functools import partial
+    from pathlib import Path
+
+    from deamoe.eval.tables import run_eval_columns
+    from deamoe.settings import load_settings
+
+    s = load_settings(args.config)
     return _summary_command(args, "pretrain", lambda: pretrain_summary(
-        args.config, args.runs, args.out, size=args.size, eval_dir=args.eval_dir, steps=args.steps,
-        keep=args.keep), evals=bool(args.eval_dir))
+        s, args.config, args.runs, args.out, size=args.size, steps=args.steps, keep=args.keep,
+        evals=partial(run_eval_columns, Path(args.eval_dir)) if args.eval_dir else None),
+        evals=bool(args.eval_dir))

@@ -1,4 +1,5 @@
-"""`python -m deamoe.bench microbench|bench ...`: the bench commands alone (no other stage imported).
+"""`python -m deamoe.commands.bench_only microbench|bench ...`: the bench commands alone (no other
+stage imported).
 
 Used on GPU machines whose Python lacks other stages' dependencies; same flags as
 `python -m deamoe microbench` and `python -m deamoe bench`, and the same one-line errors
@@ -7,10 +8,10 @@ Used on GPU machines whose Python lacks other stages' dependencies; same flags a
 
 import sys
 
-from deamoe.bench.cli import register
+from deamoe.commands.bench import register
 from deamoe.cli import Parser, main
 
-parser = Parser(prog="python -m deamoe.bench")
+parser = Parser(prog="python -m deamoe.commands.bench_only")
 parser.add_argument("--traceback", action="store_true",
                     help="on an unexpected error, print the traceback (default: one line)")
 register(parser.add_subparsers(dest="command", required=True))

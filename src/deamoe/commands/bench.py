@@ -210,11 +210,11 @@ def _train(args) -> int:
 
     parts = choices("--parts", args.parts.split(","), PARTS)
     paths = choices("--paths", args.paths.split(","), tuple(PATHS))
-    load_settings(args.config)  # a bad config is named before the GPU check
+    settings = load_settings(args.config)  # a bad config is named before the GPU check
     _outputs(args.out, "train_fsdp_throughput.csv" if "fsdp" in parts else "train_throughput.csv",
              *(["train_layer_kernels.csv"] if "kernels" in parts else []))
     _needs_cuda("train")
-    return bench_train(args.out, args.config, parts, paths, args.tokens, args.steps)
+    return bench_train(args.out, settings, parts, paths, args.tokens, args.steps)
 
 
 def _needs_cuda(what: str) -> None:
