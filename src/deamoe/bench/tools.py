@@ -355,8 +355,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
         if unsure.any():
             sha = sha or _head_sha()
             if not sha:
-                raise ConfigError(f"bench import: {name} has rows whose git_sha does not name the "
-                                  "tree they ran ('unknown' or '+uncommitted') and `git rev-parse "
+                raise ConfigError(f"bench import: {name} has rows of git_sha 'unknown' or "
+                                  "'<sha>+uncommitted' (not the tree they ran) and `git rev-parse "
                                   "HEAD` gives no commit here; give --sha")
             df.loc[unsure, "git_sha"] = sha
         if name == "microbench.csv" and is_shared(df["model"]).any():
