@@ -57,6 +57,10 @@ def test_format_checks_and_tile_fit():
     k256 = TileConfig.parse("n64-k256-w4-s3-tma")
     assert Fp8Format().fit_tile(k256).block_k == 128
     assert Fp8Format().fits(64) and not Fp8Format(activations="fp8").fits(64)
+    # w8a8 with A quantised before the GEMM: K steps within one of A's groups
+    w8a8 = Fp8Format(activations="fp8")
+    assert w8a8.fits(64, 64) and w8a8.fits(64, 128) and not w8a8.fits(128, 64)
+    assert w8a8.fits_tile(TileConfig.parse("n64-k64-w4-s8-pq")) and not w8a8.fits(256, 256)
     tiles = fit_tiles(MoETiles(w13=k256, w2=TileConfig.parse("n32-k64-w4-s3")), Fp8Format())
     assert (tiles.w13.block_k, tiles.w2.block_k, tiles.w13.tma) == (128, 64, True)
     with pytest.raises(ValueError, match="scale shape"):
@@ -169,31 +173,37 @@ def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
-def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_take_it():
-    # the battery's '-qo' pass: every GEMM on '-pq' tiles, the up-projections also storing their
-    # output quantised (BLOCK_N one group); it leaves out exactly the layers whose h_ffn is not
-    # whole groups, and keeps DeaMoE's department up-projection plain where the operator runs
-    # outside the kernel (rmsnorm)
+@pytest.mark.parametrize("how, group, takes_oddk", [("-qo", 32, False), ("-qo-half", 16, True)])
+def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_take_it(
+        how, group, takes_oddk):
+    # the battery's '-qo' passes: every GEMM on '-pq' tiles, the up-projections also storing
+    # their output quantised (BLOCK_N one group: the 32-column scale block, or half of it with
+    # the readers' BLOCK_K one group); they leave out exactly the layers whose h_ffn is not whole
+    # groups (or that refuse '-pq'), and keep DeaMoE's department up-projection plain where the
+    # operator runs outside the kernel (rmsnorm)
     from deamoe.kernels.battery import operator_variants, pass_tiles, takes_pass
     from deamoe.kernels.deamoe_decode import DeaMoETiles
+    from deamoe.kernels.fp8 import QOUT_READERS
     from deamoe.kernels.shared_expert import SharedTiles
 
     fmt = Fp8Format(32, 32, "fp8")
     taken = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():
         layer = DeaMoETiles() if shape.kind == "deamoe" else MoETiles()
-        tiles = pass_tiles(layer, shape, "-qo", fmt)
+        tiles = pass_tiles(layer, shape, how, fmt)
         ups = ("w13",) if shape.kind == "moe" else ("dept_up", "expert_up")
         assert {f.name for f in dataclasses.fields(tiles) if getattr(getattr(tiles, f.name), "qout", 0)} \
-            == set(ups) and all(getattr(tiles, u).block_n == 32 for u in ups)
-        if takes_pass(shape, "-qo", fmt):
+            == set(ups) and all(getattr(tiles, u).block_n == group for u in ups)
+        assert all(getattr(tiles, QOUT_READERS[u]).block_k == group for u in ups)  # one K step
+        if takes_pass(shape, how, fmt):
             taken.append(name)
             row = check_case(Case(name, shape, 5, "random", seed=2), tiles=tiles,
                              shared_tiles=pass_tiles(SharedTiles(), shape, "-pq", fmt), fp8=fmt)
             assert row["ok"], row
-    assert taken == ["moe-small", "deamoe-small", "deamoe-strict", "moe-shared"]
+    assert taken == ["moe-small"] + ["moe-oddk"] * takes_oddk + ["deamoe-small", "deamoe-strict",
+                                                                  "moe-shared"]
     rms = [s for s in operator_variants(small_shapes()["deamoe-small"]) if s.operator == "rmsnorm"][0]
-    tiles = pass_tiles(DeaMoETiles(), rms, "-qo", fmt)
+    tiles = pass_tiles(DeaMoETiles(), rms, how, fmt)
     assert (tiles.dept_up.qout, tiles.dept_up.preq, tiles.expert_up.qout) == (False, True, True)
     assert check_case(Case("op-rmsnorm", rms, 5, "random", 3), tiles=tiles, fp8=fmt)["ok"]
     with pytest.raises(ValueError, match="not one of"):
@@ -280,14 +290,14 @@ def test_an_output_quantised_in_the_epilogue_gives_the_launch_after_its_numbers(
         pytest.skip("its h_ffn is not a whole number of 32-column groups")
     pq, qo = TileConfig.parse("n32-k32-w4-s1-pq"), TileConfig.parse("n32-k32-w4-s1-pq-qo")
     fmt = Fp8Format(32, 32, "fp8")
-    from deamoe.kernels import fp8_quant, grouped_gemm
+    from deamoe.kernels import fp8_quant
 
-    launches = []
+    launches, quantize_groups = [], fp8_quant.quantize_groups
 
     def counted(*args, **kw):  # the quantiser launches before a GEMM
         launches.append(1)
-        return fp8_quant.quantize_groups(*args, **kw)
-    monkeypatch.setattr(grouped_gemm, "quantize_groups", counted)
+        return quantize_groups(*args, **kw)
+    monkeypatch.setattr(fp8_quant, "quantize_groups", counted)
     ref = _layer_on_tile(shape, pq, fmt)
     before, launches[:] = len(launches), []
     ups = {"w13": qo} if shape.kind == "moe" else {"dept_up": qo, "expert_up": qo}
@@ -299,7 +309,7 @@ def test_an_output_quantised_in_the_epilogue_gives_the_launch_after_its_numbers(
 
 @pytest.mark.parametrize("where, tile, message", [
     ("w2", "n32-k32-w4-s1-pq-qo", "'-qo' .* is for a GEMM on w8a8 FP8 weights"),  # summed output
-    ("w13", "n16-k32-w4-s1-pq-qo", "'-qo' needs BLOCK_N and c_up_off"),  # half a group per tile
+    ("w13", "n64-k32-w4-s1-pq-qo", "'-qo' needs BLOCK_N and c_up_off"),  # coarser than a block
 ])
 def test_a_quantised_output_is_refused_where_it_cannot_be(where, tile, message):
     with pytest.raises(ValueError, match=message):

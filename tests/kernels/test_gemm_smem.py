@@ -63,6 +63,14 @@ CASES = [
     # ... and the up-projections' output quantised in the epilogue (qout): e4m3 C and its scales
     ("dept_up", "n128-k128-w4-s5-tma-swap-pq-qo", 16, "fp8-w8a8"),
     ("expert_up", "n128-k128-w4-s4-pq-qo", 64, "fp8-w8a8"),
+    # ... in 64-column groups on n64 tiles, read on K steps of 64 (A_GROUP 64; 128-deep weight
+    # scale blocks): the writers, the readers with and without wgmma
+    ("dept_up", "n64-k128-w4-s6-tma-swap-pq-qo", 16, "fp8-w8a8"),
+    ("dept_up", "n64-k128-w4-s4-pq-qo", 64, "fp8-w8a8"),
+    ("expert_up", "n64-k64-w4-s8-pq-qo", 16, "fp8-w8a8"),
+    ("expert_up", "n64-k64-w4-s8-tma-swap-pq-qo", 16, "fp8-w8a8"),
+    ("expert_down", "n128-k64-w4-s8-tma-swap-pq", 16, "fp8-w8a8"),
+    ("w2", "n64-k64-w4-s6-pq", 64, "fp8-w8a8"),
 ]
 
 
@@ -90,6 +98,8 @@ def triton_shared_memory(cases) -> list[dict]:
                       A_FP8=precision == ["fp8-w8a8"], GROUP_N=128 if fp8 else 1,
                       GROUP_K=128 if fp8 else 1, A_PREQ=t.preq and precision == ["fp8-w8a8"],
                       C_FP8=t.qout, C_FROM_BF16=t.qout)
+        # A's groups: 128 columns from a '-pq' launch; a k64 reader here reads a '-qo' n64 output
+        consts["A_GROUP"] = min(t.block_k, 128) if consts["A_PREQ"] else 1
         wdt = "fp8e4nv" if fp8 else "bf16"
         desc = f"tensordesc<{wdt}[{t.block_n}, {t.block_k}]>"
         sig = {n: "constexpr" if n in consts else

@@ -15,7 +15,8 @@
                   (small shapes and the Table 1 layers) against the dequantised reference, the
                   stream options of both layers (w8a8 also on '-pq' tiles, the activations
                   quantised before each GEMM, and on '-qo' ones, the up-projections' output
-                  stored quantised for the GEMM after them), the step in CUDA graphs, and --
+                  stored quantised for the GEMM after them, in 128- and in 64-column groups:
+                  battery.W8A8_PASSES), the step in CUDA graphs, and --
                   with vLLM's kernel file -- vLLM's FP8 block path beside ours on the same
                   Table 1 inputs
 Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1

@@ -188,7 +188,8 @@ class MicrobenchSettings:
             except ValueError as exc:
                 raise ConfigError(f"microbench.fp8_tiles: {exc}") from None
             for fmt in fmts:
-                if fmt.precision in self.weight_dtype and not fmt.fits(tile.block_k):
+                if fmt.precision in self.weight_dtype and not fmt.fits_tile(tile):
                     raise ConfigError(f"microbench.fp8_tiles: {t}: BLOCK_K {tile.block_k} does "
                                       f"not fit {fmt.precision} weights of {self.fp8_block} "
-                                      "blocks (it must divide block_k; w8a8: equal it)")
+                                      "blocks (it must divide block_k; w8a8: equal it, or "
+                                      "divide it on a '-pq' tile)")

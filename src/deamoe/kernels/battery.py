@@ -257,8 +257,13 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
 
 # How a w8a8 layer's GEMMs meet their activations, each a pass of the battery: quantised in the
 # GEMM's main loop (""), in a launch before each GEMM ('-pq'), or that and, for the
-# up-projections, stored quantised by the GEMM before them ('-qo').
-W8A8_PASSES = ("", "-pq", "-qo")
+# up-projections, stored quantised by the GEMM before them ('-qo'), in groups of the weights'
+# block_k or of half of it ('-qo-half': 64 columns of 128, on 64-column tiles).
+W8A8_PASSES = ("", "-pq", "-qo", "-qo-half")
+
+
+def _qout_group(how: str, fmt: Fp8Format) -> int:
+    return fmt.block_k // 2 if how == "-qo-half" else fmt.block_k
 
 
 def pass_tiles(tiles, shape, how: str, fmt: Fp8Format):
@@ -271,9 +276,10 @@ def pass_tiles(tiles, shape, how: str, fmt: Fp8Format):
         raise ValueError(f"w8a8 pass {how!r} is not one of {W8A8_PASSES}")
     if how == "-pq":
         return with_preq(tiles)
-    if how == "-qo":
+    if how.startswith("-qo"):
         outside = shape.kind == "deamoe" and shape.operator not in FUSED_OPERATORS
-        return with_qout(tiles, fmt, [u for u in UP_PROJECTIONS if not (outside and u == "dept_up")])
+        return with_qout(tiles, fmt, [u for u in UP_PROJECTIONS if not (outside and u == "dept_up")],
+                         _qout_group(how, fmt))
     return tiles
 
 
@@ -283,8 +289,8 @@ def takes_pass(shape, how: str, fmt: Fp8Format | None) -> bool:
 
     if how == "-pq":
         return preq_fits(shape, fmt)
-    if how == "-qo":
-        return qout_fits(shape, fmt)
+    if how.startswith("-qo"):
+        return qout_fits(shape, fmt, _qout_group(how, fmt))
     return True
 
 

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import torch
 
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
+from deamoe.kernels.fp8 import check_qout_reads
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
@@ -115,6 +116,9 @@ class DeaMoETiles:
     # atomics: dept_down reads half the S bytes per N tile (up to 15 us faster per layer at
     # 96-128 tokens, rel err 4.1-4.6e-3 against 3.7-3.9e-3); off: fp32 S
     s_bf16: bool = True
+
+    def __post_init__(self):
+        check_qout_reads(self)
 
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles

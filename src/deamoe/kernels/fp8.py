@@ -18,6 +18,10 @@ its weights:
           operands (Hopper's FP8 tensor cores) and each partial product is multiplied by both
           scales.  Our GEMM quantises the A tile in its load (BLOCK_K = block_k, so a tile row is
           one group); vLLM quantises in a launch before each GEMM: the same groups and scales.
+          An up-projection on a '-qo' tile stores its output quantised in groups of its BLOCK_N
+          columns, which may be finer than block_k (64 of 128: each scale, so each value's
+          rounding step, at most the 128-column group's), so that it can run 64-column tiles;
+          the GEMM reading it then steps K by at most one group.
 The router stays bf16 (DeepSeek-V3 does not quantise its gate either).
 
 Torch only (no Triton): the quantiser, the dequantising float32 reference and the activation
@@ -73,16 +77,24 @@ class Fp8Format:
         """Bytes of one [n, k] matrix in this format: n k e4m3 values and its float32 scales."""
         return n * k + 4 * (-(-n // self.block_n)) * (-(-k // self.block_k))
 
-    def fits(self, block_k: int) -> bool:
+    def fits(self, block_k: int, a_group: int | None = None) -> bool:
         """Whether a GEMM tile of BLOCK_K columns can run on these weights: a K step must not
-        straddle two scale blocks, and w8a8 quantises one group per tile row."""
-        if self.activations == "fp8":
-            return block_k == self.block_k
-        return self.block_k % block_k == 0
+        straddle two scale blocks, nor (w8a8) two activation groups.  a_group: the columns per
+        scale of an A quantised before the GEMM (a '-pq' launch, or the '-qo' tile that wrote
+        it); None: w8a8 quantises A in the main loop, one group of block_k per tile row."""
+        if self.block_k % block_k:
+            return False
+        if self.activations != "fp8":
+            return True
+        return block_k == self.block_k if a_group is None else a_group % block_k == 0
+
+    def fits_tile(self, tile) -> bool:
+        """fits for a TileConfig on its own: a '-pq' tile quantises A in groups of block_k."""
+        return self.fits(tile.block_k, self.block_k if tile.preq else None)
 
     def fit_tile(self, tile):
         """`tile` (a TileConfig) with BLOCK_K made to fit (vLLM takes min(BLOCK_K, block_k) alike)."""
-        if self.fits(tile.block_k):
+        if self.fits_tile(tile):
             return tile
         return dataclasses.replace(tile, block_k=self.block_k)
 
@@ -106,18 +118,38 @@ def with_preq(tiles):
 
 
 # The GEMMs whose output the next GEMM reads whole (no sum across experts): the ones that can
-# store that output quantised for it ('-qo').
-UP_PROJECTIONS = ("w13", "dept_up", "expert_up")
+# store that output quantised for it ('-qo'), each with the GEMM that reads it.
+QOUT_READERS = {"w13": "w2", "dept_up": "expert_up", "expert_up": "expert_down"}
+UP_PROJECTIONS = tuple(QOUT_READERS)
 
 
-def with_qout(tiles, fmt: "Fp8Format", ups=UP_PROJECTIONS):
+def with_qout(tiles, fmt: "Fp8Format", ups=UP_PROJECTIONS, group: int | None = None):
     """with_preq(tiles), and the up-projections named in `ups` also storing their output
-    quantised for the GEMM after them ('-qo', TileConfig.qout; w8a8 only) with BLOCK_N one scale
-    group wide: the epilogue quantises a tile's columns as one group."""
+    quantised for the GEMM after them ('-qo', TileConfig.qout; w8a8 only) in groups of `group`
+    columns (default: the weights' block_k, vLLM's groups): BLOCK_N = group, since the epilogue
+    quantises a tile's columns as one group, and the reader's BLOCK_K at most one group."""
+    group = group or fmt.block_k
     tiles = with_preq(tiles)
-    stored = {n: dataclasses.replace(getattr(tiles, n), qout=True, block_n=fmt.block_k)
+    stored = {n: dataclasses.replace(getattr(tiles, n), qout=True, block_n=group)
               for n in ups if hasattr(tiles, n)}
+    for up in list(stored):
+        reader = stored.get(QOUT_READERS[up], getattr(tiles, QOUT_READERS[up]))
+        stored[QOUT_READERS[up]] = dataclasses.replace(reader,
+                                                       block_k=min(reader.block_k, group))
     return dataclasses.replace(tiles, **stored)
+
+
+def check_qout_reads(tiles) -> None:
+    """A ValueError where a layer's tiles (MoETiles, DeaMoETiles) have a GEMM read a '-qo'
+    output (quantised in groups of its writer's BLOCK_N columns) on K steps wider than one
+    group: each K step takes one scale per row.  The launch refuses it too; this says so when
+    the tiles are made, before any kernel runs."""
+    for up, reader in QOUT_READERS.items():
+        w, r = getattr(tiles, up, None), getattr(tiles, reader, None)
+        if w is not None and w.qout and r is not None and w.block_n % r.block_k:
+            raise ValueError(f"{reader} tile {r.name} reads {up}'s '-qo' output (tile {w.name}: "
+                             f"groups of {w.block_n} columns): its BLOCK_K must divide "
+                             f"{w.block_n}")
 
 
 def preq_groups_fit(a_up_off: int, k: int, width: int, block_k: int) -> bool:
@@ -136,10 +168,11 @@ def preq_fits(shape, fmt: "Fp8Format") -> bool:
     return shape.kind != "deamoe" or preq_groups_fit(f, f, 2 * f, fmt.block_k)
 
 
-def qout_fits(shape, fmt: "Fp8Format") -> bool:
-    """Whether `shape`'s layer can take with_qout's tiles in `fmt`: '-pq' fits, and the gate and
-    up halves of each up-projection's output (h_ffn columns each) are whole scale groups."""
-    return preq_fits(shape, fmt) and shape.h_ffn % fmt.block_k == 0
+def qout_fits(shape, fmt: "Fp8Format", group: int | None = None) -> bool:
+    """Whether `shape`'s layer can take with_qout's tiles in `fmt` (groups of `group` columns,
+    default block_k): '-pq' fits, and the gate and up halves of each up-projection's output
+    (h_ffn columns each) are whole groups."""
+    return preq_fits(shape, fmt) and shape.h_ffn % (group or fmt.block_k) == 0
 
 
 @dataclass(frozen=True)
@@ -190,10 +223,10 @@ class Fp8Weight:
         return self.q.float() * s
 
 
-def gemm_weights_fp8(bg, bu, block_k: int) -> bool:
+def gemm_weights_fp8(bg, bu) -> bool:
     """Whether a grouped-GEMM launch's weights are block-scaled FP8: both alike, scales
-    contiguous along K, and a BLOCK_K that fits their blocks (Fp8Format.fits); a ValueError
-    naming what does not hold."""
+    contiguous along K; a ValueError naming what does not hold (the tile's fit:
+    fp8_quant.gemm_operands)."""
     fp8 = isinstance(bg, Fp8Weight)
     if bu is not None and isinstance(bu, Fp8Weight) != fp8:
         raise ValueError("grouped_gemm: bg and bu must both be FP8 weights or both tensors")
@@ -203,9 +236,6 @@ def gemm_weights_fp8(bg, bu, block_k: int) -> bool:
         raise ValueError("grouped_gemm: bu's FP8 format and scale layout must be bg's")
     if bg.scale.stride(-1) != 1:
         raise ValueError("grouped_gemm: FP8 scales must be contiguous along K")
-    if not bg.fmt.fits(block_k):
-        raise ValueError(f"grouped_gemm: BLOCK_K {block_k} does not fit {bg.fmt} weights "
-                         "(BLOCK_K must divide block_k; w8a8: equal it)")
     return True
 
 

@@ -6,6 +6,9 @@ q = a / scale rounded to e4m3 (deamoe.kernels.fp8.quantize_activations is the re
 Every row of A is quantised, also rows its GEMM does not read (DeaMoE's expert up-projection
 reads the chosen departments' rows of the department output; the others are never written, and
 quantise to whatever they hold): one launch over the buffer, with no gather of the rows.
+Where an up-projection's tile stores its output quantised ('-qo': QuantisedRows, groups of the
+tile's BLOCK_N columns) the GEMM after it has no such launch; `gemm_operands` is where a launch
+decides which of these its A and C are.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import triton
 import triton.language as tl
 
 from deamoe.kernels import INTERPRETING
-from deamoe.kernels.fp8 import Fp8Weight
+from deamoe.kernels.fp8 import Fp8Format, Fp8Weight, preq_groups_fit
 from deamoe.kernels.fp8_mma import quantize_rows
 from deamoe.kernels.tile_config import TileConfig
 
@@ -53,11 +56,13 @@ def quantize_groups(a: torch.Tensor, group: int, launch: bool = True) -> tuple[t
 
 class QuantisedRows(NamedTuple):
     """A GEMM's output rows stored quantised by its epilogue (TileConfig.qout) for the next GEMM:
-    e4m3 values and one float32 scale per row and group, from values rounded to bf16 first
-    where the layer's activations are bf16 (the numbers of quantize_groups on the stored rows)."""
+    e4m3 values and one float32 scale per row and group of `group` columns (the writing tile's
+    BLOCK_N), from values rounded to bf16 first where the layer's activations are bf16 (the
+    numbers of quantize_groups on the stored rows)."""
 
     q: torch.Tensor  # [R, W] float8_e4m3fn
     scale: torch.Tensor  # [R, ceil(W / group)] float32
+    group: int
     from_bf16: bool
 
     @property
@@ -70,14 +75,63 @@ def quantised_rows(rows: int, width: int, group: int, like: torch.Tensor) -> Qua
     return QuantisedRows(torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=like.device),
                          torch.empty(rows, triton.cdiv(width, group), dtype=torch.float32,
                                      device=like.device),
-                         like.dtype == torch.bfloat16)
+                         group, like.dtype == torch.bfloat16)
 
 
 def gemm_output(rows: int, width: int, like: torch.Tensor, tile: TileConfig, weights):
     """The buffer a GEMM on `tile` writes for the next GEMM to read: [rows, width] of like's
-    dtype, or QuantisedRows where the tile's qout asks for it on w8a8 FP8 `weights` (any other
-    weights with qout: the plain buffer, which the GEMM then refuses, naming the tile)."""
+    dtype, or QuantisedRows in groups of the tile's BLOCK_N columns where its qout asks for it
+    on w8a8 FP8 `weights` (any other weights with qout: the plain buffer, which the GEMM then
+    refuses, naming the tile)."""
     fmt = weights.fmt if isinstance(weights, Fp8Weight) else None
     if tile.qout and fmt is not None and fmt.activations == "fp8":
-        return quantised_rows(rows, width, fmt.block_k, like)
+        return quantised_rows(rows, width, tile.block_n, like)
     return torch.empty(rows, width, dtype=like.dtype, device=like.device)
+
+
+class GemmOperands(NamedTuple):
+    """A and C of one grouped-GEMM launch as its kernel takes them (gemm_operands)."""
+
+    a: torch.Tensor  # A's rows as given, or e4m3 where quantised before the GEMM
+    a_scale: torch.Tensor | None  # then one scale per row and a_group columns
+    a_group: int  # 1 where A has no scales
+    c: torch.Tensor  # C's rows, e4m3 where the tile's qout stores them quantised
+    c_scale: torch.Tensor | None  # then one scale per row and BLOCK_N columns
+    c_from_bf16: bool
+
+
+def gemm_operands(a, c, fmt: Fp8Format | None, tile: TileConfig, k: int, a_up_off: int,
+                  c_up_off: int, launch: bool = True) -> GemmOperands:
+    """A and C for a grouped-GEMM launch on `tile` and weights of format `fmt` (None: bf16),
+    reading K columns of A (SwiGLU's up input at a_up_off) and writing C's up half at
+    c_up_off: QuantisedRows taken apart, A quantised here for a w8a8 '-pq' tile (launch=False:
+    its buffers only); a one-line ValueError naming what the tile cannot do."""
+    a_q, c_q = isinstance(a, QuantisedRows), isinstance(c, QuantisedRows)
+    w8a8 = fmt is not None and fmt.activations == "fp8"
+    if tile.qout != c_q or ((a_q or c_q) and not w8a8):
+        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' (the output stored quantised) is "
+                         "for a GEMM on w8a8 FP8 weights whose output the next GEMM reads whole "
+                         "(an up-projection), writing rows that fp8_quant.gemm_output made for it")
+    if c_q and (fmt.block_k % tile.block_n or c_up_off % tile.block_n):
+        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' needs BLOCK_N and c_up_off "
+                         f"({c_up_off}) on the scale groups: a tile's {tile.block_n} columns "
+                         f"are one group, which must divide the weights' block_k ({fmt.block_k})")
+    preq = w8a8 and (tile.preq or a_q)
+    a_group = (a.group if a_q else fmt.block_k) if preq else None
+    if fmt is not None and not fmt.fits(tile.block_k, a_group):
+        on_a = f" and A quantised in groups of {a_group}" if a_group else ""
+        raise ValueError(f"grouped_gemm: BLOCK_K {tile.block_k} does not fit {fmt} weights"
+                         f"{on_a} (a K step within one scale block and one A group; w8a8 "
+                         "quantising A in the main loop: BLOCK_K = block_k)")
+    if preq and not preq_groups_fit(a_up_off, k, a.shape[1], a_group):
+        raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({a_up_off}) and K "
+                         f"({k}) multiples of its scale group ({a_group}), or K the rest of A's "
+                         f"row ({a.shape[1]})")
+    if a_q:  # quantised by the GEMM that wrote it (its tile's qout)
+        a, a_scale = a.q, a.scale
+    elif preq:  # the launch before the GEMM; the GEMM reads e4m3 A
+        a, a_scale = quantize_groups(a, a_group, launch=launch)
+    else:
+        a_scale = None
+    c, c_scale, c_bf16 = (c.q, c.scale, c.from_bf16) if c_q else (c, None, False)
+    return GemmOperands(a, a_scale, a_group or 1, c, c_scale, c_bf16)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from deamoe.kernels.align import AlignSpec, align
+from deamoe.kernels.fp8 import check_qout_reads
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
@@ -52,6 +53,9 @@ class MoETiles:
     # sum the output in bf16 where the device has bf16 atomics (no cast launch at the end; both
     # layers 1.3-16.5 us faster per layer on the H200, max rel err 4.5e-3); off: fp32 and a cast
     out_bf16: bool = True
+
+    def __post_init__(self):
+        check_qout_reads(self)
 
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles

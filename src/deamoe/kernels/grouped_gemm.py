@@ -41,9 +41,9 @@ import triton.language as tl
 
 from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
-from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8, preq_groups_fit
+from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
 from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma, store_quantised
-from deamoe.kernels.fp8_quant import QuantisedRows, quantize_groups
+from deamoe.kernels.fp8_quant import QuantisedRows, gemm_operands
 from deamoe.kernels.tile_config import TileConfig
 
 ROW_TOKEN, ROW_PAIR, ROW_TOKDEPT = 0, 1, 2
@@ -142,7 +142,7 @@ def grouped_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
     W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
-    A_PREQ: tl.constexpr, C_FP8: tl.constexpr, C_FROM_BF16: tl.constexpr,
+    A_PREQ: tl.constexpr, A_GROUP: tl.constexpr, C_FP8: tl.constexpr, C_FROM_BF16: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -181,8 +181,8 @@ def grouped_gemm_kernel(
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
         s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
-    if A_PREQ:  # A quantised before the launch (e4m3): its rows' scales, one per GROUP_K columns
-        as_ptrs = as_ptr + a_rows * stride_as
+    if A_PREQ:  # A quantised before the launch (e4m3): its rows' scales, one per A_GROUP columns
+        as_ptrs = as_ptr + a_rows * stride_as  # (BLOCK_K | A_GROUP: one scale per row per step)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
@@ -198,7 +198,7 @@ def grouped_gemm_kernel(
             bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if A_PREQ:
-            a, a_s = prequantised_operands(a, as_ptrs + k0 // GROUP_K, row_ok, DOT_F32)
+            a, a_s = prequantised_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
         elif W_FP8:
             a, a_s = fp8_operands(a, A_FP8, DOT_F32)
         if W_FP8:
@@ -214,7 +214,7 @@ def grouped_gemm_kernel(
             if EPI == 1:
                 au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
                 if A_PREQ:
-                    au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // GROUP_K,
+                    au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
                                                      row_ok, DOT_F32)
                 elif W_FP8:
                     au, au_s = fp8_operands(au, A_FP8, DOT_F32)
@@ -248,11 +248,11 @@ def grouped_gemm_kernel(
     c_rows = _rows(p, row_ok, ids_ptr, k_top, n_dept, per_group, C_MODE)
     c_ptrs = c_ptr + c_rows[:, None] * stride_cm + offs_n[None, :]
     c_mask = row_ok[:, None] & n_ok[None, :]
-    if C_FP8:  # e4m3 and one scale per row of this tile (BLOCK_N = GROUP_K: one group)
+    if C_FP8:  # e4m3 and one scale per row of this tile (its BLOCK_N columns: one group)
         cs_ptrs = cs_ptr + c_rows * stride_cs + pid_n
         store_quantised(acc, c_ptrs, cs_ptrs, c_mask, row_ok, C_FROM_BF16, DOT_F32)
         if EPI == 2:
-            store_quantised(acc_u, c_ptrs + c_up_off, cs_ptrs + c_up_off // GROUP_K, c_mask,
+            store_quantised(acc_u, c_ptrs + c_up_off, cs_ptrs + c_up_off // BLOCK_N, c_mask,
                             row_ok, C_FROM_BF16, DOT_F32)
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
@@ -373,21 +373,22 @@ def grouped_gemm(
     >= K (+ a_up_off); c: output (returned); weights: the routing weight of each pair
     (WEIGHTED).  groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit
     at once).  a / c may be QuantisedRows (w8a8; `fp8_quant.gemm_output` makes them): A arrives, or C
-    leaves, as e4m3 with one scale per row and group (the qout of the tile that writes C).
+    leaves, as e4m3 with one scale per row and group of the writing tile's BLOCK_N columns (its
+    qout; fp8_quant.gemm_operands says which tiles can read or write them).
     warmup: compile for these arguments without launching and return Triton's compiled kernel
     (its metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
     G, N, K = bg.shape
     tile = spec.tile
-    fp8 = gemm_weights_fp8(bg, bu, tile.block_k)
+    fp8 = gemm_weights_fp8(bg, bu)
     qg, qu = (bg.q, bu.q if bu is not None else None) if fp8 else (bg, bu)
-    a_q, c_q = isinstance(a, QuantisedRows), isinstance(c, QuantisedRows)
-    if qg.stride(2) != 1 or any(t.stride(-1) != 1 for t in (a.q if a_q else a, c.q if c_q else c)):
+    rows = (t.q if isinstance(t, QuantisedRows) else t for t in (a, c))
+    if qg.stride(2) != 1 or any(t.stride(-1) != 1 for t in rows):
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
     if (spec.epi != EPI_ACT) != (bu is not None):
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
     if qu is not None and (qu.shape != qg.shape or qu.stride() != qg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
-    if spec.atomic and (c_q or c.dtype not in (torch.float32, torch.bfloat16)):
+    if spec.atomic and (isinstance(c, QuantisedRows) or c.dtype not in (torch.float32, torch.bfloat16)):
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = qg, qg if qu is None else qu
@@ -397,26 +398,10 @@ def grouped_gemm(
     s_gate = bg.scale if fp8 else qg  # (a placeholder pointer where the weights have no scales)
     s_up = bu.scale if fp8 and bu is not None else s_gate
     fmt = bg.fmt if fp8 else None
-    w8a8 = fp8 and fmt.activations == "fp8"
-    if tile.qout != c_q or ((a_q or c_q) and not w8a8):
-        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' (the output stored quantised) is "
-                         "for a GEMM on w8a8 FP8 weights whose output the next GEMM reads whole "
-                         "(an up-projection), writing rows that fp8_quant.gemm_output made for it")
-    if c_q and (tile.block_n != fmt.block_k or spec.c_up_off % fmt.block_k):
-        raise ValueError(f"grouped_gemm: tile {tile.name}: '-qo' needs BLOCK_N and c_up_off "
-                         f"({spec.c_up_off}) on the scale groups ({fmt.block_k} columns)")
-    preq = w8a8 and (tile.preq or a_q)
-    if preq and not preq_groups_fit(spec.a_up_off, K, a.shape[1], fmt.block_k):
-        raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({spec.a_up_off}) "
-                         f"and K ({K}) multiples of the scale group ({fmt.block_k}), or K "
-                         f"the rest of A's row ({a.shape[1]})")
-    if a_q:  # quantised by the GEMM that wrote it (its tile's qout)
-        a, a_scale = a.q, a.scale
-    elif preq:  # the launch before the GEMM (deamoe.kernels.fp8_quant); the GEMM reads e4m3 A
-        a, a_scale = quantize_groups(a, fmt.block_k, launch=not warmup)
-    else:
-        a_scale = s_gate  # (a placeholder pointer where A is not quantised before the launch)
-    c_out, c_scale, c_bf16 = (c.q, c.scale, c.from_bf16) if c_q else (c, s_gate, False)
+    ops = gemm_operands(a, c, fmt, tile, K, spec.a_up_off, spec.c_up_off, launch=not warmup)
+    a, c_out = ops.a, ops.c
+    a_scale = s_gate if ops.a_scale is None else ops.a_scale  # (placeholders where none)
+    c_scale = s_gate if ops.c_scale is None else ops.c_scale
     launch = (lambda *args, **kw: grouped_gemm_kernel.warmup(*args, grid=grid, **kw)) if warmup \
         else grouped_gemm_kernel[grid]
     kernel = launch(
@@ -426,16 +411,17 @@ def grouped_gemm(
         N, K, al.num_pairs, ids.shape[1], spec.n_dept, spec.per_group, al.max_blocks,
         *(groups if groups is not None else (0, G)),
         a.stride(0), qg.stride(0), qg.stride(1), c_out.stride(0), spec.a_up_off, spec.c_up_off,
-        s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0, a_scale.stride(0) if preq else 0,
-        c_scale.stride(0) if c_q else 0,
+        s_gate.stride(0) if fp8 else 0, s_gate.stride(1) if fp8 else 0,
+        0 if ops.a_scale is None else a_scale.stride(0), 0 if ops.c_scale is None else c_scale.stride(0),
         A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
         WEIGHTED=weights is not None, ATOMIC=spec.atomic, EVEN_K=K % tile.block_k == 0,
         DOT_F32=INTERPRETING,
         BLOCK_M=al.block_m, BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
-        W_FP8=fp8, A_FP8=w8a8,
-        GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1, A_PREQ=preq,
-        C_FP8=c_q, C_FROM_BF16=c_bf16,
+        W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
+        GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1,
+        A_PREQ=ops.a_scale is not None, A_GROUP=ops.a_group,
+        C_FP8=ops.c_scale is not None, C_FROM_BF16=ops.c_from_bf16,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c

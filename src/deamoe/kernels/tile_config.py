@@ -35,9 +35,11 @@ class TileConfig:
     # numbers either way.  No effect on bf16 or weight-only FP8 launches
     preq: bool = False
     # qout: with w8a8 FP8 weights, this GEMM stores its output quantised per row and group in
-    # its epilogue (BLOCK_N = one group), and the next GEMM loads it as a '-pq' tile's A without
-    # the launch that would quantise it; only where the output is stored, not summed (the
-    # up-projections), and the same numbers as quantising the stored output
+    # its epilogue, and the next GEMM loads it as a '-pq' tile's A without the launch that
+    # would quantise it; only where the output is stored, not summed (the up-projections), and
+    # the same numbers as quantising the stored output.  A group is the tile's BLOCK_N columns,
+    # which must divide the weights' block_k: n128 makes vLLM's 128-column groups, n64 finer
+    # ones (so a 64-column tile needs no quantiser launch after it), read on K steps of <= 64
     qout: bool = False
 
     @property
