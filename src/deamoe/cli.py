@@ -1,7 +1,7 @@
-"""`python -m deamoe <command>`: argument parsing only; each stage's module does the work.
+"""`python -m deamoe <command>`: the dispatcher; each stage's command module does the work.
 
-Each stage package has a `cli.py` with `register(subparsers)` adding its commands; a command's
-function receives the parsed namespace and returns an exit status.  A bad argument (checked by
+Each stage has a module `deamoe.commands.<stage>` with `register(subparsers)` adding its
+commands; a command's function receives the parsed namespace and returns an exit status.  A bad argument (checked by
 the types of deamoe.argtypes), a DeaMoEError, or an unreadable/unwritable path the user named
 becomes one line on stderr and exit status 2.  SIGTERM stops a command like Ctrl-C (its `finally`
 blocks remove its staging folders and locks; exit status 143).  Any other exception is a fault of

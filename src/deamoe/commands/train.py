@@ -1,4 +1,4 @@
-"""Commands: data, train, ablation, pretrain (argument parsing only; torch imported lazily)."""
+"""Commands: data, train, ablation, pretrain (flags and config loading; torch imported lazily)."""
 
 from __future__ import annotations
 
