@@ -21,7 +21,8 @@
 #                bash scripts/gpu_run.sh $OUT TARGET ...
 # (this script prints them).  GPU_CORPUS_BYTES=N packs only the first N bytes' worth of whole
 # books, in data.files order (run with `--config data="{max_bytes: N}"` then: the rows state the
-# corpus they saw).  The ILP scheduler's solver (pulp, 16 MB) is left out: gpu_run.sh runs
+# corpus they saw).  GPU_WHEELS_ONLY=1 makes .whl/ alone (a call that trains nothing: the GPU
+# tests, the bench tools), leaving .gpu_data/ as it is.  The ILP scheduler's solver (pulp, 16 MB) is left out: gpu_run.sh runs
 # Snakemake's greedy scheduler where pulp cannot be imported.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,9 @@ GPU_IMAGE_HAS="torch triton numpy pandas transformers tokenizers huggingface-hub
 LEFT_OUT="pulp"
 CARRY_LIMIT=67108864   # bytes a device call carries: working tree + carried paths
 MARGIN=1500000         # for files the working tree gains before the calls
-for d in .whl .gpu_data; do
+wheels_only=${GPU_WHEELS_ONLY:-0}
+folders=(.whl); [ "$wheels_only" = 1 ] || folders+=(.gpu_data)
+for d in "${folders[@]}"; do
     if [ -n "$(ls -A "$d" 2>/dev/null)" ]; then
         echo "gpu_wheels: $d/ is not empty; move it away first (this script writes only into empty folders)" >&2
         exit 2
@@ -85,6 +88,7 @@ for pin in $pins; do
         || "$py" -m pip wheel -q --no-deps -w .whl "$pin"   # sdist only: a pure-Python wheel built here
 done
 echo "gpu_wheels: $(ls .whl | wc -l) wheels ($set_name), $(du -sh .whl | cut -f1) in .whl/"
+[ "$wheels_only" = 1 ] && exit 0
 
 # The corpus: the gpu profile's data.files, whole books in order, split into parts by size
 tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
