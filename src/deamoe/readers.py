@@ -187,6 +187,10 @@ class TableSpec:
     rows: bool = False
 
 
+# a commit's short sha may be all digits: read as text, never as a number
+TEXT_COLUMNS = {"git_sha": str}
+
+
 def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "table"):
     """A CSV table as a DataFrame, checked against `spec`: DataError naming the file and, for a
     bad value, its line and column."""
@@ -196,7 +200,7 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
     path = Path(path)
     text = _text(path, what)
     try:
-        frame = pd.read_csv(io.StringIO(text))
+        frame = pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         raise DataError(f"{path}: not a readable CSV {what} ({str(exc).splitlines()[0]})") from None
     missing = [c for c in spec.required + spec.provenance if c not in frame.columns]

@@ -73,3 +73,11 @@ def test_damaged_training_corpus_is_named_with_its_place(work, failing, kind):
     (corpus / "book.txt.gz").write_bytes(_damage(kind, gzip.compress(text[:200000])))
     write_config(work / "c.yaml", data={"source": "files", "files": [str(corpus / "*.txt.gz")]})
     failing(["data", "--config", "c.yaml", "--out", "d"], "book.txt.gz", *WHERE[kind])
+
+
+def test_a_sha_of_digits_only_stays_text(tmp_path):
+    from deamoe.readers import TableSpec, read_table
+
+    (tmp_path / "t.csv").write_text("model,git_sha,date\nBaseline-7B,506644310216,2026-12-05\n")
+    frame = read_table(tmp_path / "t.csv", TableSpec(provenance=("git_sha", "date")))
+    assert frame["git_sha"].tolist() == ["506644310216"]

@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from deamoe.readers import TEXT_COLUMNS
+
 LAYERS = ("baseline", "deamoe", "torch")
 POINTS_FILE = "microbench_points.csv"
 FP8_FILE = "microbench_fp8.csv"  # the FP8 precisions' pairs, beside microbench.csv
@@ -87,7 +89,7 @@ class PointStore:
         if not path.is_file():
             return store
         try:
-            rows = pd.read_csv(path).to_dict("records")
+            rows = pd.read_csv(path, dtype=TEXT_COLUMNS).to_dict("records")
             keyed = {(r["model"], r["layer"], int(r["batch"])): r for r in rows}
             settings = [json.loads(r["settings"]) for r in rows]
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -104,7 +106,7 @@ class PointStore:
         if (store.out / "stages.csv").is_file():
             done = {(m, KIND.get(split_label(layer)[0]), b, split_label(layer)[1])
                     for m, layer, b in store.points}
-            store.stages = [r for r in pd.read_csv(store.out / "stages.csv").to_dict("records")
+            store.stages = [r for r in pd.read_csv(store.out / "stages.csv", dtype=TEXT_COLUMNS).to_dict("records")
                             if (r["model"], r["kind"], int(r["batch"]), _precision_of(r)) in done]
         return store
 
