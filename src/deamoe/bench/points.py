@@ -106,7 +106,8 @@ class PointStore:
         if (store.out / "stages.csv").is_file():
             done = {(m, KIND.get(split_label(layer)[0]), b, split_label(layer)[1])
                     for m, layer, b in store.points}
-            store.stages = [r for r in pd.read_csv(store.out / "stages.csv", dtype=TEXT_COLUMNS).to_dict("records")
+            stages = pd.read_csv(store.out / "stages.csv", dtype=TEXT_COLUMNS).to_dict("records")
+            store.stages = [r for r in stages
                             if (r["model"], r["kind"], int(r["batch"]), _precision_of(r)) in done]
         return store
 

@@ -324,12 +324,13 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     """microbench.csv, microbench_fp8.csv and decode_tpot.csv of one run (several device calls: their rows
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
     copy of the tree has no .git (git_sha 'unknown') or an older one than its files
-    ('<sha>+uncommitted'): the sha of the commit that was sent (default HEAD) is filled in.  A microbench.csv with "<model>+shared" layers
-    (workflow/profiles/gpu/microbench-shared.yaml's run) goes to microbench_shared.csv, where
-    the report reads them, never over the main table.  Under reports/measured/ the tables are
-    replaced (this command owns them); elsewhere only a table deamoe wrote is.  merge: the
-    destination's rows of the points the run did not measure (model, batch and, in an FP8
-    table, weight_dtype) are kept, in their place, the run's rows replacing the others."""
+    ('<sha>+uncommitted'): the sha of the commit that was sent (default HEAD) is filled in.  A
+    microbench.csv with "<model>+shared" layers (workflow/profiles/gpu/microbench-shared.yaml's
+    run) goes to microbench_shared.csv, where the report reads them, never over the main
+    table.  Under reports/measured/ the tables are replaced (this command owns them); elsewhere
+    only a table deamoe wrote is.  merge: the destination's rows of the points the run did not
+    measure (model, batch and, in an FP8 table, weight_dtype) are kept, in their place, the
+    run's rows replacing the others."""
     import pandas as pd
 
     from deamoe.bench.shared import SHARED_FILE, is_shared
@@ -351,8 +352,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
         df = pd.concat(parts, ignore_index=True)  # and no point measured by two parts
         check_unique(df, table_spec(name), lines=[f"{path}:{n + 2}" for path, part in zip(found, parts)
                                                   for n in range(len(part))])
-        unsure = df["git_sha"].astype(str).map(_sha_unsure) if "git_sha" in df else pd.Series(False)
-        if unsure.any():
+        unsure = df["git_sha"].astype(str).map(_sha_unsure) if "git_sha" in df else None
+        if unsure is not None and unsure.any():
             sha = sha or _head_sha()
             if not sha:
                 raise ConfigError(f"bench import: {name} has rows of git_sha 'unknown' or "
