@@ -213,11 +213,17 @@ def quality_gap(art: Artifact):
             pairs["DeaMoE operator"] = pairs["size"].map(
                 lambda s: ladder.OPERATOR_LABELS.get(ops[s], ops[s]))
     if pairs is not None and len(pairs):
-        # one line per DeaMoE operator: mean +- std over seeds, and each seed's pair as a dot
-        sns.lineplot(data=pairs, x="params", y="diff", hue="DeaMoE operator", errorbar="sd",
-                     err_style="bars", marker="o", err_kws={"capsize": 4}, ax=ax)
-        sns.scatterplot(data=pairs, x="params", y="diff", hue="DeaMoE operator", alpha=0.45, s=22,
-                        legend=False, ax=ax)
+        # one line per DeaMoE operator: mean +- std over seeds (aggregated here: seaborn 0.13's
+        # error bars hand matplotlib a one-element Series, which pandas deprecates), and each
+        # seed's pair as a dot in the same colour
+        ops = list(dict.fromkeys(pairs["DeaMoE operator"]))
+        colours = dict(zip(ops, sns.color_palette(n_colors=len(ops))))
+        for op, g in pairs.groupby("DeaMoE operator", sort=False):
+            line = g.groupby("params")["diff"].agg(["mean", "std"]).reset_index()
+            ax.errorbar(line["params"].to_numpy(), line["mean"].to_numpy(), yerr=line["std"].fillna(0).to_numpy(),
+                        marker="o", capsize=4, color=colours[op], label=op)
+        sns.scatterplot(data=pairs, x="params", y="diff", hue="DeaMoE operator", palette=colours, alpha=0.45,
+                        s=22, legend=False, ax=ax)
         for size, x in pairs.groupby("size")["params"].first().items():
             ax.annotate(size, (x, pairs[pairs["size"] == size]["diff"].max()), textcoords="offset points",
                         xytext=(0, 8), ha="center", fontsize=8)
