@@ -84,6 +84,16 @@ def positive_float(text: str) -> float:
     return value
 
 
+def commit_sha(text: str) -> str:
+    """A git commit's sha, 7 to 40 hex digits (written into tables' git_sha column)."""
+    import re
+
+    if not re.fullmatch(r"[0-9a-f]{7,40}", text.strip().lower()):
+        raise argparse.ArgumentTypeError(f"must be a commit's sha (7-40 hex digits, e.g. from "
+                                         f"`git rev-parse --short HEAD`), got {text!r}")
+    return text.strip().lower()
+
+
 def model_list(text: str) -> list[str]:
     """Comma-separated Table 1 model names (at least one, each known)."""
     names = [x.strip() for x in text.split(",") if x.strip()]

@@ -175,13 +175,15 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
 @dataclass(frozen=True)
 class TableSpec:
     """What a CSV table must hold: its columns, the numeric ones among them (non-numeric text is
-    an error), the ones every row must give as a finite number, its provenance columns (each
+    an error), the ones every row must give as a finite number (of those, `positive`: > 0, a
+    time or a count of tokens), its provenance columns (each
     row must name the commit and date its numbers came from), the columns naming a row's point
     (`key`, those present: no two rows alike) and whether it must hold a row (`rows`)."""
 
     required: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
     finite: tuple[str, ...] = ()
+    positive: tuple[str, ...] = ()
     provenance: tuple[str, ...] = ()
     key: tuple[str, ...] = ()
     rows: bool = False
@@ -189,6 +191,24 @@ class TableSpec:
 
 # a commit's short sha may be all digits: read as text, never as a number
 TEXT_COLUMNS = {"git_sha": str}
+
+
+def _check_fields(text: str, path: Path, what: str) -> None:
+    """A DataError naming the first line whose count of fields is not the header's: a row cut
+    short (a truncated file) would read as empty cells, one with more fields would shift every
+    column (pandas takes the extra leading fields as an index)."""
+    import csv
+
+    rows = csv.reader(io.StringIO(text))
+    try:
+        header = next(rows, [])
+        for row in rows:
+            if row and len(row) != len(header):
+                how = "truncated or cut short" if len(row) < len(header) else "more than its columns"
+                raise DataError(f"{path}:{rows.line_num}: {len(row)} fields where the header has "
+                                f"{len(header)} ({how}); not a CSV {what}")
+    except csv.Error as exc:
+        raise DataError(f"{path}:{rows.line_num}: not a readable CSV {what} ({exc})") from None
 
 
 def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "table"):
@@ -199,8 +219,9 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
 
     path = Path(path)
     text = _text(path, what)
+    _check_fields(text, path, what)
     try:
-        frame = pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS)
+        frame = pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS, index_col=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as exc:
         raise DataError(f"{path}: not a readable CSV {what} ({str(exc).splitlines()[0]})") from None
     missing = [c for c in spec.required + spec.provenance if c not in frame.columns]
@@ -221,6 +242,9 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
                 i = int(bad.argmax())
                 shown = "empty or NaN" if pd.isna(raw.iloc[i]) else str(raw.iloc[i])
                 raise DataError(f"{path}:{i + 2}: column {col} is {shown}, not a finite number")
+        if col in spec.positive and (values <= 0).any():
+            i = int((values <= 0).to_numpy().argmax())
+            raise DataError(f"{path}:{i + 2}: column {col} is {raw.iloc[i]}, not a number > 0")
         frame[col] = values
     for col in spec.provenance:
         blank = frame[col].isna() | (frame[col].astype(str).str.strip() == "")
@@ -248,7 +272,8 @@ def check_unique(frame, spec: TableSpec, path=None, lines=None) -> None:
 
 POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_dtype: FP8 tables)
 _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
-                    provenance=("date", "git_sha"), key=POINT, rows=True)
+                    positive=("batch", "baseline_us", "deamoe_us"), provenance=("date", "git_sha"),
+                    key=POINT, rows=True)
 # The tables the stages write and the report reads, and the committed measurements under
 # reports/measured/<gpu>/, by file name ("folder/name" where two differ): what `bench import` and
 # `microbench --merge-decode-into` check before replacing a committed one, and what the report
@@ -264,9 +289,11 @@ TABLES = {
     "microbench.csv": _KERNEL,
     "microbench_shared.csv": _KERNEL,
     "microbench_fp8.csv": TableSpec(_KERNEL.required + ("weight_dtype",), finite=_KERNEL.finite,
-                                    provenance=_KERNEL.provenance, key=_KERNEL.key, rows=True),
+                                    positive=_KERNEL.positive, provenance=_KERNEL.provenance,
+                                    key=_KERNEL.key, rows=True),
     "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
+                                 positive=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  provenance=("date", "git_sha"), key=("model", "batch"), rows=True),
     "vllm_peer.csv": TableSpec(("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
                                finite=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha"),

@@ -46,8 +46,9 @@ def test_import_concatenates_the_calls_and_fills_in_the_sha(tmp_path):
 
 
 def test_import_puts_the_shared_expert_layers_beside_the_main_table(tmp_path):
-    run, dest = tmp_path / "run", tmp_path / "dest"
-    run.mkdir(), dest.mkdir()
+    # the committed folder (a folder of another's files elsewhere is refused)
+    run, dest = tmp_path / "run", tmp_path / "reports" / "measured" / "h200"
+    run.mkdir(), dest.mkdir(parents=True)
     pd.DataFrame({"model": ["Baseline-7B"], "batch": [4]}).to_csv(dest / "microbench.csv",
                                                                   index=False)
     pd.DataFrame({"model": ["DeepSeek-V3+shared", "Kimi-K2+shared"], "batch": [4, 8],
@@ -96,7 +97,7 @@ def test_import_files_an_fp8_table_beside_the_main_one(tmp_path):
     row = {"model": "DeepSeek-V3", "batch": 4, "baseline_us": 10.0, "deamoe_us": 6.0,
            "date": "d", "git_sha": "unknown"}
     pd.DataFrame([{**row, "weight_dtype": "fp8"}]).to_csv(run / "microbench_fp8.csv", index=False)
-    assert main(["bench", "import", str(run), "--dest", str(tmp_path / "d"), "--sha", "abc"]) == 0
+    assert main(["bench", "import", str(run), "--dest", str(tmp_path / "d"), "--sha", "abc1234"]) == 0
     got = pd.read_csv(tmp_path / "d" / "microbench_fp8.csv")
-    assert got["git_sha"].tolist() == ["abc"] and got["weight_dtype"].tolist() == ["fp8"]
+    assert got["git_sha"].tolist() == ["abc1234"] and got["weight_dtype"].tolist() == ["fp8"]
     assert not (tmp_path / "d" / "microbench.csv").exists()

@@ -135,7 +135,7 @@ def _device_run(folder, **change):
 def test_import_keeps_the_committed_table_when_the_new_one_is_malformed(work, failing, change, names):
     committed = _put(work / "dest" / "microbench.csv", (REPO / "reports/measured/h200/microbench.csv").read_text())
     _device_run(work / "run", **change)
-    failing(["bench", "import", "run", "--sha", "abc", "--dest", "dest"], *names)
+    failing(["bench", "import", "run", "--sha", "abc1234", "--dest", "dest"], *names)
     assert committed.read_text() == (REPO / "reports/measured/h200/microbench.csv").read_text()
 
 
@@ -143,7 +143,7 @@ def test_import_replaces_the_committed_table_with_a_valid_one(work, capsys):
     dest = "reports/measured/h200"
     _put(work / dest / "microbench.csv", "model,batch\n")
     _device_run(work / "run")
-    status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", dest], capsys)
+    status, err = run_cli(["bench", "import", "run", "--sha", "abc1234", "--dest", dest], capsys)
     assert status == 0, err
     assert len(pd.read_csv(work / dest / "microbench.csv")) == 3
 
@@ -155,7 +155,7 @@ def test_import_merge_keeps_the_points_the_run_did_not_measure(work, capsys):
     committed = (REPO / dest / "microbench.csv").read_text()
     _put(work / dest / "microbench.csv", committed)
     _device_run(work / "run", baseline_us=1.0)
-    status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", dest, "--merge"], capsys)
+    status, err = run_cli(["bench", "import", "run", "--sha", "abc1234", "--dest", dest, "--merge"], capsys)
     assert status == 0, err
     old, got = pd.read_csv(REPO / dest / "microbench.csv"), pd.read_csv(work / dest / "microbench.csv")
     assert len(got) == len(old)
@@ -180,10 +180,10 @@ def test_import_outside_reports_measured_never_replaces_a_users_file(work, faili
     _device_run(work / "run")
     (work / "run" / "decode_tpot.csv").write_text((REPO / "reports/measured/h200/decode_tpot.csv").read_text())
     # refused before either table is written: no half-done import
-    failing(["bench", "import", "run", "--sha", "abc", "--dest", "mine"], "mine/decode_tpot.csv")
+    failing(["bench", "import", "run", "--sha", "abc1234", "--dest", "mine"], "mine/decode_tpot.csv")
     # its own tables there it replaces (a second import into the same folder)
     for _ in range(2):
-        status, err = run_cli(["bench", "import", "run", "--sha", "abc", "--dest", "new"], capsys)
+        status, err = run_cli(["bench", "import", "run", "--sha", "abc1234", "--dest", "new"], capsys)
         assert status == 0, err
     assert len(pd.read_csv(work / "new" / "microbench.csv")) == 3
 

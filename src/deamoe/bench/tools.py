@@ -314,6 +314,26 @@ def _merged(old, new):
     return pd.concat(rows, ignore_index=True)
 
 
+def _check_points(path: Path, table) -> None:
+    """Each row of a device run's table names a point of Table 1: a microbench table's rows as
+    their picks must be (model, batch, weight precision and knob sets: decode.picks), a decode
+    table's a known model at a whole batch; a DataError naming the file and line."""
+    from deamoe.decode.picks import TilePicks
+    from deamoe.errors import DataError, DeaMoEError
+    from deamoe.shapes import table1_row
+
+    if "baseline_tile" in table or "deamoe_tile" in table:
+        TilePicks.from_table(path)
+        return
+    for line, (model, batch) in enumerate(zip(table["model"].astype(str), table["batch"]), start=2):
+        try:
+            table1_row(model)
+        except DeaMoEError as exc:
+            raise DataError(f"{path}:{line}: {exc}") from None
+        if batch != int(batch):
+            raise DataError(f"{path}:{line}: column batch is {batch}, not a whole number of tokens")
+
+
 def _sha_unsure(sha: str) -> bool:
     from deamoe.provenance import UNCOMMITTED
 
@@ -325,9 +345,10 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     concatenated, each keeping its own date, roofline and git_sha) into `dest`.  A device's
     copy of the tree has no .git (git_sha 'unknown') or an older one than its files
     ('<sha>+uncommitted'): the sha of the commit that was sent (default HEAD) is filled in.  A
-    microbench.csv with "<model>+shared" layers (workflow/profiles/gpu/microbench-shared.yaml's
-    run) goes to microbench_shared.csv, where the report reads them, never over the main
-    table.  Under reports/measured/ the tables are replaced (this command owns them); elsewhere
+    microbench.csv's "<model>+shared" layers (workflow/profiles/gpu/microbench-shared.yaml's
+    run) go to microbench_shared.csv, where the report reads them, never over the main
+    table; its other rows to microbench.csv.  Every row must name a point of Table 1
+    (`_check_points`).  Under reports/measured/ the tables are replaced (this command owns them); elsewhere
     only a table deamoe wrote is.  merge: the destination's rows of the points the run did not
     measure (model, batch and, in an FP8 table, weight_dtype) are kept, in their place, the
     run's rows replacing the others."""
@@ -347,6 +368,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
         # each part as the committed table must be (columns, numbers, provenance), before any write
         found = [d / name for d in dirs if (d / name).exists()]
         parts = [read_table(path, table_spec(name), name) for path in found]
+        for path, part in zip(found, parts):
+            _check_points(path, part)
         if not parts:
             continue
         df = pd.concat(parts, ignore_index=True)  # and no point measured by two parts
@@ -360,11 +383,14 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
                                   "'<sha>+uncommitted' (not the tree they ran) and `git rev-parse "
                                   "HEAD` gives no commit here; give --sha")
             df.loc[unsure, "git_sha"] = sha
-        if name == "microbench.csv" and is_shared(df["model"]).any():
-            name = SHARED_FILE
-        if merge and (Path(dest) / name).is_file():
-            df = _merged(read_table(Path(dest) / name, table_spec(name), str(Path(dest) / name)), df)
-        tables[name] = df
+        # '<model>+shared' layers go to their own table, never over the main one's rows
+        shared = is_shared(df["model"]) & (name == "microbench.csv")
+        for target, rows in ((SHARED_FILE, df[shared]), (name, df[~shared])):
+            if rows.empty:
+                continue
+            if merge and (Path(dest) / target).is_file():
+                rows = _merged(read_table(Path(dest) / target, table_spec(target), str(Path(dest) / target)), rows)
+            tables[target] = rows.reset_index(drop=True)
     if not tables:
         raise DataError(f"bench import: no microbench.csv, microbench_fp8.csv or decode_tpot.csv in "
                         f"{', '.join(map(str, dirs))}")
@@ -372,7 +398,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     paths = {name: Path(dest) / name for name in tables}
     owner = {name: is_committed(path) for name, path in paths.items()}
     for name, path in paths.items():  # every one before the first is written
-        check_outputs(files=[path], replace_committed=owner[name])
+        check_outputs(files=[path], replace_committed=owner[name], folders=[dest])
     for name, df in tables.items():
         write_csv(paths[name], df, replace_committed=owner[name])
     written = list(tables)

@@ -80,6 +80,8 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
         if not sep or not batch.isdigit() or int(batch) < 1:
             raise PeerError(f"point {point!r}: expected MODEL:BATCH (e.g. DeepSeek-V3:16)")
         table1_row(model)  # an unknown model: its one-line error naming the presets
+        if (model, int(batch)) in rows:  # timed twice, its rows twice in the table
+            raise PeerError(f"point {point!r} is given twice; name each MODEL:BATCH once")
         sel = df[(df["model"] == model) & (df["batch"] == int(batch))]
         if sel.empty:
             hint = (" (the '+shared' layers' table: reports/measured/h200/microbench_shared.csv)"

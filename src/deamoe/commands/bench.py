@@ -28,7 +28,7 @@ MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
-from deamoe.argtypes import config_int_list, int_range, model_list, positive_int
+from deamoe.argtypes import commit_sha, config_int_list, int_range, model_list
 
 ROUNDS = int_range(1, 100)  # interleaved timing rounds: a bound keeps a typo from running for days
 
@@ -128,8 +128,8 @@ def _register_bench(sub) -> None:
     t.add_argument("--table", default=TABLE)
     t.add_argument("--models", type=model_list, default="Baseline-7B,DeepSeek-V3,Qwen3-235B-A22B")
     t.add_argument("--batches", type=config_int_list("microbench", "batches"), default="4,16,64,128")
-    t.add_argument("--copies", type=positive_int, help="layer copies per graph (default: 4 for "
-                   "Baseline-7B, 1 for the larger models)")
+    t.add_argument("--copies", type=int_range(1, 64), help="layer copies per graph (default: 4 for "
+                   "Baseline-7B, 1 for the larger models; at most 64)")
     tool("read-sizes", _read_sizes, "CUDA: streaming read by read size -> OUT/read_sizes.csv")
     t = tool("overread", _overread, "CPU: distinct departments and the dense department GEMM's "
              "bytes beyond them at 4 / 8 / 16 tokens -> OUT/dense_overread.csv")
@@ -139,7 +139,8 @@ def _register_bench(sub) -> None:
              "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
              "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
     t.add_argument("dirs", nargs="+", type=Path)
-    t.add_argument("--sha", help="the commit the device's tree matched (default: HEAD)")
+    t.add_argument("--sha", type=commit_sha,
+                   help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
     t.add_argument("--merge", action="store_true",
                    help="keep --dest's rows of the points the run did not measure (a partial "
@@ -154,7 +155,8 @@ def _register_bench(sub) -> None:
     t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
     t.add_argument("--paths", default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
-    t.add_argument("--tokens", type=positive_int, default=32768, help="tokens per layer call")
+    t.add_argument("--tokens", type=int_range(1, 2**20), default=32768,
+                   help="tokens per layer call (at most 2^20)")
     t.add_argument("--steps", type=int_range(1, 10**4), default=10,
                    help="timed steps per run and path (at most 10^4)")
     _register_peer(tools)

@@ -1,0 +1,121 @@
+"""The bench tools on bad input: a device run's table that `bench import` would file under
+reports/measured/ is checked row by row (a line cut short or with more fields than the header,
+a model, batch, time or knob set that names no point of Table 1) before anything is written;
+its destination is never a folder of the user's files; a point or a sha given wrongly is one
+line before any GPU work.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, run_cli, tree
+
+MEASURED = REPO / "reports" / "measured" / "h200"
+IMPORT = ["bench", "import", "run", "--sha", "abc1234", "--dest", "dest"]
+
+
+def _run_table(work, name="microbench.csv", text=None, **change):
+    """run/NAME: the committed table's first three rows (`change` applied to the second), or
+    `text`."""
+    (work / "run").mkdir()
+    if text is None:
+        df = pd.read_csv(MEASURED / name, dtype={"git_sha": str}).head(3)
+        for column, value in change.items():
+            df[column] = df[column].astype(object)
+            df.loc[1, column] = value
+        text = df.to_csv(index=False)
+    (work / "run" / name).write_text(text)
+
+
+def _committed_dest(work):
+    """dest/microbench.csv: a copy of the committed table, to be left byte-identical."""
+    (work / "dest").mkdir()
+    (work / "dest" / "microbench.csv").write_text((MEASURED / "microbench.csv").read_text())
+
+
+def _lines(name="microbench.csv", n=4):
+    return (MEASURED / name).read_text().splitlines(keepends=True)[:n]
+
+
+@pytest.mark.parametrize("text, names", [
+    ("".join(_lines())[:-120], ["run/microbench.csv:4", "fields where the header has", "truncated"]),
+    (_lines()[0] + _lines()[1].rstrip("\n") + ",extra,more\n",
+     ["run/microbench.csv:2", "fields where the header has", "more than its columns"]),
+])
+def test_import_refuses_a_row_cut_short_or_with_extra_fields(work, failing, text, names):
+    _committed_dest(work)
+    _run_table(work, text=text)
+    failing(IMPORT, *names)
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"model": "Nope"}, ["run/microbench.csv:3", "unknown model 'Nope'"]),
+    ({"batch": 0}, ["run/microbench.csv:3", "batch", "> 0"]),
+    ({"batch": 4.5}, ["run/microbench.csv:3", "batch", "whole number"]),
+    ({"deamoe_us": -3.0}, ["run/microbench.csv:3", "deamoe_us", "> 0"]),
+    ({"deamoe_tile": "garbage"}, ["run/microbench.csv:3", "deamoe_tile", "'garbage'"]),
+])
+def test_import_refuses_a_row_that_names_no_point(work, failing, change, names):
+    _committed_dest(work)
+    _run_table(work, **change)
+    failing(IMPORT, *names)
+
+
+def test_import_refuses_an_unknown_model_in_a_decode_table(work, failing):
+    text = "".join(_lines("decode_tpot.csv")).replace("Baseline-7B", "Nope", 1)
+    _run_table(work, "decode_tpot.csv", text=text)
+    failing(IMPORT, "run/decode_tpot.csv:2", "unknown model 'Nope'")
+
+
+def test_import_refuses_an_fp8_table_of_an_unknown_precision(work, failing):
+    text = "".join(_lines("microbench_fp8.csv")).replace("fp8-w8a8", "fp9", 1)
+    _run_table(work, "microbench_fp8.csv", text=text)
+    failing(IMPORT, "run/microbench_fp8.csv:2", "weight_dtype", "'fp9'")
+
+
+@pytest.mark.parametrize("dest", ["mine", "link", "."])
+def test_import_never_writes_into_a_folder_of_user_files(work, failing, dest):
+    _run_table(work)
+    (work / "mine").mkdir()
+    (work / "mine" / "notes.txt").write_text("mine")
+    (work / "link").symlink_to(work / "mine")
+    failing(["bench", "import", "run", "--sha", "abc1234", "--dest", dest], dest)
+
+
+@pytest.mark.parametrize("sha", ["", "not a sha", "abc,123\n", "zz12345"])
+def test_import_refuses_a_sha_that_is_no_commit(work, failing, sha):
+    _run_table(work, git_sha="unknown")
+    failing(["bench", "import", "run", "--sha", sha, "--dest", "dest"], "--sha", "hex digits")
+
+
+def test_import_files_shared_and_plain_layers_of_one_run_apart(work, capsys):
+    df = pd.read_csv(MEASURED / "microbench.csv", dtype={"git_sha": str}).head(2)
+    (work / "run").mkdir()
+    pd.concat([df, df.assign(model="DeepSeek-V3+shared")]).to_csv(work / "run" / "microbench.csv", index=False)
+    status, err = run_cli(IMPORT, capsys)
+    assert status == 0, err
+    plain, shared = (pd.read_csv(work / "dest" / n) for n in ("microbench.csv", "microbench_shared.csv"))
+    assert list(plain.model) == ["Baseline-7B"] * 2 and list(shared.model) == ["DeepSeek-V3+shared"] * 2
+    before = tree(work)  # a second import of the same run replaces only its own tables
+    assert run_cli(IMPORT, capsys)[0] == 0 and tree(work) == before
+
+
+TABLE = str(MEASURED / "microbench.csv")
+
+
+@pytest.mark.parametrize("argv", [
+    ["bench", "variants", "o", "x:split_launches=2", "Baseline-7B:4", "Baseline-7B:4", "--table", TABLE],
+    ["bench", "peer", "run", "o", "Baseline-7B:4", "Baseline-7B:4", "--table", TABLE],
+])
+def test_a_point_given_twice_is_refused_before_any_work(work, failing, argv):
+    failing(argv, "'Baseline-7B:4' is given twice")
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["bench", "trace", "o", "--table", TABLE, "--copies", "1000000000"], ["--copies", "<= 64"]),
+    (["bench", "train", "o", "--tokens", str(10 ** 15)], ["--tokens", "<= 1048576"]),
+])
+def test_a_huge_count_is_refused(work, failing, argv, names):
+    failing(argv, *names)
