@@ -31,7 +31,12 @@ while [ $# -gt 0 ]; do
     targets+=("$1"); shift
 done
 [ $stage = 1 ] || [ ${#targets[@]} -gt 0 ] || { echo "gpu_run: name at least one target (or --stage)" >&2; exit 2; }
-mkdir -p "$out"
+[[ "${GPU_RUN_LIMIT:-0}" =~ ^[0-9]+$ ]] || {
+    echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds (0: no limit)" >&2; exit 2; }
+[[ "${GPU_MPS:-1}" =~ ^[01]$ ]] || { echo "gpu_run: GPU_MPS='$GPU_MPS' must be 0 or 1" >&2; exit 2; }
+source scripts/gpu_site.sh
+# no user file replaced, checked before any work (--stage writes nothing there)
+[ $stage = 1 ] || gpu_claim "$out" results.tar.gz logs.tar.gz || exit 2
 start=$(date +%s)
 for part in .gpu_data/corpus-*.tar.xz; do
     [ -f "$part" ] || continue
@@ -56,7 +61,6 @@ if [ -f .gpu_data/corpus.tsv ]; then  # every book there, at its size: else name
 elif [ $stage = 1 ]; then
     echo "gpu_run: --stage: no .gpu_data/corpus.tsv carried" >&2; exit 2
 fi
-source scripts/gpu_site.sh
 gpu_site || exit 1
 echo "gpu_run: setup $(( $(date +%s) - start )) s; $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1)"
 # GPU_RUN_LIMIT=SECONDS stops Snakemake (SIGINT: running jobs are cancelled and marked incomplete;

@@ -3,6 +3,21 @@
 # a warm machine that has them already skips the install -- and put /tmp/site and src/ on
 # PYTHONPATH.  Returns 1 (with one line on stderr) when the install fails or a package every
 # command needs (jsonschema: config validation) is still missing.
+# gpu_claim DIR NAME...: before any work, the files DIR/NAME a script writes itself (logs,
+# archives) are claimed as deamoe's outputs (deamoe.io: DIR no link, no file, no folder of user
+# files; an existing DIR/NAME only one deamoe wrote); returns 2 with one line on stderr if not.
+gpu_claim() {
+    PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src${PYTHONPATH:+:$PYTHONPATH}" python3 -c '
+import sys
+from deamoe.errors import run_reporting
+from deamoe.io import check_outputs
+from deamoe.ownership import record_output
+def claim(folder, *names):
+    check_outputs(files=[f"{folder}/{n}" for n in names], folders=[folder])
+    for name in names:
+        record_output(f"{folder}/{name}")
+sys.exit(run_reporting(claim, *sys.argv[1:]))' "$@"
+}
 gpu_site() {
     if compgen -G ".whl/*.whl" >/dev/null; then
         local wanted

@@ -15,28 +15,41 @@
 #   CHECK=1         first the committed picks and the stream options against the reference
 #   TRACE=1         afterwards the kernel timeline of the picked layers
 # Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [CHECK=1] [TRACE=1] bash scripts/h200_microbench.sh
+# Exit status: the first nonzero one of its commands (0: all of them succeeded).
 set -uo pipefail
 : "${DEAMOE_GIT_SHA:?set DEAMOE_GIT_SHA to the local commit the working tree matches}"
+[[ "$DEAMOE_GIT_SHA" =~ ^[0-9a-fA-F]{7,40}$ ]] || {
+    echo "h200_microbench: DEAMOE_GIT_SHA='$DEAMOE_GIT_SHA' is not a commit's sha (7-40 hex digits)" >&2; exit 2; }
+for flag in CHECK TRACE; do
+    [[ "${!flag:-0}" =~ ^[01]$ ]] || { echo "h200_microbench: $flag='${!flag}' must be 0 or 1" >&2; exit 2; }
+done
+[[ "${T_MB:-560}" =~ ^[1-9][0-9]*$ ]] || {
+    echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1" >&2; exit 2; }
 OUT=${OUT:-results/h200_microbench}
-mkdir -p "$OUT"
 source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
 gpu_site || exit 1
+gpu_claim "$OUT" log.txt || exit 2   # a log this script wrote, in no folder of user files
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
+rc=0
+step() {  # step NAME COMMAND...: run it, echo its exit status, keep the first failure's
+    local name=$1; shift
+    "$@"; local status=$?
+    echo "$name exit $status at ${SECONDS}s"
+    [ "$rc" != 0 ] || rc=$status
+}
 {
   SECONDS=0
   if [ "${CHECK:-0}" = 1 ]; then
-    timeout 200 python3 -m deamoe bench picks-check "$OUT" --all
-    timeout 200 python3 -m deamoe bench stream-check "$OUT"
-    echo "checks done at ${SECONDS}s"
+    step picks-check timeout 200 python3 -m deamoe.commands.bench_only bench picks-check "$OUT" --all
+    step stream-check timeout 200 python3 -m deamoe.commands.bench_only bench stream-check "$OUT"
   fi
-  timeout "${T_MB:-560}" python3 -m deamoe.commands.bench_only microbench --config "${CONFIG:-scripts/h200_tables.yaml}" \
+  step microbench timeout "${T_MB:-560}" python3 -m deamoe.commands.bench_only microbench --config "${CONFIG:-scripts/h200_tables.yaml}" \
     --out "$OUT" ${MODELS:+--models "$MODELS"} ${SKIP:+--skip "$SKIP"} ${TILES_FROM:+--tiles-from "$TILES_FROM"} \
     ${WEIGHTS:+--weight-dtype "$WEIGHTS"} ${BATCHES:+--batches "$BATCHES"}
-  echo "microbench exit $? at ${SECONDS}s"
   if [ "${TRACE:-0}" = 1 ]; then
-    timeout 60 python3 -m deamoe bench trace "$OUT" --table "$OUT/microbench.csv"
-    echo "trace exit $? at ${SECONDS}s"
+    step trace timeout 60 python3 -m deamoe.commands.bench_only bench trace "$OUT" --table "$OUT/microbench.csv"
   fi
 } > "$OUT/log.txt" 2>&1
-grep -E "ok, max rel err|exit|roofline|battery|span" "$OUT/log.txt"
+grep -E "ok, max rel err|exit|roofline|battery|span|error" "$OUT/log.txt"
+exit "$rc"
