@@ -54,14 +54,17 @@ def _no_file_in_the_way(path: Path) -> None:
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
     """Fail before any work unless file output `path` is absent or the project wrote it.
 
-    A directory, a link or a file the project did not write is never replaced; nor is anything
-    under reports/measured/ unless `replace_committed` (the command owning that table); nor is
-    a path whose folder cannot be made (a file in the way: named now, not after the work).
+    A directory, a link (even under `replace_committed`) or a file the project did not write is
+    never replaced; nor is anything under reports/measured/ unless `replace_committed` (the
+    command owning that table); nor is a path whose folder cannot be made (a file in the way:
+    named now, not after the work).
     """
     path = Path(path)
     _no_file_in_the_way(path)
     if path.is_dir() and not path.is_symlink():
         raise OutputPathError(f"{path} is a directory; give a file path for this output")
+    if path.is_symlink():  # replacing it would drop the link, never write where it points
+        raise OutputPathError(f"{path} is a link; give the file itself (not a link) for this output")
     if is_committed(path) and not replace_committed:
         raise OutputPathError(f"{path} is under reports/measured/ (committed measurements, written "
                               "only by the command that owns each table); give another path")

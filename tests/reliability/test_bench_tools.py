@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_cli, tree
+from conftest import REPO, run_cli, tree, write_config
 
 MEASURED = REPO / "reports" / "measured" / "h200"
 IMPORT = ["bench", "import", "run", "--sha", "abc1234", "--dest", "dest"]
@@ -119,3 +119,23 @@ def test_a_point_given_twice_is_refused_before_any_work(work, failing, argv):
 ])
 def test_a_huge_count_is_refused(work, failing, argv, names):
     failing(argv, *names)
+
+
+@pytest.mark.parametrize("variant, names", [
+    ("x:split_launches=99999999999999999999", ["'x'", "split_launches", "1..64"]),
+    ("x:split_launches=abc", ["'x'", "split_launches is 'abc'", "whole number"]),
+    ("x:dept_block_m=24", ["'x'", "dept_block_m is 24"]),
+    ("x:dense_parts=9", ["'x'", "dense_parts is 9"]),
+    ("moe/x:block_m=0", ["'moe/x'", "block_m is 0"]),
+])
+def test_a_variant_no_launch_can_take_is_refused_before_any_work(work, failing, variant, names):
+    failing(["bench", "variants", "o", variant, "Baseline-7B:4", "--table", TABLE], *names)
+
+
+@pytest.mark.parametrize("into, names", [("link.csv", ["link.csv", "is a link"]),
+                                         ("mine.txt/decode_tpot.csv", ["mine.txt", "a file is in the way"])])
+def test_a_table_to_merge_into_that_cannot_be_written_is_named_before_any_work(work, failing, into, names):
+    write_config(work / "c.yaml")
+    (work / "mine.txt").write_text("mine")
+    (work / "link.csv").symlink_to(work / "mine.txt")
+    failing(["microbench", "--config", "c.yaml", "--out", "o", "--merge-decode-into", into], *names)

@@ -139,8 +139,7 @@ def _register_bench(sub) -> None:
              "concatenated) into --dest, git_sha 'unknown' replaced by --sha; a microbench.csv "
              "with '<model>+shared' layers goes to microbench_shared.csv", out=False)
     t.add_argument("dirs", nargs="+", type=Path)
-    t.add_argument("--sha", type=commit_sha,
-                   help="the commit the device's tree matched (default: HEAD)")
+    t.add_argument("--sha", type=commit_sha, help="the commit the device's tree matched (default: HEAD)")
     t.add_argument("--dest", type=Path, default=Path("reports/measured/h200"))
     t.add_argument("--merge", action="store_true",
                    help="keep --dest's rows of the points the run did not measure (a partial "
@@ -155,8 +154,7 @@ def _register_bench(sub) -> None:
     t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
     t.add_argument("--paths", default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
-    t.add_argument("--tokens", type=int_range(1, 2**20), default=32768,
-                   help="tokens per layer call (at most 2^20)")
+    t.add_argument("--tokens", type=int_range(1, 2**20), default=32768, help="tokens per layer call")
     t.add_argument("--steps", type=int_range(1, 10**4), default=10,
                    help="timed steps per run and path (at most 10^4)")
     _register_peer(tools)
@@ -372,6 +370,7 @@ def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
     """--merge-decode-into's problems, before any GPU work: nothing to merge, the run's own
     table, or a file that is no decode_tpot table."""
     from deamoe.errors import ConfigError
+    from deamoe.io import check_output_file
 
     if "decode" in skip:
         raise ConfigError("--merge-decode-into: the decode part is skipped (--skip decode)")
@@ -380,6 +379,7 @@ def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
                           "name another table (e.g. a copy of the committed one)")
     if into.is_dir():
         raise ConfigError(f"--merge-decode-into: {into} is a folder; name a decode_tpot.csv table")
+    check_output_file(into, replace_committed=True)  # a link, or a file where its folder goes
     if into.exists():
         from deamoe.bench.decode import read_tpot
 

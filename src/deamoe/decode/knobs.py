@@ -20,6 +20,10 @@ def make_tiles(shape, knobs: dict):
 
     cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
     switches = {f.name for f in dataclasses.fields(cls) if f.type in (bool, "bool")}
+    tiles = {f.name for f in dataclasses.fields(cls) if f.type in (TileConfig, "TileConfig")}
+    counts = [k for k, v in knobs.items() if k not in tiles and isinstance(v, str)]
+    if counts:  # a count or switch given as text (a tile name, '-1', '2.5')
+        raise ValueError(f"{counts[0]} is {knobs[counts[0]]!r}, not a whole number")
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
     for k in switches & set(parsed):  # written as 0 / 1 in the knob names
         parsed[k] = bool(parsed[k])

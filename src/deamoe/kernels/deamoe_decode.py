@@ -37,6 +37,7 @@ import torch
 
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.fp8 import check_qout_reads
+from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
@@ -118,6 +119,7 @@ class DeaMoETiles:
     s_bf16: bool = True
 
     def __post_init__(self):
+        check_layer_knobs(self)
         check_qout_reads(self)
 
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:

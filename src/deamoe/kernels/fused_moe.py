@@ -19,6 +19,7 @@ import torch
 
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.fp8 import check_qout_reads
+from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
     EPI_ACT,
@@ -55,6 +56,7 @@ class MoETiles:
     out_bf16: bool = True
 
     def __post_init__(self):
+        check_layer_knobs(self)
         check_qout_reads(self)
 
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:

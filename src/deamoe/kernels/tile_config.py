@@ -77,3 +77,25 @@ class TileConfig:
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
                              "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf)") from None
+
+
+BLOCK_M_VALUES = (16, 32, 64, 128, 256)  # rows per padded block: a power of two (tl.arange), >= 16 (tl.dot)
+MAX_SPLIT = 64  # streams one layer's groups are split over
+
+
+def check_layer_knobs(tiles) -> None:
+    """A ValueError naming the knob where a layer's tiles (MoETiles, DeaMoETiles) hold a count no
+    launch can take: a BLOCK_M outside BLOCK_M_VALUES (dense_block_m: 0 too, meaning
+    dept_block_m), a split_launches outside 1..MAX_SPLIT, a dense_parts outside
+    0..split_launches.  Said when the tiles are made, before any kernel runs."""
+    for knob in ("block_m", "dept_block_m", "expert_block_m", "dense_block_m"):
+        value = getattr(tiles, knob, None)
+        allowed = BLOCK_M_VALUES + ((0,) if knob == "dense_block_m" else ())
+        if value is not None and (isinstance(value, bool) or value not in allowed):
+            raise ValueError(f"{knob} is {value!r}, not one of {', '.join(map(str, allowed))}")
+    parts = tiles.split_launches
+    if isinstance(parts, bool) or not isinstance(parts, int) or not 1 <= parts <= MAX_SPLIT:
+        raise ValueError(f"split_launches is {parts!r}, not a whole number in 1..{MAX_SPLIT}")
+    dense = getattr(tiles, "dense_parts", 0)
+    if isinstance(dense, bool) or not isinstance(dense, int) or not 0 <= dense <= parts:
+        raise ValueError(f"dense_parts is {dense!r}, not a whole number in 0..split_launches ({parts})")
