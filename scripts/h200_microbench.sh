@@ -27,8 +27,8 @@ done
     echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1" >&2; exit 2; }
 OUT=${OUT:-results/h200_microbench}
 source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
-gpu_site || exit 1
 gpu_claim "$OUT" log.txt || exit 2   # a log this script wrote, in no folder of user files
+gpu_site || exit 1
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton-cache}
 rc=0

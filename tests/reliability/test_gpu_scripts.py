@@ -14,6 +14,9 @@ import pytest
 from conftest import REPO, tree
 
 
+LOCAL_ONLY = {".whl", ".gpu_data", ".peer", ".venv", ".git", "results", "logs", ".snakemake"}
+
+
 @pytest.fixture
 def sh(tmp_path):
     """sh(script, *args, **env) -> (exit status, stderr) of bash scripts/SCRIPT, python3 on PATH
@@ -26,8 +29,16 @@ def sh(tmp_path):
                                      f'exec "{sys.executable}" "$@"\n')
     (bin_dir / "python3").chmod(0o755)
 
+    # the checkout as the device gets it (its tracked top-level entries, linked), less what a
+    # developer keeps beside it: carried wheels here are the device's, for another Python
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for entry in REPO.iterdir():
+        if entry.name not in LOCAL_ONLY:
+            (checkout / entry.name).symlink_to(entry)
+
     def run(script, *args, **env):
-        done = subprocess.run(["bash", str(REPO / "scripts" / script), *map(str, args)], cwd=REPO,
+        done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=checkout,
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
         return done.returncode, done.stderr
