@@ -37,16 +37,28 @@ def int_range(low: int, high: int):
     return lambda text: _int(text, low, high)
 
 
+MODELS = ("baseline", "deamoe")  # the pre-training ladder's two models, named in eval and serve results
 LARGEST_DIMENSION = 2**31 - 1  # a layer's width or count of experts: an int32
+
+
+def _schema_of(section: str, key: str) -> dict:
+    """The schema of config key section.key."""
+    from deamoe import schema
+
+    return ((schema.load(section) or {}).get("properties") or {}).get(key, {})
 
 
 def _bounds(section: str, key: str) -> tuple[int, int | None]:
     """The range of integer config key section.key (of its items, for a list) in its schema."""
-    from deamoe import schema
-
-    prop = ((schema.load(section) or {}).get("properties") or {}).get(key, {})
+    prop = _schema_of(section, key)
     prop = prop.get("items", prop)
     return prop.get("minimum", 1), prop.get("maximum")
+
+
+def _distinct(values: list, text: str) -> None:
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise argparse.ArgumentTypeError(f"must be distinct values, got {text!r} ({twice} twice)")
 
 
 def config_int(section: str, key: str):
@@ -57,19 +69,24 @@ def config_int(section: str, key: str):
 
 def config_int_list(section: str, key: str):
     """The type of a flag that overrides config key section.key, a list of integers given as
-    comma-separated values (at least one), each in the schema's range."""
+    comma-separated values (at least one), each in the schema's range, each once where the
+    schema says so (a point given twice would be a row twice)."""
     low, high = _bounds(section, key)
+    unique = _schema_of(section, key).get("uniqueItems", False)
 
     def parse(text: str) -> list[int]:
         items = [x.strip() for x in text.split(",")]
         try:
             if not text.strip() or any(not x for x in items):
                 raise argparse.ArgumentTypeError("")
-            return [_int(x, low, high) for x in items]
+            values = [_int(x, low, high) for x in items]
         except argparse.ArgumentTypeError:
             bound = f" and <= {high}" if high is not None else ""
             raise argparse.ArgumentTypeError(f"must be comma-separated integers >= {low}{bound}, "
                                              f"got {text!r}") from None
+        if unique:
+            _distinct(values, text)
+        return values
 
     return parse
 
@@ -94,6 +111,14 @@ def commit_sha(text: str) -> str:
     return text.strip().lower()
 
 
+def output_file(text: str) -> str:
+    """A file output's path, not written as a folder's (`x/`, `x/.`: a Path drops the slash, and
+    the command would write a file named x; `.` and an existing folder are refused by deamoe.io)."""
+    if text.endswith(("/", "/.", "/..")):
+        raise argparse.ArgumentTypeError(f"must be a file path, got {text!r} (a folder's)")
+    return text
+
+
 def model_list(text: str) -> list[str]:
     """Comma-separated Table 1 model names (at least one, each known)."""
     names = [x.strip() for x in text.split(",") if x.strip()]
@@ -101,6 +126,7 @@ def model_list(text: str) -> list[str]:
     if not names or bad:
         what = f"unknown model {bad[0]!r}" if bad else "no model given"
         raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(ALL_MODEL_NAMES)})")
+    _distinct(names, text)
     return names
 
 
@@ -110,7 +136,7 @@ def checkpoint_command(sub, name: str, help: str, section: str, out: str):
     p = sub.add_parser(name, help=help)
     p.add_argument("--config", required=True, help=f"pipeline config YAML (section {section})")
     p.add_argument("--checkpoint", required=True, help="HF checkpoint directory (model + tokenizer)")
-    p.add_argument("--model", required=True, help="model name in the results: deamoe or baseline")
+    p.add_argument("--model", required=True, choices=MODELS, help="model name in the results: deamoe or baseline")
     p.add_argument("--out", required=True, help=out)
     return p
 

@@ -133,16 +133,30 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
         )
 
 
+def nested_folders(files, folder) -> list[Path]:
+    """The folders below `folder` (itself excluded) that the file outputs `files` lie in, outermost
+    first: e.g. OUT/state for OUT/state/resume.pt."""
+    folder, found = Path(folder), {}
+    for f in map(Path, files):
+        if folder in f.parents:
+            for sub in reversed(f.relative_to(folder).parents[:-1]):
+                found[folder / sub] = None
+    return list(found)
+
+
 def check_outputs(files=(), dirs=(), replace_committed: bool = False, folders=()) -> None:
     """Before any work: every file output absent or the project's (`check_output_file`), every
     directory output absent, empty or the project's (`check_replaceable_dir`), every folder
-    (`check_output_folder`); the staging folders a killed earlier write of each left are removed."""
+    (`check_output_folder`), and so every folder below one of them that a file output lies in
+    (a folder of the user's files at OUT/state or OUT/tables is no output either); the staging
+    folders a killed earlier write of each left are removed."""
     for f in files:
         check_output_file(f, replace_committed=replace_committed)
     for d in dirs:
         check_replaceable_dir(d)
     for folder in folders:
-        check_output_folder(folder)
+        for each in (folder, *nested_folders(files, folder)):
+            check_output_folder(each)
     for path in (*files, *dirs):
         clear_stale_staging(path)
 
@@ -243,7 +257,9 @@ def staging_dir(path: str | os.PathLike, publish: bool = False) -> Iterator[Path
         yield stage
         moves = {p: path / p.relative_to(stage) for p in sorted(stage.rglob("*"))
                  if publish and p.is_file() and p.name != STAGING_MARK}
-        for target in moves.values():  # every one checked before the first is moved
+        for folder in nested_folders(moves.values(), path):  # every one checked before the first is moved
+            check_output_folder(folder)
+        for target in moves.values():
             check_output_file(target)
         with _stops_deferred():
             for src, target in moves.items():
@@ -289,6 +305,17 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         if path.exists():
             os.replace(path, stage / ".old")  # removed with the staging folder
         os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_outputs() -> Iterator[contextlib.ExitStack]:
+    """An ExitStack to enter several `atomic_path` / `atomic_dir` outputs on, published together:
+    when the block succeeds they are renamed into place (last entered first) while Ctrl-C and
+    SIGTERM wait, so a stopped command leaves every old output or every new one, never a mix."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+        with _stops_deferred():
+            stack.close()
 
 
 # --- one writer per folder ------------------------------------------------------------------

@@ -210,20 +210,22 @@ def test_merge_into_a_decode_table_keeps_it_when_the_new_rows_are_malformed(work
     assert tree(work) == before
 
 
-def test_data_stopped_between_its_files_leaves_no_stale_meta(work, shards, capsys, monkeypatch):
-    from deamoe.errors import DataError
-    from deamoe.train import data
+@pytest.mark.parametrize("earlier", [True, False], ids=["over earlier data", "into a new folder"])
+def test_data_stopped_after_its_shards_leaves_the_earlier_data_or_none(work, shards, capsys, monkeypatch, earlier):
+    import deamoe.provenance
     from deamoe.train.data import TokenData
 
     train_config(work / "c.yaml", shards)
-    assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 0
+    if earlier:
+        assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 0
+    before = tree(work)
 
-    def stop(*args, **kw):  # a kill after the new shards and tokenizer, before meta.json
+    def stop(*args, **kw):  # a stop after the new shards and tokenizer, before meta.json
         raise KeyboardInterrupt
-    monkeypatch.setattr(data, "write_json", stop)
+    monkeypatch.setattr(deamoe.provenance, "provenance", stop)
     assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 130
-    assert not (work / "d" / "meta.json").exists()
-    with pytest.raises(DataError, match="missing meta.json"):
+    assert tree(work) == before  # the earlier shards, tokenizer and meta.json, byte for byte
+    if earlier:
         TokenData.open(work / "d")
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 from deamoe.analysis.settings import AnalysisSettings
-from deamoe.argtypes import LARGEST_DIMENSION, config_int, config_int_list, int_range, model_list
+from deamoe.argtypes import (LARGEST_DIMENSION, config_int, config_int_list, int_range, model_list,
+                             output_file)
 
 
 def cmd_table1(args) -> int:
@@ -86,7 +87,7 @@ def register(sub) -> None:
     p.add_argument("--config", help="pipeline config (reads analysis.models)")
     p.add_argument("--models", type=model_list, help="comma-separated Table 1 model names (default: "
                    "config, else the paper's five, then their '<model>+shared' variants)")
-    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--out", required=True, type=output_file, help="output CSV")
     p.set_defaults(func=cmd_table1)
 
     p = sub.add_parser("budget", help="params/FLOPs of any baseline vs DeaMoE configuration (JSON)")
@@ -104,5 +105,5 @@ def register(sub) -> None:
                    help="comma-separated tokens per step (default: config)")
     p.add_argument("--trials", type=config_int("analysis", "loading_trials"),
                    help="Monte Carlo trials per point, >= 2 (default: config)")
-    p.add_argument("--out", required=True, help="output CSV")
+    p.add_argument("--out", required=True, type=output_file, help="output CSV")
     p.set_defaults(func=cmd_loading)

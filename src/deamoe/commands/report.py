@@ -21,7 +21,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from deamoe.errors import DataError
-    from deamoe.io import check_outputs, folder_lock
+    from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.readers import read_text
     from deamoe.report.build import ReportSettings, report_outputs, write_report
     from deamoe.settings import read_config
@@ -32,6 +32,7 @@ def run(args) -> int:
         if not Path(folder).is_dir():  # a mistyped folder would give a report of "not run" rows
             raise DataError(f"{flag} {folder}: no such folder")
     description = read_text(args.description) if args.description else ""
+    check_apart([("--out", args.out)], [("--results", args.results), ("--measured", args.measured)])
     check_outputs(files=report_outputs(Path(args.out)), folders=[args.out])
     with folder_lock(args.out, what="another `python -m deamoe report`"):
         written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deamoe.argtypes import checkpoint_command, tables_command
+from deamoe.argtypes import checkpoint_command, output_file, tables_command
 
 
 def register(sub) -> None:
     p = checkpoint_command(sub, "serve", "vLLM serving benchmark of one checkpoint (Figure 3)", "serve",
                            "output directory: c<N>.json per concurrency")
-    p.add_argument("--log", default=None, help="server log; the client's log goes beside it "
+    p.add_argument("--log", default=None, type=output_file, help="server log; the client's log goes beside it "
                    "(default: OUT.server.log, beside the output folder)")
     p.set_defaults(func=_serve)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from deamoe.argtypes import config_int, positive_float
+from deamoe.argtypes import config_int, output_file, positive_float
 
 
 def register(sub) -> None:
@@ -27,13 +27,13 @@ def register(sub) -> None:
     p = sub.add_parser("ablation", help="Table 4 summary of the six ablation runs, paper values beside")
     p.add_argument("--config", required=True)
     p.add_argument("--runs", required=True, help="directory holding results/train/<run>/")
-    p.add_argument("--out", required=True, help="summary CSV, e.g. results/ablation/summary.csv")
+    p.add_argument("--out", required=True, type=output_file, help="summary CSV, e.g. results/ablation/summary.csv")
     p.set_defaults(func=cmd_ablation)
 
     p = sub.add_parser("pretrain", help="DeaMoE vs budget-matched baseline: one row per run of the ladder")
     p.add_argument("--config", required=True)
     p.add_argument("--runs", required=True)
-    p.add_argument("--out", required=True, help="summary CSV, e.g. results/pretrain/summary.csv")
+    p.add_argument("--out", required=True, type=output_file, help="summary CSV, e.g. results/pretrain/summary.csv")
     p.add_argument("--size", default="", help="only this size of pretrain.sizes (default: all)")
     p.add_argument("--eval", dest="eval_dir", default="",
                    help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
@@ -79,8 +79,9 @@ def cmd_train(args) -> int:
         return _train(s, spec, args)
     from contextlib import nullcontext
 
-    from deamoe.io import check_output_folder, folder_lock
+    from deamoe.io import check_apart, check_output_folder, folder_lock
 
+    check_apart([("--out", args.out)], [("--data", args.data)])
     check_output_folder(args.out)  # before its lock file is made there
     nproc, nodes = s.train.nproc_per_node, parallel.slurm_launchers()
     # One trainer per run folder: a second one (e.g. started by --rerun-incomplete while an

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 from collections import deque
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from typing import Iterator
 import numpy as np
 
 from deamoe.errors import DataError
-from deamoe.io import atomic_dir, atomic_path, write_json
+from deamoe.io import atomic_dir, atomic_outputs, atomic_path
 from deamoe.readers import read_text
 from deamoe.train.settings import DataSettings
 
@@ -141,15 +142,17 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
     vocab = len(tok)
     dtype = np.uint16 if vocab <= np.iinfo(np.uint16).max else np.uint32
 
-    out.mkdir(parents=True, exist_ok=True)
-    # the shards and the tokenizer are replaced one after another, meta.json last: an earlier
-    # run's meta.json goes first, so a run stopped in between leaves a folder that reads as
-    # unprepared (readers.read_shards) instead of new shards described by old metadata
-    (out / "meta.json").unlink(missing_ok=True)
-    n_docs = n_train = n_val = 0
-    held_names: list[str] = []
-    digest = hashlib.sha256()
-    with atomic_path(out / "train.bin") as train_tmp, atomic_path(out / "val.bin") as val_tmp:
+    # the shards, the tokenizer and meta.json are written beside the folder and moved in together
+    # (a stop waits for the moves, meta.json last): a stopped run leaves the earlier data or none,
+    # never new shards described by old metadata
+    with atomic_outputs() as outputs:
+        meta_tmp = outputs.enter_context(atomic_path(out / "meta.json"))
+        tok_tmp = outputs.enter_context(atomic_dir(out / "tokenizer"))
+        train_tmp = outputs.enter_context(atomic_path(out / "train.bin"))
+        val_tmp = outputs.enter_context(atomic_path(out / "val.bin"))
+        n_docs = n_train = n_val = 0
+        held_names: list[str] = []
+        digest = hashlib.sha256()
         with open(train_tmp, "wb") as ftrain, open(val_tmp, "wb") as fval:
             seen = [0]  # bytes of text read, counted as the documents stream past
             flags: deque[bool] = deque()  # held out or not, per document encoded but not yet written
@@ -177,24 +180,23 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
         if n_train == 0:
             raise DataError("data: val_split=documents held out every document; lower data.val_fraction "
                             "or use more text")
-    with atomic_dir(out / "tokenizer") as tmp:
-        tok.save_pretrained(str(tmp))
-    meta = {
-        "source": settings.source,
-        "tokenizer": settings.tokenizer,
-        "vocab_size": vocab,
-        "dtype": np.dtype(dtype).name,
-        "documents": n_docs,
-        "text_bytes": seen[0],
-        "train_tokens": n_train,
-        "val_tokens": n_val,
-        "val_fraction": settings.val_fraction,
-        "val_split": settings.val_split,
-        "val_documents": held_names if whole else None,
-        "train_sha256": digest.hexdigest(),
-        **provenance("cpu"),
-    }
-    write_json(out / "meta.json", meta)
+        tok.save_pretrained(str(tok_tmp))
+        meta = {
+            "source": settings.source,
+            "tokenizer": settings.tokenizer,
+            "vocab_size": vocab,
+            "dtype": np.dtype(dtype).name,
+            "documents": n_docs,
+            "text_bytes": seen[0],
+            "train_tokens": n_train,
+            "val_tokens": n_val,
+            "val_fraction": settings.val_fraction,
+            "val_split": settings.val_split,
+            "val_documents": held_names if whole else None,
+            "train_sha256": digest.hexdigest(),
+            **provenance("cpu"),
+        }
+        meta_tmp.write_text(json.dumps(meta, indent=2, default=str) + "\n")
     return meta
 
 
