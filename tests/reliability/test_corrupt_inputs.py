@@ -63,7 +63,8 @@ def _finished_runs(work):
     for run in RUNS:
         write_json(work / "runs" / run / "summary.json", {
             "run": run, "ffn_type": run.split("-")[2].replace("baseline", "moe"), "params": 1000,
-            "hidden_size": 32, "num_hidden_layers": 1, "val_loss": 5.0, "tokens_per_s": 10.0})
+            "hidden_size": 32, "num_hidden_layers": 1, "val_loss": 5.0, "tokens_per_s": 10.0,
+            "git_sha": "abc1234", "date": "2026-01-01"})
         (work / "runs" / run / "log.csv").write_text(GOOD_LOG)
         write_json(work / "ev" / run / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 900.0}},
                                                          "n-samples": {"ptb": {"effective": 2}}})
@@ -85,6 +86,8 @@ RUN_DAMAGE = {
     "log loss text": ("log.csv", lambda t: t.replace("5.5", "low"), ["log.csv:3", "loss is 'low'"]),
     "log steps out of order": ("log.csv", lambda t: t.replace("3,192", "1,192"), ["log.csv:4", "step 1"]),
     "log header only": ("log.csv", lambda t: t.splitlines()[0] + "\n", ["log.csv", "no rows"]),
+    "summary of another run": ("summary.json", lambda t: t.replace(RUNS[1], RUNS[0]),
+                               ["summary.json", "key 'run' is 'pretrain-t-baseline-s0'"]),
 }
 
 
@@ -96,6 +99,25 @@ def test_damaged_run_results(work, failing, shards, kind):
     path = work / RUN / name
     path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
     failing(["pretrain", "--config", "c.yaml", "--runs", "runs", "--out", "q/runs.csv"], RUN, *names)
+
+
+KEPT_DAMAGE = {  # the earlier summary given with --keep, and the curves.csv beside it
+    "a kept val_loss NaN": ("runs.csv", lambda t: ",3,nan,".join(t.rsplit(",3,5.0,", 1)), ["q/runs.csv:3", "val_loss"]),
+    "a kept loss NaN": ("curves.csv", lambda t: t.replace(",5.5,", ",nan,", 1), ["q/curves.csv:3", "loss"]),
+    "the kept curves truncated": ("curves.csv", lambda t: t[:t.rindex("\n3,")], ["q/curves.csv", "ends at step 2"]),
+}
+
+
+@pytest.mark.parametrize("kind", list(KEPT_DAMAGE))
+def test_damaged_kept_summary(work, failing, shards, capsys, kind):
+    train_config(work / "c.yaml", shards)
+    _finished_runs(work)
+    assert run_cli(["pretrain", "--config", "c.yaml", "--runs", "runs", "--out", "q/runs.csv"], capsys)[0] == 0
+    (work / RUN / "summary.json").unlink()  # the kept row stands for this run
+    name, damage, names = KEPT_DAMAGE[kind]
+    (work / "q" / name).write_text(damage((work / "q" / name).read_text()))
+    failing(["pretrain", "--config", "c.yaml", "--runs", "runs", "--keep", "q/runs.csv", "--out", "r/runs.csv"],
+            *names)
 
 
 LM_EVAL_DAMAGE = {
@@ -134,6 +156,9 @@ SERVE_DAMAGE = {
     "no server TPOT for serve.slo_metric": (lambda: json.dumps({**LEVEL, "tpot_server_mean_ms": None}),
                                             ["'tpot_server_mean_ms'"]),
     "negative TTFT": (lambda: json.dumps({**LEVEL, "ttft_ms": -1}), ["'ttft_ms'"]),
+    "another level's": (lambda: json.dumps({**LEVEL, "concurrency": 2}), ["'concurrency' is 2", "(1)"]),
+    "the baseline's level": (lambda: json.dumps({**LEVEL, "model": "baseline"}),
+                             ["model=baseline, concurrency=1", "given twice", "sv/baseline/c1.json"]),
 }
 
 

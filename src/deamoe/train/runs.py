@@ -234,10 +234,18 @@ def parse_run(name: str) -> dict:
                       "[-<n>steps] or ablation-<no1..no6>-s<seed>")
 
 
+def _canonical(name: str, canonical: str) -> None:
+    """A ConfigError unless run `name` is written as the plan writes it (a seed without leading
+    zeros, no `-0steps`): another spelling would train under a name no summary looks for."""
+    if name != canonical:
+        raise ConfigError(f"run {name}: write it {canonical} (the name the plan gives this run)")
+
+
 def run_spec(settings: Settings, name: str) -> RunSpec:
     """The RunSpec called `name` (pretrain-{size}-{model}-s{seed}[-{n}steps] or ablation-{variant}-s{seed})."""
     r = parse_run(name)
     if r["kind"] == "ablation":
+        _canonical(name, f"ablation-{r['variant']}-s{r['seed']}")
         a = settings.ablation
         z = size(settings, ablation_size(settings))
         op, init, topk, loss = TABLE4[r["variant"]]
@@ -256,6 +264,7 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
         raise ConfigError(f"run {name}: size {z.name} has no further length of {steps} steps "
                           f"(its own length {z.steps} has no suffix; its lengths: "
                           f"{', '.join(map(str, z.lengths))})")
+    _canonical(name, pretrain_run_name(z, r["model"], r["seed"], steps))
     if r["seed"] not in z.seeds_at(steps):
         raise ConfigError(f"run {name}: seed {r['seed']} is not among the seeds of size {z.name} "
                           f"at {steps} steps ({', '.join(map(str, z.seeds_at(steps)))})")

@@ -16,9 +16,11 @@ from deamoe.train.runs import TABLE4
 from deamoe.train.settings import Settings
 
 
-def _load_run(runs_dir: Path, name: str, columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
+def _load_run(runs_dir: Path, name: str, steps: int, config: str,
+              columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
     """summary.json and log.csv of run `name`, validated (deamoe.readers), the log holding
-    `columns` too."""
+    `columns` too, the run planned for the `steps` that `config` gives it (_check_planned), the
+    summary naming run `name` (not a folder copied from another run's)."""
     from deamoe.readers import read_run_summary, read_training_log
 
     run = runs_dir / name
@@ -30,7 +32,12 @@ def _load_run(runs_dir: Path, name: str, columns: tuple[str, ...] = ()) -> tuple
     missing = [c for c in columns if c not in curve.columns]
     if missing:
         raise DataError(f"{log}: missing column(s) {', '.join(missing)} of a training log")
-    return read_run_summary(summary), curve
+    doc = read_run_summary(summary)
+    _check_planned(doc, steps, run, config)
+    if doc["run"] != name:
+        raise DataError(f"{summary}: key 'run' is {doc['run']!r}, not {name!r}: the summary of another "
+                        f"run; train {name} again into {run}")
+    return doc, curve
 
 
 def summary_outputs(out_csv: str | Path, evals: bool = False) -> list[Path]:
@@ -73,8 +80,7 @@ def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
     n = s.ablation.last_n
     for name in ablation_run_names(s):
         twin = trained_as(s, name)  # the pre-training run it is, when it is one
-        summ, curve = _load_run(runs_dir, twin, ("mean_distinct_departments",))
-        _check_planned(summ, run_spec(s, twin).steps, runs_dir / twin, config)
+        summ, curve = _load_run(runs_dir, twin, run_spec(s, twin).steps, config, ("mean_distinct_departments",))
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
@@ -119,11 +125,25 @@ def _kept_rows(keep: str):
     from deamoe.readers import TableSpec, read_table
 
     table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
-                                       provenance=("git_sha", "date")), "pre-training summary")
+                                       finite=("seed", "val_loss"), provenance=("git_sha", "date"),
+                                       key=("run",)), "pre-training summary")
     beside = Path(keep).with_name("curves.csv")
-    curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss")),
+    curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
+                                          finite=("step", "tokens", "loss")),
                         "loss curves") if beside.is_file() else None
     return {r["run"]: r for r in table.to_dict("records")}, curves
+
+
+def _kept_curve(curves, row: dict, keep: str):
+    """The rows of `curves` (the curves.csv beside `keep`) of kept run row["run"], which must end
+    at the row's last step: a truncated or foreign curves.csv would draw a curve short of it."""
+    curve = curves[curves["run"] == row["run"]]
+    last = curve["step"].max() if len(curve) else None
+    if "steps" in row and last != row["steps"]:
+        raise DataError(f"{Path(keep).with_name('curves.csv')}: the curve of run {row['run']} ends at step "
+                        f"{last}, but {keep} says it ran {row['steps']} steps (truncated, or not the "
+                        "curves of that table)")
+    return curve
 
 
 def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size: str = "",
@@ -155,10 +175,9 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         if name in kept and not (runs_dir / twin / "summary.json").is_file():
             rows.append(kept[name])
             if kept_curves is not None:
-                frames.append(kept_curves[kept_curves["run"] == name])
+                frames.append(_kept_curve(kept_curves, kept[name], keep))
             continue
-        summ, curve = _load_run(runs_dir, twin)
-        _check_planned(summ, runlib.run_spec(s, twin).steps, runs_dir / twin, config)
+        summ, curve = _load_run(runs_dir, twin, runlib.run_spec(s, twin).steps, config)
         tokens = int(curve["tokens"].iloc[-1])
         row = {
             "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],

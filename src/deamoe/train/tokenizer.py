@@ -57,14 +57,25 @@ def build(kind: str, texts: Iterable[str], vocab_size: int):
     return train_bpe(texts, vocab_size) if kind == "bpe" else load_named(kind)
 
 
-def load(directory: str | Path):
-    """Load a tokenizer saved by `save`."""
+def load(directory: str | Path, vocab_size: int | None = None):
+    """Load a tokenizer saved by `save`; a DataError naming the folder when its files do not
+    load (truncated, hand-edited) or, given `vocab_size` (the shards' meta.json), when it holds
+    another number of tokens than the shards were encoded with."""
     from transformers import AutoTokenizer
 
     directory = Path(directory)
     if not (directory / "tokenizer.json").is_file() and not (directory / "tokenizer_config.json").is_file():
         raise DataError(f"no tokenizer in {directory} (run `python -m deamoe data` first)")
-    return AutoTokenizer.from_pretrained(str(directory))
+    try:
+        tok = AutoTokenizer.from_pretrained(str(directory))
+    except Exception as exc:  # noqa: BLE001 - JSON, OSError, ValueError, the Rust loader's own
+        first = (str(exc).splitlines() or [""])[0][:160]
+        raise DataError(f"{directory}: the tokenizer cannot be loaded ({type(exc).__name__}: {first}); "
+                        "rerun `python -m deamoe data`") from None
+    if vocab_size is not None and len(tok) != vocab_size:
+        raise DataError(f"{directory} holds {len(tok)} tokens, but meta.json beside it says vocab_size "
+                        f"{vocab_size}: not the tokenizer of these shards; rerun `python -m deamoe data`")
+    return tok
 
 
 def encode_documents(tok, docs: Iterable[str], batch: int = 256) -> Iterator[list[int]]:

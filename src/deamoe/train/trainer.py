@@ -291,7 +291,7 @@ def train_run(settings: Settings, spec: RunSpec, data_dir, out_dir, stop_after: 
     if d.device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 for what autocast leaves in float32
     data = TokenData.open(data_dir)
-    tok = toklib.load(Path(data_dir) / "tokenizer")
+    tok = toklib.load(Path(data_dir) / "tokenizer", data.meta["vocab_size"])
     _check_batch(t, d)
     cfg = model_config(settings, spec, data.meta["vocab_size"])
     _preflight(t, spec, data, cfg, out, d)
