@@ -101,3 +101,15 @@ def test_a_file_where_the_evaluation_cache_goes_is_named_before_any_work(work, f
 ], ids=["table1", "loading"])
 def test_a_point_given_twice_on_the_command_line_is_refused(work, failing, argv, names):
     failing(argv, *names)  # the config's lists are distinct (the schema's uniqueItems): so are the flags'
+
+
+def test_a_user_file_put_in_a_folder_written_as_a_whole_stops_its_replacement(work, failing, shards, capsys):
+    from deamoe.ownership import foreign_entries
+
+    train_config(work / "c.yaml", shards)
+    assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 0
+    (work / "d" / "tokenizer" / "notes.txt").write_text("precious")
+    assert foreign_entries(work / "d" / "tokenizer") == [work / "d" / "tokenizer" / "notes.txt"]
+    failing(["data", "--config", "c.yaml", "--out", "d"], "d/tokenizer/notes.txt", "did not write")
+    (work / "d" / "tokenizer" / "notes.txt").unlink()
+    assert run_cli(["data", "--config", "c.yaml", "--out", "d"], capsys)[0] == 0  # its own: replaced
