@@ -12,8 +12,8 @@ What may be replaced:
   existing file it does not name, a directory or a link at that path is an error naming it;
 - a directory output (`atomic_dir`) replaces an existing directory only when that directory is
   recognisably the project's own output: its `.deamoe-output` says it was written as a whole,
-  which `atomic_dir` writes into every directory it creates, with the files it holds (an empty
-  directory is taken over too; a file put in later, not listed there, stops the replacement).  A directory without that marker, the working directory or any folder above it, and a
+  which `atomic_dir` writes into every directory it creates (an empty directory is taken over
+  too).  A directory without that marker, the working directory or any folder above it, and a
   folder holding `.git` are never replaced: the command stops with an error naming the path;
 - nothing under `reports/measured/` (the committed GPU measurements) is written, unless the
   command that owns a committed table replaces it (`replace_committed`, after validating it);
@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
-from deamoe.ownership import (LISTED, OUTPUT_MARKER, STAGING_MARK, WHOLE_FOLDER, OutputPathError,
+from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, WHOLE_FOLDER, OutputPathError,
                               is_committed, is_lock_file, is_ours, make_parent, name_in_marker,
-                              remove_created, strays, written_whole)
+                              remove_created, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -131,10 +131,6 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
             f"{path} exists and was not written by deamoe (no {OUTPUT_MARKER} marker); "
             "give a new folder or remove it yourself"
         )
-    stray = strays(path)
-    if stray:
-        raise OutputPathError(f"{path} holds {stray[0]}, which deamoe did not write (not listed in "
-                              f"{path / OUTPUT_MARKER}); move it away or remove it yourself")
 
 
 def nested_folders(files, folder) -> list[Path]:
@@ -304,8 +300,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         tmp = stage / path.name
         tmp.mkdir()
         yield tmp
-        files = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_symlink() or not p.is_dir())
-        (tmp / OUTPUT_MARKER).write_text("".join(f"{line}\n" for line in (WHOLE_FOLDER, LISTED, *files)))
+        (tmp / OUTPUT_MARKER).write_text(WHOLE_FOLDER + "\n")
         check_replaceable_dir(path)
         if path.exists():
             os.replace(path, stage / ".old")  # removed with the staging folder

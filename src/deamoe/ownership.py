@@ -17,8 +17,6 @@ from deamoe.errors import DeaMoEError
 
 OUTPUT_MARKER = ".deamoe-output"
 WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
-LISTED = "files:"  # a whole folder's marker's second line: the files it was written with follow
-PROJECT_FILES = (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp")  # never the user's
 FILES_BELOW = "written by python -m deamoe: the files named below"
 STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
 COMMITTED = ("reports", "measured")  # a folder of committed measurements
@@ -62,18 +60,6 @@ def written_whole(folder: Path) -> bool:
     return bool(lines) and lines[0] == WHOLE_FOLDER
 
 
-def strays(folder: Path) -> list[Path]:
-    """The files in `folder`, written as a whole, that its marker does not list: put there by
-    someone else, so never removed with it.  None when the marker lists no files (written before
-    markers listed them): everything in such a folder counts as the project's."""
-    lines = _marker_lines(folder)
-    if len(lines) < 2 or lines[0] != WHOLE_FOLDER or lines[1] != LISTED:
-        return []
-    listed = set(lines[2:])
-    return [p for p in sorted(folder.rglob("*")) if (p.is_symlink() or not p.is_dir())
-            and p.name not in PROJECT_FILES and p.relative_to(folder).as_posix() not in listed]
-
-
 def is_ours(path: str | os.PathLike) -> bool:
     """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
     written as a whole), or a folder written as a whole."""
@@ -87,10 +73,9 @@ def is_ours(path: str | os.PathLike) -> bool:
 
 
 def name_in_marker(path: Path) -> None:
-    """Name `path` in its folder's marker (created on first use; appends are serialised); in a
-    folder written as a whole, in its list of files."""
-    if in_staging(path) or (written_whole(path.parent) and _marker_lines(path.parent)[1:2] != [LISTED]):
-        return  # a private scratch folder, or a folder that is ours as a whole, unlisted
+    """Name `path` in its folder's marker (created on first use; appends are serialised)."""
+    if in_staging(path) or written_whole(path.parent):
+        return  # a private scratch folder, or a folder that is ours as a whole
     with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
@@ -103,17 +88,15 @@ def name_in_marker(path: Path) -> None:
 
 def foreign_entries(folder: str | os.PathLike) -> list[Path]:
     """What inside directory output `folder` the project did not write (Snakemake deletes such an
-    output as a whole before its job runs again): when it was written as a whole the files its
-    marker does not list (`strays`), else every file its folder's marker does not name, below
-    too (markers, locks, Snakemake's timestamp and staging folders are the project's)."""
+    output as a whole before its job runs again): none when it was written as a whole, else every
+    file its folder's marker does not name, below too (markers, locks, Snakemake's timestamp and
+    staging folders are the project's)."""
     folder = Path(folder)
-    if written_whole(folder):
-        return strays(folder)
-    if (folder / STAGING_MARK).is_file():
+    if written_whole(folder) or (folder / STAGING_MARK).is_file():
         return []
     found = []
     for entry in sorted(folder.iterdir()):
-        if entry.name in PROJECT_FILES:
+        if entry.name in (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp"):
             continue
         if entry.is_dir() and not entry.is_symlink():
             found += foreign_entries(entry)
