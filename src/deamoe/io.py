@@ -40,13 +40,13 @@ from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, WHOLE_FOLDER, OutputPathError,
-                              is_committed, is_lock_file, is_ours, make_parent, name_in_marker,
-                              remove_created, written_whole)
+                              file_in_the_way, is_committed, is_lock_file, is_ours, make_parent,
+                              name_in_marker, remove_created, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
     """An OutputPathError when a folder above `path` is a file (its folder could not be made)."""
-    blocker = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    blocker = file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")
 

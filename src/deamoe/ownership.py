@@ -41,6 +41,11 @@ def make_parent(parent: Path) -> list[Path]:
     return created
 
 
+def file_in_the_way(path: str | os.PathLike) -> Path | None:
+    """The folder above `path` that is a file (so `path`'s folder cannot be made), or None."""
+    return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+
+
 def remove_created(created: list[Path]) -> None:
     """Remove folders this write created, if still empty (a failed command leaves no trace)."""
     for folder in reversed(created):

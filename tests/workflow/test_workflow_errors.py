@@ -108,3 +108,40 @@ def test_a_broken_config_yaml_is_one_line_naming_it(snakemake, workdir, text, li
     proc = snakemake(workdir, "-n", "--cores", "1")
     assert proc.returncode == 1
     assert _errors(proc) == [_errors(proc)[0]] and _errors(proc)[0].startswith(line), proc.stderr
+
+
+@pytest.mark.parametrize("target, line", [
+    ("results/quality/big/runs.csv", "target: size=big: unknown size 'big'; pretrain.sizes has tiny"),
+    ("results/quality/tiny/100steps/runs.csv", "target: size=tiny, steps=100: size tiny has no length of 100"),
+    ("results/eval/pretrain-big-deamoe-s0/lm_eval.json", "target: run=pretrain-big-deamoe-s0: unknown size 'big'"),
+    ("results/train/pretrain-tiny-deamoe-s9/summary.json",
+     "target: run=pretrain-tiny-deamoe-s9: run pretrain-tiny-deamoe-s9: seed 9 is not among the seeds"),
+])
+def test_a_target_the_config_does_not_define_is_one_line_before_any_job(snakemake, workdir, target, line):
+    """A size, length or seed no section defines: named while the DAG is built, not as an input
+    function's traceback, nor by the train job after the data stage ran."""
+    dry = snakemake(workdir, "-n", "--cores", "1", target)
+    assert dry.returncode == 1, dry.stderr[-3000:]
+    assert _errors(dry) == [_errors(dry)[0]] and _errors(dry)[0].startswith(line), dry.stderr
+    proc = snakemake(workdir, "--cores", "1", target)  # after Snakemake's banner, the line alone
+    assert proc.returncode == 1 and _errors(proc)[-1] == _errors(dry)[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stdout + proc.stderr and "Exception" not in proc.stderr
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+@pytest.mark.parametrize("mine, named", [
+    ("logs", "logs is a file where the folder of logs/analysis/table1.log (rule table1's log) goes"),
+    ("results/config", "results/config is a file where the folder of results/config/resolved-"),
+])
+def test_a_users_file_where_the_workflow_makes_a_folder_is_refused_and_kept(snakemake, workdir, mine, named):
+    """Not the log or resolved config itself but a folder above it: refused in one line before any
+    job (not a NotADirectoryError from the start hook), the file as it was."""
+    path = workdir / mine
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"my own notes\n")
+    proc = snakemake(workdir, "--cores", "1", "results/analysis/table1.csv")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = _refusals(proc)
+    assert named in line and "Traceback" not in proc.stderr and "Error in file" not in proc.stderr, proc.stderr
+    assert path.read_bytes() == b"my own notes\n"
+    assert not (workdir / "results" / "analysis").exists()

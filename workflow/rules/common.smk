@@ -38,13 +38,32 @@ SECTIONS = [
 PRETRAIN_MODELS = ["baseline", "deamoe"]  # budget-matched baseline and DeaMoE
 
 
-def config_stop(problems):
+def config_stop(problems, prefix="config"):
     """Stop the parse on config problems: each a line `config: ...` on stderr, exit status 1, before
     any job.  Not a WorkflowError: Snakemake would print it with the file, line and call stack of
     the Snakefile code that raised it, several lines around the one that matters."""
     for problem in problems:
-        print(f"config: {problem}", file=sys.stderr)
+        print(f"{prefix}: {problem}", file=sys.stderr)
     sys.exit(1)
+
+
+def configured(fn):
+    """Input function `fn` of a rule whose wildcards name what the config defines (a size, a run,
+    a length): a target naming one it lacks (`results/quality/big/runs.csv`, a seed no size
+    trains) stops while Snakemake builds the DAG, before any job and before the lock, with one line
+    naming the wildcards and the key -- not an input function's traceback, nor a job that fails
+    after the jobs before it ran.  (A SystemExit passes Snakemake's wrapping of input functions.)"""
+    import functools
+
+    @functools.wraps(fn)
+    def checked(wildcards, *args, **kwargs):
+        try:
+            return fn(wildcards, *args, **kwargs)
+        except ConfigError as exc:
+            named = ", ".join(f"{k}={v}" for k, v in wildcards.items())
+            config_stop([f"{named}: {exc}"], prefix="target")
+
+    return checked
 
 
 def _schema_error(exc, instance, schema_path, prefix=""):
@@ -170,9 +189,16 @@ def foreign_outputs(dag, persistence):
     record of the job's outputs; a benchmark Snakemake wrote starts with its header line.
     """
     from deamoe.io import OutputPathError, check_output_file
-    from deamoe.ownership import foreign_entries, is_ours
+    from deamoe.ownership import file_in_the_way, foreign_entries, is_ours
 
     problems, needrun = [], set(dag.needrun_jobs())
+    resolved = Path(RESOLVED_CONFIG)  # written at every start: a folder, or a file in its way
+    if resolved.is_symlink() or (resolved.exists() and not resolved.is_file()):
+        problems.append(f"{resolved} exists and is not a file (the resolved config); move it away "
+                        "or remove it yourself")
+    elif blocker := file_in_the_way(resolved):
+        problems.append(f"{blocker} is a file where the folder of {resolved} (the resolved config) "
+                        "goes; move it away or remove it yourself")
     for job in dag.jobs:
         if job.rule.name == "resolved_config":
             continue  # named by its content: write_resolved_config's own business
@@ -193,6 +219,10 @@ def foreign_outputs(dag, persistence):
         if job not in needrun:
             continue
         logged = {log for f in job.output for log in (persistence.log(f) or [])}
+        for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:
+            if not os.path.lexists(f) and (blocker := file_in_the_way(f)):
+                problems.append(f"{blocker} is a file where the folder of {f} (rule {job.rule.name}'s "
+                                "log) goes; move it away or remove it yourself")
         for f in job.log:
             if os.path.lexists(f) and not (is_ours(f) or str(f) in logged):
                 problems.append(f"{f} exists and was not written by this workflow (rule {job.rule.name}'s "

@@ -49,9 +49,18 @@ def _run_section(wildcards):
     return section("ablation" if wildcards.run.startswith("ablation") else "pretrain")
 
 
+@configured
+def _configured_run(wildcards):
+    """No file: the run named by a target must be one the config defines (its size, seed and
+    length), checked while the DAG is built -- else the job would fail after the data stage ran."""
+    _runs.run_spec(_TRAIN, wildcards.run)
+    return []
+
+
 rule train:
     input:
         rules.data.output,
+        _configured_run,
     output:
         summary="results/train/{run}/summary.json",
         log_csv="results/train/{run}/log.csv",

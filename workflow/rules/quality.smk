@@ -7,10 +7,10 @@
 
 rule quality:
     input:
-        train=lambda wc: expand("results/train/{run}/summary.json",
-                                run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size]))),
-        evals=lambda wc: expand("results/eval/{run}/lm_eval.json",
-                                run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size]))),
+        train=configured(lambda wc: expand("results/train/{run}/summary.json",
+                                           run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size])))),
+        evals=configured(lambda wc: expand("results/eval/{run}/lm_eval.json",
+                                           run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size])))),
     output:
         runs="results/quality/{size}/runs.csv",
         curves="results/quality/{size}/curves.csv",
@@ -34,8 +34,9 @@ rule quality:
 # and curves, one folder per length, so that each length can be one GPU call.
 rule quality_length:
     input:
-        train=lambda wc: expand("results/train/{run}/summary.json",
-                                run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size], int(wc.steps)))),
+        train=configured(lambda wc: expand(
+            "results/train/{run}/summary.json",
+            run=trained(_runs.pretrain_run_names(_TRAIN, [wc.size], int(wc.steps))))),
     output:
         runs="results/quality/{size}/{steps}steps/runs.csv",
         curves="results/quality/{size}/{steps}steps/curves.csv",
