@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
-from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, WHOLE_FOLDER, OutputPathError,
-                              file_in_the_way, is_committed, is_lock_file, is_ours, make_parent,
-                              name_in_marker, remove_created, written_whole)
+from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, file_in_the_way,
+                              foreign_entries, is_committed, is_lock_file, is_ours, make_parent,
+                              mark_whole, name_in_marker, remove_created, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -131,6 +131,10 @@ def check_replaceable_dir(path: str | os.PathLike) -> None:
             f"{path} exists and was not written by deamoe (no {OUTPUT_MARKER} marker); "
             "give a new folder or remove it yourself"
         )
+    foreign = foreign_entries(path)
+    if foreign:
+        raise OutputPathError(f"{path} holds {foreign[0]}, which deamoe did not write (added since); "
+                              "move it away or remove it yourself")
 
 
 def nested_folders(files, folder) -> list[Path]:
@@ -300,7 +304,7 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
         tmp = stage / path.name
         tmp.mkdir()
         yield tmp
-        (tmp / OUTPUT_MARKER).write_text(WHOLE_FOLDER + "\n")
+        mark_whole(tmp)
         check_replaceable_dir(path)
         if path.exists():
             os.replace(path, stage / ".old")  # removed with the staging folder

@@ -18,6 +18,7 @@ from deamoe.errors import DeaMoEError
 OUTPUT_MARKER = ".deamoe-output"
 WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
 FILES_BELOW = "written by python -m deamoe: the files named below"
+MANIFEST = "holding these files:"  # the second line of a WHOLE_FOLDER marker, then one path a line
 STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
 COMMITTED = ("reports", "measured")  # a folder of committed measurements
 
@@ -65,6 +66,36 @@ def written_whole(folder: Path) -> bool:
     return bool(lines) and lines[0] == WHOLE_FOLDER
 
 
+# Not project files: what Snakemake, the locks and the markers add to a folder
+_BOOKKEEPING = (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp")
+
+
+def _files_below(folder: Path) -> list[str]:
+    """Every file (or link) below `folder` but its bookkeeping, as sorted POSIX paths relative to it."""
+    found = []
+    for top, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(top, d))]
+        rel = Path(top).relative_to(folder)
+        found += [(rel / f).as_posix() for f in files if not (top == str(folder) and f in _BOOKKEEPING)]
+        found += [(rel / d).as_posix() for d in os.listdir(top)
+                  if os.path.islink(os.path.join(top, d)) and os.path.isdir(os.path.join(top, d))]
+    return sorted(found)
+
+
+def mark_whole(folder: Path) -> None:
+    """Mark `folder` as written as a whole, listing the files it holds now (below the line
+    MANIFEST): a file added to it later is no part of it (foreign_entries)."""
+    (folder / OUTPUT_MARKER).write_text("\n".join([WHOLE_FOLDER, MANIFEST, *_files_below(folder)]) + "\n",
+                                        encoding="utf-8")
+
+
+def _manifest(folder: Path) -> set[str] | None:
+    """The files a folder written as a whole held when written; None for a marker written
+    before the list was kept (all it holds counts as the project's)."""
+    lines = _marker_lines(folder)
+    return set(lines[2:]) if len(lines) > 1 and lines[1] == MANIFEST else None
+
+
 def is_ours(path: str | os.PathLike) -> bool:
     """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
     written as a whole), or a folder written as a whole."""
@@ -74,34 +105,41 @@ def is_ours(path: str | os.PathLike) -> bool:
     if path.is_dir():
         return written_whole(path)
     lines = _marker_lines(path.parent)
-    return bool(lines) and (lines[0] == WHOLE_FOLDER or (lines[0] == FILES_BELOW and path.name in lines[1:]))
+    if lines[:1] == [WHOLE_FOLDER]:
+        listed = _manifest(path.parent)
+        return listed is None or path.name in listed
+    return bool(lines) and lines[0] == FILES_BELOW and path.name in lines[1:]
 
 
 def name_in_marker(path: Path) -> None:
     """Name `path` in its folder's marker (created on first use; appends are serialised)."""
-    if in_staging(path) or written_whole(path.parent):
-        return  # a private scratch folder, or a folder that is ours as a whole
+    if in_staging(path) or (written_whole(path.parent) and _manifest(path.parent) is None):
+        return  # a private scratch folder, or a folder that is ours as a whole (all it holds)
     with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)
         lines = fh.read().splitlines()
         if not lines:
             fh.write(FILES_BELOW + "\n")
-        if path.name not in lines[1:]:
+        if path.name not in lines[1:]:  # (in a folder written as a whole: added to its list)
             fh.write(path.name + "\n")
 
 
 def foreign_entries(folder: str | os.PathLike) -> list[Path]:
     """What inside directory output `folder` the project did not write (Snakemake deletes such an
-    output as a whole before its job runs again): none when it was written as a whole, else every
+    output as a whole before its job runs again): in a folder written as a whole, every file below
+    it that its marker's list lacks (added since; none for a marker without a list), else every
     file its folder's marker does not name, below too (markers, locks, Snakemake's timestamp and
     staging folders are the project's)."""
     folder = Path(folder)
-    if written_whole(folder) or (folder / STAGING_MARK).is_file():
+    if written_whole(folder):
+        listed = _manifest(folder)
+        return [] if listed is None else [folder / f for f in _files_below(folder) if f not in listed]
+    if (folder / STAGING_MARK).is_file():
         return []
     found = []
     for entry in sorted(folder.iterdir()):
-        if entry.name in (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp"):
+        if entry.name in _BOOKKEEPING:
             continue
         if entry.is_dir() and not entry.is_symlink():
             found += foreign_entries(entry)

@@ -82,6 +82,28 @@ def test_directory_output_replaces_its_own_output_and_an_empty_folder(work):
     assert sorted(p.name for p in work.iterdir()) == ["empty", "fresh"]  # no staging left
 
 
+@pytest.mark.parametrize("added", ["notes.txt", "sub/notes.txt"])
+def test_directory_output_refuses_a_file_added_to_it_since_and_keeps_it(work, added):
+    """A folder written as a whole lists what it held: a file put in it later (beside the files,
+    or in a subfolder) is the user's, and the folder is not replaced with it; an old marker with no
+    list keeps the old meaning (everything in it is the project's)."""
+    with atomic_dir(work / "out") as tmp:
+        (tmp / "a.txt").write_text("one")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b.txt").write_text("two")
+    (work / "out" / added).write_bytes(b"my own notes\n")
+    before = tree(work)
+    with pytest.raises(DeaMoEError, match=f"holds {work / 'out' / added}, which deamoe did not write"):
+        with atomic_dir(work / "out") as tmp:
+            (tmp / "new.txt").write_text("x")
+    assert tree(work) == before
+    marker = work / "out" / OUTPUT_MARKER
+    marker.write_text(marker.read_text().splitlines()[0] + "\n")  # written before the list was kept
+    with atomic_dir(work / "out") as tmp:
+        (tmp / "new.txt").write_text("x")
+    assert (work / "out" / "new.txt").is_file()
+
+
 @pytest.mark.parametrize("writer", ["file", "dir"])
 def test_a_failed_write_leaves_the_old_output_and_no_staging_folder(work, writer):
     target = work / "a" / "b" / "out"

@@ -145,3 +145,19 @@ def test_a_users_file_where_the_workflow_makes_a_folder_is_refused_and_kept(snak
     assert named in line and "Traceback" not in proc.stderr and "Error in file" not in proc.stderr, proc.stderr
     assert path.read_bytes() == b"my own notes\n"
     assert not (workdir / "results" / "analysis").exists()
+
+
+def test_a_users_file_added_to_a_folder_written_as_a_whole_is_refused_and_kept(snakemake, workdir):
+    """results/data/tokenizer (a directory output, written as a whole): its marker lists what it
+    held, so a file added since is the user's -- named before any job, not deleted with the
+    folder when the rule runs again."""
+    reduced = str(workdir / "tests" / "workflow" / "reduced.yaml")
+    assert snakemake(workdir, "--cores", "1", "--configfile", reduced, "--", "results/data/meta.json").returncode == 0
+    mine = workdir / "results" / "data" / "tokenizer" / "notes.txt"
+    mine.write_bytes(b"my own notes\n")
+    proc = snakemake(workdir, "--cores", "1", "--configfile", reduced, "--forcerun", "data", "--",
+                     "results/data/meta.json")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = _refusals(proc)
+    assert "results/data/tokenizer holds results/data/tokenizer/notes.txt, not written by this workflow" in line
+    assert mine.read_bytes() == b"my own notes\n"
