@@ -161,3 +161,12 @@ def test_a_users_file_added_to_a_folder_written_as_a_whole_is_refused_and_kept(s
     (line,) = _refusals(proc)
     assert "results/data/tokenizer holds results/data/tokenizer/notes.txt, not written by this workflow" in line
     assert mine.read_bytes() == b"my own notes\n"
+
+
+def test_the_html_report_before_the_report_rule_ran_shows_what_there_is(snakemake, workdir):
+    """`snakemake --report` with no table or figure written yet: the report is built (its front
+    page), not stopped by Snakemake at the first missing file."""
+    proc = snakemake(workdir, "--report", str(workdir / "report.html"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (workdir / "report.html").stat().st_size > 0
+    assert "marked for report but does not exist" not in proc.stderr

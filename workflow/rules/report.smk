@@ -43,6 +43,13 @@ REPORT_FIGURES = [
 ]
 
 
+def _shown(path, **flags):
+    """`path` flagged for the HTML report (`snakemake --report`) when it exists: a report built
+    before the report rule ran, or after a partial run, shows what there is (the front page at
+    least) instead of stopping at the first missing file."""
+    return report(path, **flags) if Path(path).is_file() else path
+
+
 def _report_outputs():
     """Every file the report command writes.  The HTML report (`--report`) shows each table's
     HTML page (table, notes, scale and hardware) and the PNG figures inline; the markdown, CSV and
@@ -52,7 +59,7 @@ def _report_outputs():
     out = {}
     for stem, category, label in REPORT_TABLES:
         out[f"{stem}_csv"] = f"reports/tables/{stem}.csv"
-        out[f"{stem}_html"] = report(
+        out[f"{stem}_html"] = _shown(
             f"reports/tables/{stem}.html",
             caption=f"../report/{stem}.rst",
             category=category,
@@ -60,7 +67,7 @@ def _report_outputs():
         )
         out[f"{stem}_md"] = f"reports/tables/{stem}.md"
     for stem, category, caption, label in REPORT_FIGURES:
-        out[f"{stem}_png"] = report(
+        out[f"{stem}_png"] = _shown(
             f"reports/figures/{stem}.png",
             caption=f"../report/{caption}.rst",
             category=category,
@@ -70,7 +77,7 @@ def _report_outputs():
     out["index"] = "reports/index.md"
     out["front_page"] = FRONT_PAGE  # the HTML report's front page (Snakefile: `report:`)
     out["provenance"] = "reports/provenance.csv"
-    out["provenance_html"] = report(
+    out["provenance_html"] = _shown(
         "reports/provenance.html",
         caption="../report/provenance.rst",
         category="Provenance",
