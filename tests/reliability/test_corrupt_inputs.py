@@ -145,6 +145,20 @@ def test_damaged_lm_eval_result(work, failing, shards, kind, command):
     failing(argv, f"ev/{RUNS[1]}/lm_eval.json", *names)
 
 
+def test_evaluations_of_runs_the_config_no_longer_trains_are_left_out_of_the_tables(work, shards, capsys):
+    """results/eval keeps the evaluation of a seed (or size) an earlier config trained: after the
+    config is edited, eval-tables (rerun by the workflow) shows this config's runs only -- the stale
+    one would stand beside them, and first, in Tables 2 and 3."""
+    import pandas as pd
+
+    train_config(work / "c.yaml", shards)
+    _finished_runs(work)
+    for stale in ("pretrain-t-deamoe-s7", "pretrain-old-deamoe-s0"):
+        write_json(work / "ev" / stale / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 1.0}}})
+    assert run_cli(["eval-tables", "--config", "c.yaml", "--in", "ev", "--out", "et"], capsys)[0] == 0
+    assert sorted(pd.read_csv(work / "et" / "perplexity.csv")["run"]) == sorted(RUNS)
+
+
 LEVEL = {"model": "deamoe", "concurrency": 1, "tpot_mean_ms": 2.0, "tpot_median_ms": 2.0, "tpot_p99_ms": 3.0,
          "ttft_ms": 9.0, "output_tok_s": 100.0, "backend": "vllm", "device": "cpu",
          "tpot_server_mean_ms": 2.0}

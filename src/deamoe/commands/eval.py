@@ -72,15 +72,16 @@ def cmd_eval(args) -> int:
 def cmd_tables(args) -> int:
     from pathlib import Path
 
-    from deamoe.settings import load_eval_settings
+    from deamoe.settings import load_eval_settings, load_settings
     from deamoe.eval.tables import write_tables
     from deamoe.io import check_outputs, folder_lock
 
     load_eval_settings(args.config)  # a bad eval section fails here too, not only in `eval`
+    settings = load_settings(args.config) if args.config else None  # whose runs the tables show
     check_outputs(files=[Path(args.out) / "downstream.csv", Path(args.out) / "perplexity.csv"],
                   folders=[args.out])
     with folder_lock(args.out, what="another `python -m deamoe eval-tables`"):
-        down, ppl = write_tables(args.in_dir, args.out)
+        down, ppl = write_tables(args.in_dir, args.out, settings)
     print(f"eval-tables: {down}, {ppl}")
     return 0
 

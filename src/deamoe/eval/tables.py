@@ -34,17 +34,38 @@ def _number(x) -> float:
     return x
 
 
-def load_results(in_dir: str | Path) -> dict[str, dict]:
-    """run (folder name) -> lm_eval.json contents, for every <in_dir>/<run>/lm_eval.json."""
+def _outside(settings, run: str) -> bool:
+    """Whether folder `run` is named after a ladder run that `settings` does not train (a size,
+    seed or length of an earlier config); a folder of another name is a model evaluated by hand."""
+    from deamoe.errors import ConfigError
+    from deamoe.train.runs import parse_run, run_spec
+
+    try:
+        parse_run(run)
+    except ConfigError:
+        return False
+    try:
+        run_spec(settings, run)
+    except ConfigError:
+        return True
+    return False
+
+
+def load_results(in_dir: str | Path, settings=None) -> dict[str, dict]:
+    """run (folder name) -> lm_eval.json contents, for every <in_dir>/<run>/lm_eval.json; with the
+    training `settings` of the config, not the runs it does not train (left from an earlier
+    config: a removed seed or size would stand in Tables 2 and 3 beside this config's runs)."""
     from deamoe.readers import read_lm_eval
 
     if not Path(in_dir).is_dir():
         raise DataError(f"{in_dir}: no such folder (the evaluations' folder, e.g. results/eval)")
     found = {}
     for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
-        found[path.parent.name] = read_lm_eval(path)  # a malformed one named, with its key
+        if settings is None or not _outside(settings, path.parent.name):
+            found[path.parent.name] = read_lm_eval(path)  # a malformed one named, with its key
     if not found:
-        raise DataError(f"{in_dir}: no */lm_eval.json found (run `python -m deamoe eval` first)")
+        raise DataError(f"{in_dir}: no */lm_eval.json found of this config's runs "
+                        "(run `python -m deamoe eval` first)")
     return found
 
 
@@ -136,10 +157,10 @@ def _run_fields(run: str) -> dict:
     return {"run": run, "size": r.get("size"), "seed": r["seed"]}
 
 
-def build_tables(in_dir: str | Path):
+def build_tables(in_dir: str | Path, settings=None):
     import pandas as pd
 
-    results = load_results(in_dir)
+    results = load_results(in_dir, settings)
     down, ppl = [], []
     for run, doc in results.items():
         model = doc.get("deamoe", {}).get("model") or run
@@ -151,10 +172,10 @@ def build_tables(in_dir: str | Path):
             pd.DataFrame(ppl, columns=PERPLEXITY_COLUMNS + extra))
 
 
-def write_tables(in_dir: str | Path, out_dir: str | Path) -> tuple[Path, Path]:
+def write_tables(in_dir: str | Path, out_dir: str | Path, settings=None) -> tuple[Path, Path]:
     from deamoe.io import write_csv
 
-    down, ppl = build_tables(in_dir)
+    down, ppl = build_tables(in_dir, settings)
     out_dir = Path(out_dir)
     write_csv(out_dir / "downstream.csv", down)
     write_csv(out_dir / "perplexity.csv", ppl)
