@@ -172,7 +172,7 @@ SERVE_DAMAGE = {
     "negative TTFT": (lambda: json.dumps({**LEVEL, "ttft_ms": -1}), ["'ttft_ms'"]),
     "another level's": (lambda: json.dumps({**LEVEL, "concurrency": 2}), ["'concurrency' is 2", "(1)"]),
     "the baseline's level": (lambda: json.dumps({**LEVEL, "model": "baseline"}),
-                             ["model=baseline, concurrency=1", "given twice", "sv/baseline/c1.json"]),
+                             ["key 'model' is 'baseline'", "(deamoe)"]),
 }
 
 
@@ -185,6 +185,22 @@ def test_damaged_serving_result(work, failing, kind):
     text, names = SERVE_DAMAGE[kind]
     (work / "sv" / "deamoe" / "c1.json").write_text(text())
     failing(["serve-tables", "--config", "c.yaml", "--in", "sv", "--out", "st"], "sv/deamoe/c1.json", *names)
+
+
+@pytest.mark.parametrize("copy", ["baseline.bak", "0-old"])  # sorted after and before the model's own
+def test_a_copy_of_a_models_serving_results_beside_it_is_not_read_twice(work, capsys, copy):
+    """A user's backup of results/serve/baseline under another name: serve-tables (the workflow's
+    serve_tables) reads the model's own folder, not both (it stopped on a pandas error)."""
+    import pandas as pd
+
+    write_config(work / "c.yaml", serve={"slo_metric": "tpot_server_mean_ms"})
+    for folder, model, tpot in (("baseline", "baseline", 2.0), ("deamoe", "deamoe", 1.0), (copy, "baseline", 9.0)):
+        (work / "sv" / folder).mkdir(parents=True)
+        (work / "sv" / folder / "c1.json").write_text(json.dumps({**LEVEL, "model": model, "tpot_mean_ms": tpot}))
+    status, err = run_cli(["serve-tables", "--config", "c.yaml", "--in", "sv", "--out", "st"], capsys)
+    assert status == 0, err
+    tpot = pd.read_csv(work / "st" / "tpot.csv")
+    assert sorted(zip(tpot.model, tpot.tpot_mean_ms)) == [("baseline", 2.0), ("deamoe", 1.0)]
 
 
 # --- what the report reads -------------------------------------------------------------------

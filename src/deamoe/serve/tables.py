@@ -34,25 +34,30 @@ def paper_values():
 
 
 def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
-    """Every level's c<N>.json under root/<model>/, each validated (deamoe.readers), holding a
-    finite `metric` (serve.slo_metric) and concurrency N, no (model, concurrency) given twice."""
-    from deamoe.readers import TableSpec, check_unique, need, read_serve_result
+    """Every level's c<N>.json under root/<model>/ for the two models (baseline, deamoe), each
+    validated (deamoe.readers), holding that model, concurrency N and a finite `metric`
+    (serve.slo_metric).  Other folders beside them (a user's copy such as baseline.bak) are not
+    read: one file per (model, level) by construction."""
+    from deamoe.readers import need, read_serve_result
 
     if not Path(root).is_dir():
         raise DataError(f"{root}: no such folder (the serving results' folder, e.g. results/serve)")
-    rows, paths = [], sorted(Path(root).glob("*/c*.json"))
-    for path in paths:
-        obj = read_serve_result(path)
-        need(obj, path, metric, "number", low=0)
-        if path.stem != f"c{obj['concurrency']}":
-            raise DataError(f"{path}: key 'concurrency' is {obj['concurrency']}, not the level its "
-                            f"name gives ({path.stem[1:]}); rerun `python -m deamoe serve`")
-        prov = obj.get("provenance") or {}
-        rows.append({**{k: v for k, v in obj.items() if k not in ("raw", "provenance")},
-                     **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
+    rows = []
+    for model in (BASELINE, DEAMOE):
+        for path in sorted((Path(root) / model).glob("c*.json")):
+            obj = read_serve_result(path)
+            need(obj, path, metric, "number", low=0)
+            if obj["model"] != model:
+                raise DataError(f"{path}: key 'model' is {obj['model']!r}, not the folder's ({model}); "
+                                "rerun `python -m deamoe serve` for it")
+            if path.stem != f"c{obj['concurrency']}":
+                raise DataError(f"{path}: key 'concurrency' is {obj['concurrency']}, not the level its "
+                                f"name gives ({path.stem[1:]}); rerun `python -m deamoe serve`")
+            prov = obj.get("provenance") or {}
+            rows.append({**{k: v for k, v in obj.items() if k not in ("raw", "provenance")},
+                         **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
     if not rows:
-        raise DataError(f"no serving results (*/c*.json) under {root}")
-    check_unique(pd.DataFrame(rows), TableSpec(key=("model", "concurrency")), lines=[str(p) for p in paths])
+        raise DataError(f"no serving results ({BASELINE}/c*.json, {DEAMOE}/c*.json) under {root}")
     return pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
 
 
