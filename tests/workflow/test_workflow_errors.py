@@ -65,6 +65,10 @@ def _refusals(proc) -> list[str]:
     ("results/data/meta.json", "results/data/train.bin", "results/data/meta.json exists and was not written"),
     ("logs/analysis/table1.log", "results/analysis/table1.csv",
      "logs/analysis/table1.log exists and was not written by this workflow (rule table1's log)"),
+    # the vLLM server's log, which the serve command writes beside the job's own: named before the
+    # data stage and the training, not by the serve job after them
+    ("logs/serve/deamoe.server.log", "results/serve/deamoe",
+     "logs/serve/deamoe.server.log exists and was not written by this workflow (rule serve's log)"),
 ])
 def test_a_users_file_where_a_job_writes_is_refused_and_kept(snakemake, workdir, where, target, named):
     mine = workdir / where

@@ -17,8 +17,12 @@ rule serve:
         serve=section("serve"),
     conda:
         SERVE_ENV
+    # the server's and the benchmark client's logs too (the command names the client's after the
+    # server's): declared, a user's file at either is refused before any job, not by this job
     log:
-        "logs/serve/{model}.log",
+        main="logs/serve/{model}.log",
+        server="logs/serve/{model}.server.log",
+        client="logs/serve/{model}.client.log",
     benchmark:
         "logs/serve/{model}.benchmark.tsv"
     threads: 1024  # more than any machine: Snakemake caps it at --cores, so the job runs alone
@@ -26,7 +30,7 @@ rule serve:
         gpu=0,
     shell:
         "{DEAMOE} serve --config {RESOLVED_CONFIG} --checkpoint {input.checkpoint}"
-        " --model {wildcards.model} --out {output} --log logs/serve/{wildcards.model}.server.log > {log} 2>&1"
+        " --model {wildcards.model} --out {output} --log {log.server} > {log.main} 2>&1"
 
 
 rule serve_tables:
