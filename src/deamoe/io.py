@@ -11,9 +11,10 @@ What may be replaced:
   wrote it: its folder's marker file `.deamoe-output` names it (every write adds the name).  An
   existing file it does not name, a directory or a link at that path is an error naming it;
 - a directory output (`atomic_dir`) replaces an existing directory only when that directory is
-  recognisably the project's own output: its `.deamoe-output` says it was written as a whole,
-  which `atomic_dir` writes into every directory it creates (an empty directory is taken over
-  too).  A directory without that marker, the working directory or any folder above it, and a
+  recognisably the project's own output: its `.deamoe-output` says it was written as a whole
+  and lists the files it was written with, which `atomic_dir` writes into every directory it
+  creates (an empty directory is taken over too).  A directory without that marker, one holding
+  a file the list lacks (put there since), the working directory or any folder above it, and a
   folder holding `.git` are never replaced: the command stops with an error naming the path;
 - nothing under `reports/measured/` (the committed GPU measurements) is written, unless the
   command that owns a committed table replaces it (`replace_committed`, after validating it);
