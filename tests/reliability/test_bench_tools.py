@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from conftest import REPO, run_cli, tree, write_config
+from cli_battery import REPO, run_cli, tree, write_config
 
 MEASURED = REPO / "reports" / "measured" / "h200"
 IMPORT = ["bench", "import", "run", "--sha", "abc1234", "--dest", "dest"]

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import write_config
+import cli_battery as helpers
 
 # A fresh interpreter in isolated mode (-I: no PYTHONPATH, no user site, no script folder on
 # sys.path) run from an empty folder, with `deamoe` made unimportable: only the checkpoint's own
@@ -125,22 +125,10 @@ for line in sys.stdin:
 """
 
 
-def _helpers():
-    import importlib.util
-    from pathlib import Path
-
-    # this folder's conftest by path: `from conftest import` can find another folder's conftest
-    spec = importlib.util.spec_from_file_location("reliability_conftest", Path(__file__).with_name("conftest.py"))
-    helpers = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(helpers)
-    return helpers
-
-
 @pytest.fixture(scope="module")
 def damaged_runs(checkpoint, tmp_path_factory):
     """{kind: (exit status, stderr, tree before, tree after)}: `python -m deamoe eval` on each
     damaged copy of the checkpoint, one at a time in one working folder (EVAL_FORKS)."""
-    helpers = _helpers()
     work = tmp_path_factory.mktemp("damaged") / "work"
     work.mkdir()
     helpers.write_config(work / "c.yaml", eval={"tasks": ["piqa"], "limit": 1,  # its data, read first
@@ -172,7 +160,7 @@ def damaged_runs(checkpoint, tmp_path_factory):
 @pytest.mark.parametrize("kind", KINDS)
 def test_eval_on_a_damaged_checkpoint_is_one_line_and_leaves_no_staging(damaged_runs, kind):
     status, err, before, after = damaged_runs[kind]
-    _helpers().assert_one_line_error(status, err, "ckpt")
+    helpers.assert_one_line_error(status, err, "ckpt")
     assert after == before, "a failed command changed the tree"
 
 
@@ -187,6 +175,6 @@ def test_a_missing_evaluation_file_is_named_before_the_checkpoint_loads(work, fa
 
     monkeypatch.setattr(runner, "load_checkpoint", load)
     (work / "empty").mkdir()
-    write_config(work / "c.yaml", eval={"data_dir": "empty"})
+    helpers.write_config(work / "c.yaml", eval={"data_dir": "empty"})
     failing(["eval", "--config", "c.yaml", "--checkpoint", checkpoint, "--model", "deamoe", "--out", "e"],
             "empty/", "evaluation data file not found")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli, write_config
+from cli_battery import assert_one_line_error, run_cli, write_config
 
 BUDGET = ["budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
           "--dea-n-expert", "8", "--k-dept", "1", "--dea-k-expert", "2"]

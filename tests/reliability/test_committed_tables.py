@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from conftest import REPO, write_config
+from cli_battery import REPO, write_config
 
 MEASURED = REPO / "reports" / "measured"
 

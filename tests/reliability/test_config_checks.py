@@ -11,7 +11,7 @@ import yaml
 
 from deamoe.checks import config_problems
 
-from conftest import REPO, write_config
+from cli_battery import REPO, write_config
 
 CONFLICTS = [
     ({"ablation": {"h_ffn": 32, "n_dept": 8, "n_expert": 48, "k_dept": 4, "k_expert": 8, "k_dept": 9}}, "ablation.k_dept=9 must be <= ablation.n_dept=8"),

@@ -10,7 +10,7 @@ import pytest
 
 from deamoe.io import write_json
 
-from conftest import REPO, copy_shards, run_cli, train_config, tree, write_config
+from cli_battery import REPO, copy_shards, run_cli, train_config, tree, write_config
 
 TRAIN = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", "d", "--out", "run"]
 

@@ -10,7 +10,7 @@ import pytest
 
 from deamoe.io import write_json
 
-from conftest import REPO, run_cli, train_config, tree, write_config
+from cli_battery import REPO, run_cli, train_config, tree, write_config
 
 MINE = "the user's own file"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, train_config, write_config
+from cli_battery import run_cli, train_config, write_config
 
 HOLD = """
 import sys, time

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, tree
+from cli_battery import REPO, tree
 
 
 LOCAL_ONLY = {".whl", ".gpu_data", ".peer", ".venv", ".git", "results", "logs", ".snakemake"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli, write_config
+from cli_battery import run_cli, write_config
 
 # each command with its output folder last; the inputs are checked before the output or need none
 FOLDER_COMMANDS = [

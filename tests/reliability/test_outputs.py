@@ -9,7 +9,7 @@ import pytest
 from deamoe.errors import DeaMoEError
 from deamoe.io import OUTPUT_MARKER, atomic_dir, atomic_path, folder_lock, write_text
 
-from conftest import REPO, assert_one_line_error, run_cli, tree
+from cli_battery import REPO, assert_one_line_error, run_cli, tree
 
 
 def _foreign(folder: Path) -> Path:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import copy_shards, train_config, write_config
+from cli_battery import copy_shards, train_config, write_config
 
 BAD_VALUES = [
     ({"train": {"lr": float("inf")}}, "train.lr"),

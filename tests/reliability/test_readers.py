@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from conftest import REPO, write_config
+from cli_battery import REPO, write_config
 
 EVAL_FILES = ["boolq.jsonl.gz", "hellaswag_val_first1000_llamacpp_format.txt.gz", "ptb_test.txt.gz",
               "wikitext-2-raw_test.txt.gz"]

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from conftest import train_config
+from cli_battery import train_config
 
 TRAIN = ["train", "--config", "c.yaml", "--run", "pretrain-t-deamoe-s0", "--data", "d", "--out"]
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from conftest import run_cli, train_config, write_config
+from cli_battery import run_cli, train_config, write_config
 
 TRAIN = ["train", "--config", "c.yaml", "--run", "pretrain-t-deamoe-s0", "--data", "d", "--out"]
 REPORT = ["report", "--config", "c.yaml", "--results", "res", "--measured", "meas", "--out"]

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import assert_one_line_error, run_cli, train_config as _config, tree
+from cli_battery import assert_one_line_error, run_cli, train_config as _config, tree
 
 
 def _stopped_run(work, shards):
