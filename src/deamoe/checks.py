@@ -219,6 +219,9 @@ def _conflicts(s: dict) -> list[str]:
         out += _train_conflicts(s["train"])
     if "data" in s and s["data"].source == "files" and not s["data"].files:
         out.append("data.files must name at least one file or glob when data.source=files")
+    elif "data" in s and s["data"].source != "files" and s["data"].files:
+        out.append(f"data.files names text but data.source={s['data'].source} does not read it; set "
+                   "data.source: files to train on it, or leave data.files empty")
     training = ("data", "model", "train", "ablation", "pretrain")
     if all(k in s for k in training):
         from deamoe.train.settings import Settings
