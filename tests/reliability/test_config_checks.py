@@ -40,6 +40,8 @@ CONFLICTS = [
     ({"ablation": {"size": "huge"}}, "ablation.size 'huge' is not in pretrain.sizes"),
     ({"data": {"source": "files", "files": []}}, "data.files must name at least one file"),
     ({"data": {"source": "bundled", "files": ["my/*.txt"]}}, "data.source=bundled does not read it"),
+    ({"serve": {"tpot_budgets_ms": [20.0, 20.0]}}, "serve.tpot_budgets_ms must be distinct values"),
+    ({"microbench": {"batches": [4, 16, 4]}}, "microbench.batches must be distinct values"),
     ({"serve": {"input_len": 300}}, "serve.input_len + serve.output_len (+16) = 380 is more than the models' context"),
     ({"serve": {"max_model_len": 50}}, "serve.max_model_len=50 is less than serve.input_len + serve.output_len"),
     ({"serve": {"max_num_seqs": 4}}, "serve.max_num_seqs=4 is less than max(serve.concurrency)=32"),
