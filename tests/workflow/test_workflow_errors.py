@@ -174,3 +174,13 @@ def test_the_html_report_before_the_report_rule_ran_shows_what_there_is(snakemak
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (workdir / "report.html").stat().st_size > 0
     assert "marked for report but does not exist" not in proc.stderr
+
+
+def test_a_moved_checkout_keeps_its_results(snakemake, workdir):
+    """The inputs' paths are the checkout's own (relative): a checkout moved or copied elsewhere
+    has nothing to redo (the bundled corpus's absolute path made every stage run again)."""
+    # the checkout's own Snakefile, as a user runs it there (not the repository's by its path)
+    assert snakemake(workdir, "-s", "Snakefile", "--cores", "1", "results/data/meta.json").returncode == 0
+    moved = workdir.rename(workdir.with_name("moved"))
+    proc = snakemake(moved, "-s", "Snakefile", "-n", "--cores", "1", "results/data/meta.json")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]

@@ -3,13 +3,21 @@
 from deamoe.train.data import corpus_files as _corpus_glob
 
 
+def _bundled_corpus() -> str:
+    """The bundled corpus as the working directory sees it: relative where it is the checkout's
+    (so that a moved or copied checkout keeps its results: Snakemake reruns a job whose set of
+    input paths changed), else the Snakefile's copy by its absolute path."""
+    rel, shipped = Path("data/corpus/gutenberg-slice.txt.gz"), Path(workflow.basedir) / "data" / "corpus" / "gutenberg-slice.txt.gz"
+    return str(rel) if rel.is_file() and rel.samefile(shipped) else str(shipped)
+
+
 def _corpus_files(wildcards):
     """The local text the data stage reads, as inputs: a missing file is named before any job
     runs, and a changed corpus reruns the data stage (and everything trained on it)."""
     data = section("data")
     source = data.get("source", "bundled")
     if source == "bundled":
-        return [str(Path(workflow.basedir) / "data" / "corpus" / "gutenberg-slice.txt.gz")]
+        return [_bundled_corpus()]
     if source == "files":  # each entry matches a regular file: checked with the config (common.smk)
         return [str(p) for p in _corpus_glob(data.get("files", []))]
     return []  # online sources (e.g. redpajama) are fetched by the command itself
