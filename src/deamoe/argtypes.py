@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deamoe.shapes import ALL_MODEL_NAMES
+from deamoe.shapes import ALL_MODEL_NAMES, MODELS
 
 
 def _int(text: str, low: int, high: int | None = None) -> int:
@@ -37,7 +37,6 @@ def int_range(low: int, high: int):
     return lambda text: _int(text, low, high)
 
 
-MODELS = ("baseline", "deamoe")  # the pre-training ladder's two models, named in eval and serve results
 LARGEST_DIMENSION = 2**31 - 1  # a layer's width or count of experts: an int32
 
 

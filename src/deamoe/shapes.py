@@ -24,6 +24,7 @@ from deamoe.errors import ConfigError
 OPERATORS = ("silu", "gelu", "rmsnorm", "none")
 EXPERT_INITS = ("identity", "random")
 DEPT_TOPK = ("soft", "strict")
+MODELS = ("baseline", "deamoe")  # a budget-matched pair: the two models of every run, table and result
 
 
 def _positive_int(obj, *names: str) -> None:

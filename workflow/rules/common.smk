@@ -31,11 +31,12 @@ from deamoe.checks import config_problems, path_problems
 from deamoe.errors import ConfigError
 from deamoe.schema import first_problem, load as load_schema
 from deamoe.settings import parse_config_file
+from deamoe.shapes import MODELS
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
 ]
-PRETRAIN_MODELS = ["baseline", "deamoe"]  # budget-matched baseline and DeaMoE
+PRETRAIN_MODELS = list(MODELS)  # budget-matched baseline and DeaMoE
 
 
 def config_stop(problems, prefix="config"):

@@ -17,8 +17,8 @@ from deamoe import paper
 from deamoe.errors import DataError
 from deamoe.report.sources import Loaded, not_run, read_csv
 from deamoe.report.artifact import NOT_RUN, Artifact
+from deamoe.shapes import MODELS
 
-MODELS = ("baseline", "deamoe")
 TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
 HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU (README: "
               "Quality at GPU scale), or commit their rows under reports/measured/{gpu}/quality/")

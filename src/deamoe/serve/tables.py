@@ -21,10 +21,11 @@ from deamoe.errors import DataError
 from deamoe.io import write_csv
 from deamoe.provenance import provenance, version
 from deamoe.serve.settings import ServeSettings
+from deamoe.shapes import MODELS
 
 TPOT_COLUMNS = ["model", "concurrency", "tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms",
                 "ttft_ms", "output_tok_s", "backend", "device"]
-BASELINE, DEAMOE = "baseline", "deamoe"
+BASELINE, DEAMOE = MODELS
 
 
 def paper_values():

@@ -21,7 +21,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 
 from deamoe import paper
-from deamoe.shapes import DeaMoEShape, MoEShape
+from deamoe.shapes import MODELS, DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 from deamoe.parse import from_dict
 from deamoe.train.settings import Settings, SizeSettings, parse_section
@@ -33,7 +33,6 @@ TABLE4 = {
     for variant, op, init, topk, loss in paper.TABLE4
 }
 PAPER_DISTINCT_DEPARTMENTS_NO1 = paper.DISTINCT_DEPARTMENTS_NO1
-MODELS = ("baseline", "deamoe")
 # Baseline-7B's expert shape (Table 1): h_ffn / h = 384 / 1024, 32 routed experts, top-8 here
 BASELINE_H_FFN_RATIO = 384 / 1024
 BASELINE_N_EXPERT, BASELINE_K_EXPERT = 32, 8
