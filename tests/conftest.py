@@ -36,13 +36,16 @@ from snakemake_forks import Forks
 REPO = Path(__file__).resolve().parents[1]
 REDUCED = REPO / "tests" / "workflow" / "reduced.yaml"
 OWN_OUTPUTS = {"results", "logs", "reports", ".snakemake", ".git", ".venv", ".pytest_cache"}
+# what a developer keeps beside the checkout for the GPU machine (wheels for its Python, corpus
+# archives, vLLM's kernel): never part of a test's checkout
+DEVICE_ASSETS = {".whl", ".gpu_data", ".peer"}
 
 
 def link_repo(root: Path) -> Path:
     """`root` (created) with every top-level entry of the repository linked in, except outputs."""
     root.mkdir(parents=True)
     for entry in REPO.iterdir():
-        if entry.name not in OWN_OUTPUTS:
+        if entry.name not in OWN_OUTPUTS | DEVICE_ASSETS:
             (root / entry.name).symlink_to(entry)
     (root / "reports").mkdir()
     if (REPO / "reports" / "measured").exists():

@@ -11,14 +11,11 @@ import sys
 
 import pytest
 
-from cli_battery import REPO, tree
-
-
-LOCAL_ONLY = {".whl", ".gpu_data", ".peer", ".venv", ".git", "results", "logs", ".snakemake"}
+from cli_battery import tree
 
 
 @pytest.fixture
-def sh(tmp_path):
+def sh(tmp_path, make_workdir):
     """sh(script, *args, **env) -> (exit status, stderr) of bash scripts/SCRIPT, python3 on PATH
     being this interpreter."""
     bin_dir = tmp_path / "bin"
@@ -29,13 +26,8 @@ def sh(tmp_path):
                                      f'exec "{sys.executable}" "$@"\n')
     (bin_dir / "python3").chmod(0o755)
 
-    # the checkout as the device gets it (its tracked top-level entries, linked), less what a
-    # developer keeps beside it: carried wheels here are the device's, for another Python
-    checkout = tmp_path / "checkout"
-    checkout.mkdir()
-    for entry in REPO.iterdir():
-        if entry.name not in LOCAL_ONLY:
-            (checkout / entry.name).symlink_to(entry)
+    # a linked checkout without the developer's device assets (wheels there are for its Python)
+    checkout = make_workdir(tmp_path / "checkout")
 
     def run(script, *args, **env):
         done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=checkout,

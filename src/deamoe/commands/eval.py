@@ -50,8 +50,10 @@ def cmd_eval(args) -> int:
     result = Path(args.out) / "lm_eval.json"
     check_apart([("--out", args.out)], [("--checkpoint", args.checkpoint)])
     check_outputs(files=[result], folders=[args.out])
+    from deamoe.ownership import file_in_the_way
+
     hf_home = Path(s.hf_home)  # the harness's dataset cache: named now, not after loading the model
-    if any(p.exists() and not p.is_dir() for p in (hf_home, *hf_home.parents)):
+    if (hf_home.exists() and not hf_home.is_dir()) or file_in_the_way(hf_home):
         from deamoe.errors import ConfigError
 
         raise ConfigError(f"eval.hf_home={s.hf_home}: a file is where this cache folder goes; give a folder")
