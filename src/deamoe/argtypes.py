@@ -118,6 +118,15 @@ def output_file(text: str) -> str:
     return text
 
 
+def name_list(text: str) -> list[str]:
+    """Comma-separated names, at least one, each once (which names exist is the reader's check)."""
+    names = [x.strip() for x in text.split(",")]
+    if not any(names) or not all(names):
+        raise argparse.ArgumentTypeError(f"an empty name in {text!r} (comma-separated names)")
+    _distinct(names, text)
+    return names
+
+
 def model_list(text: str) -> list[str]:
     """Comma-separated Table 1 model names (at least one, each known)."""
     names = [x.strip() for x in text.split(",") if x.strip()]

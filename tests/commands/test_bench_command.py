@@ -92,6 +92,10 @@ def files(tmp_path):
     (["bench", "peer", "run", "o", "Baseline-7B:4", "--replays", "5000000"], ["--replays", "<= 10000"]),
     (["bench", "train", "o", "--steps", "0"], ["--steps", ">= 1"]),
     (["bench", "fp8-check", "o", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),
+    # an empty --tiles is a mistake, not "the defaults"; a tile named twice is one line too
+    (["bench", "smem-check", "o", "--tiles", ""], ["--tiles", "empty name"]),
+    (["bench", "smem-check", "o", "--gemms", "w13,,w2"], ["--gemms", "empty name"]),
+    (["bench", "smem-check", "o", "--tiles", "a,a"], ["--tiles", "a twice"]),
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),
     (["bench", "peer", "run", "o", "Baseline-7B:4", "--tiny", "--table", "empty.csv"], ["empty.csv"]),
     (["bench", "peer", "check", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),

@@ -28,7 +28,7 @@ MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench
 # where `bench peer extract` writes vLLM's kernel (git-ignored; carried to a GPU without vLLM)
 PEER_KERNEL = Path(".peer/vllm_fused_moe.py")
 
-from deamoe.argtypes import commit_sha, config_int_list, int_range, model_list
+from deamoe.argtypes import commit_sha, config_int_list, int_range, model_list, name_list
 
 ROUNDS = int_range(1, 100)  # interleaved timing rounds: a bound keeps a typo from running for days
 
@@ -106,9 +106,10 @@ def _register_bench(sub) -> None:
     t = tool("smem-check", _smem_check, "CUDA: each GEMM of both layers compiled (not run) on "
              "every tile at every BLOCK_M, Triton's shared memory beside the estimate the search "
              "skips knob sets by -> OUT/smem_check.csv; exit 1 where the estimate exceeds it")
-    t.add_argument("--tiles", help="comma-separated tile names (default: microbench.tiles' "
-                   "defaults; for FP8 weights microbench.fp8_tiles')")
-    t.add_argument("--gemms", default="w13,w2,dept_up,expert_up,expert_down,dept_down",
+    t.add_argument("--tiles", type=name_list, help="comma-separated tile names (default: "
+                   "microbench.tiles' defaults; for FP8 weights microbench.fp8_tiles')")
+    t.add_argument("--gemms", type=name_list,
+                   default="w13,w2,dept_up,expert_up,expert_down,dept_down",
                    help="comma-separated GEMMs of the two layers")
     t.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
                    help="comma-separated weight precisions: bf16, fp8, fp8-w8a8 (FP8: "
@@ -278,18 +279,17 @@ def _smem_check(args) -> int:
 
     # --tiles for every precision asked for; the settings name a bad tile, or one FP8 weights
     # (or, a '-pq' one, bf16 weights) cannot take
-    names = args.tiles.split(",") if args.tiles else []
+    names = args.tiles or []
     given = {"fp8_tiles": names} if names else {}
     if names and "bf16" in args.weight_dtype:
         given["tiles"] = names
     s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
-    gemms = args.gemms.split(",")
-    if set(gemms) - set(GEMMS):
-        raise ConfigError(f"--gemms: {', '.join(sorted(set(gemms) - set(GEMMS)))} not among "
+    if set(args.gemms) - set(GEMMS):
+        raise ConfigError(f"--gemms: {', '.join(sorted(set(args.gemms) - set(GEMMS)))} not among "
                           f"{', '.join(GEMMS)}")
     _outputs(args.out, "smem_check.csv")
     _needs_cuda("smem-check")
-    return smem_check(args.out, s, gemms)
+    return smem_check(args.out, s, args.gemms)
 
 
 def _variants(args) -> int:
