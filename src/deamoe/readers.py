@@ -251,6 +251,12 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
         if blank.any():
             raise DataError(f"{path}:{int(blank.to_numpy().argmax()) + 2}: column {col} is empty "
                             "(every row must say where its numbers came from)")
+    if "date" in spec.provenance:  # the report sorts and prints it: a date, not any text
+        when = pd.to_datetime(frame["date"].astype(str), format="ISO8601", errors="coerce", utc=True)
+        if when.isna().any():
+            i = int(when.isna().to_numpy().argmax())
+            raise DataError(f"{path}:{i + 2}: column date is {frame['date'].iloc[i]!r}, not an ISO "
+                            "8601 date (e.g. 2026-12-05T09:30:00Z)")
     if spec.rows and frame.empty:
         raise DataError(f"{path}: a {what} with no rows (only a header)")
     check_unique(frame, spec, path)

@@ -81,3 +81,19 @@ def test_a_sha_of_digits_only_stays_text(tmp_path):
     (tmp_path / "t.csv").write_text("model,git_sha,date\nBaseline-7B,506644310216,2026-12-05\n")
     frame = read_table(tmp_path / "t.csv", TableSpec(provenance=("git_sha", "date")))
     assert frame["git_sha"].tolist() == ["506644310216"]
+
+
+@pytest.mark.parametrize("date, ok", [("2026-12-05", True), ("2026-12-05T09:30:00Z", True),
+                                      ("2026-12-05 09:30:00+00:00", True), ("yesterday", False),
+                                      ("2026-13-05", False), ("05/12/2026", False)])
+def test_a_date_is_a_date(tmp_path, date, ok):
+    from deamoe.errors import DataError
+    from deamoe.readers import TableSpec, read_table
+
+    (tmp_path / "t.csv").write_text(f"model,git_sha,date\nBaseline-7B,5066443,2026-12-04\nDeepSeek-V3,5066443,{date}\n")
+    spec = TableSpec(provenance=("git_sha", "date"))
+    if ok:
+        assert len(read_table(tmp_path / "t.csv", spec)) == 2
+    else:
+        with pytest.raises(DataError, match=r"t\.csv:3: column date is .*not an ISO 8601 date"):
+            read_table(tmp_path / "t.csv", spec)
