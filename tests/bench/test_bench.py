@@ -262,7 +262,7 @@ def test_graph_replay_rows_check_each_replay_against_the_reference():
 def test_decode_step_and_table():
     dec = DecoderShape(n_layers=2, heads=4, context=8, vocab=50)
     rows = run_decode(["tiny"], [2], dec, replays=1, device="cpu", shapes={"tiny": (MOE, DEA)})
-    prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}
+    prov = {"device": "cpu", "torch": "x", "date": "2026-12-05", "git_sha": "s"}
     (row,) = tpot_table(rows, prov, dec)
     assert row["batch"] == 2 and row["baseline_tpot_ms"] > 0
     assert row["speedup"] == row["baseline_tpot_ms"] / row["deamoe_tpot_ms"]

@@ -21,7 +21,7 @@ from deamoe.shapes import DeaMoEShape, MoEShape
 S = MicrobenchSettings(models=["Baseline-7B", "DeepSeek-V3"], batches=[4, 16],
                        torch_reference=False)
 PROV = {"peak_read_tbps": 4.0, "routing": "eager route", "gpu": "cpu", "torch": "t",
-        "triton": "x", "date": "d", "git_sha": "s"}
+        "triton": "x", "date": "2026-12-05", "git_sha": "s"}
 
 
 class Killed(Exception):

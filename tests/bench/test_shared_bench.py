@@ -145,7 +145,7 @@ def test_decode_runs_the_shared_experts_on_the_picked_schedule(monkeypatch):
                              shared=SharedSchedules({("m+shared", "baseline"): {2: True}}, 32))
     assert {k: s for k, s in seen} == {"moe": SharedTiles(block_m=32, stream=True),
                                        "deamoe": None}  # none picked: ffn_step's in-line default
-    prov = {"device": "cpu", "torch": "x", "date": "d", "git_sha": "s"}
+    prov = {"device": "cpu", "torch": "x", "date": "2026-12-05", "git_sha": "s"}
     (row,) = decode.tpot_table(rows, prov, dec)
     assert row["baseline_shared_stream"] is True and row["deamoe_shared_stream"] is False
 

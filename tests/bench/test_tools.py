@@ -95,7 +95,7 @@ def test_import_files_an_fp8_table_beside_the_main_one(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
     row = {"model": "DeepSeek-V3", "batch": 4, "baseline_us": 10.0, "deamoe_us": 6.0,
-           "date": "d", "git_sha": "unknown"}
+           "date": "2026-12-05", "git_sha": "unknown"}
     pd.DataFrame([{**row, "weight_dtype": "fp8"}]).to_csv(run / "microbench_fp8.csv", index=False)
     assert main(["bench", "import", str(run), "--dest", str(tmp_path / "d"), "--sha", "abc1234"]) == 0
     got = pd.read_csv(tmp_path / "d" / "microbench_fp8.csv")

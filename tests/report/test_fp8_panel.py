@@ -28,7 +28,7 @@ def test_fp8_rows_beside_bf16_and_vllm(results, measured):
                   for p, us in (("fp8", 560.0), ("fp8-w8a8", 540.0))]).to_csv(
         folder / "microbench_fp8.csv", index=False)
     peer = {"model": "DeepSeek-V3", "batch": 16, "bytes": 4.5e9, "peak_read_tbps": 4.6,
-            "tile": "x", "peer_rel_err": 0.03, "gpu": "NVIDIA H200", "date": "d", "git_sha": "a"}
+            "tile": "x", "peer_rel_err": 0.03, "gpu": "NVIDIA H200", "date": "2026-12-05", "git_sha": "a"}
     rows = [{**peer, "variant": v, "us": us} for v, us in
             (("ours logits", 2010.0), ("ours routed", 2000.0), ("vllm routed", 2050.0))]
     rows += [{**peer, "variant": v, "us": us, "weight_dtype": "fp8-w8a8",
