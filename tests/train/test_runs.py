@@ -190,6 +190,11 @@ def test_unknown_run_names_are_refused():
         runs.run_spec(s, "pretrain-big-deamoe-s0")
     with pytest.raises(ConfigError, match="seed 3 is not among the seeds of size tiny"):
         runs.run_spec(s, "pretrain-tiny-deamoe-s3")
+    with pytest.raises(ConfigError, match=r"seed 3 is not among the ablation's seeds \(0: ablation.seeds"):
+        runs.run_spec(s, "ablation-no1-s3")
+    # a seed too large for torch's generator: the same line, not an overflow inside the trainer
+    with pytest.raises(ConfigError, match="run ablation-no1-s99999999999999999999: seed 9+ is not among"):
+        runs.run_spec(s, "ablation-no1-s99999999999999999999")
 
 
 def test_a_size_may_change_other_model_fields_for_a_sweep():

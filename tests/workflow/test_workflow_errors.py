@@ -120,6 +120,8 @@ def test_a_broken_config_yaml_is_one_line_naming_it(snakemake, workdir, text, li
     ("results/eval/pretrain-big-deamoe-s0/lm_eval.json", "target: run=pretrain-big-deamoe-s0: unknown size 'big'"),
     ("results/train/pretrain-tiny-deamoe-s9/summary.json",
      "target: run=pretrain-tiny-deamoe-s9: run pretrain-tiny-deamoe-s9: seed 9 is not among the seeds"),
+    ("results/train/ablation-no1-s9/summary.json",
+     "target: run=ablation-no1-s9: run ablation-no1-s9: seed 9 is not among the ablation's seeds"),
 ])
 def test_a_target_the_config_does_not_define_is_one_line_before_any_job(snakemake, workdir, target, line):
     """A size, length or seed no section defines: named while the DAG is built, not as an input

@@ -245,6 +245,10 @@ def run_spec(settings: Settings, name: str) -> RunSpec:
     r = parse_run(name)
     if r["kind"] == "ablation":
         _canonical(name, f"ablation-{r['variant']}-s{r['seed']}")
+        if r["seed"] not in seeds(settings, "ablation"):
+            raise ConfigError(f"run {name}: seed {r['seed']} is not among the ablation's seeds "
+                              f"({', '.join(map(str, seeds(settings, 'ablation')))}: ablation.seeds, "
+                              "else train.seed)")
         a = settings.ablation
         z = size(settings, ablation_size(settings))
         op, init, topk, loss = TABLE4[r["variant"]]
