@@ -162,6 +162,8 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
     if isinstance(value, bool) or not isinstance(value, KINDS[kind]):
         raise DataError(f"{path}: key {key!r} must be {KIND_NAMES[kind]}, got {value!r:.60}")
     if kind in ("int", "number"):
+        if isinstance(value, int) and abs(value) >= 2**63:  # no float, no int64 holds it
+            raise DataError(f"{path}: key {key!r} is a {len(str(abs(value)))}-digit integer, too large")
         if not math.isfinite(value):
             raise DataError(f"{path}: key {key!r} is {value}, not a finite number")
         if low is not None and value < low:
@@ -194,14 +196,17 @@ TEXT_COLUMNS = {"git_sha": str}
 
 
 def _check_fields(text: str, path: Path, what: str) -> None:
-    """A DataError naming the first line whose count of fields is not the header's: a row cut
-    short (a truncated file) would read as empty cells, one with more fields would shift every
-    column (pandas takes the extra leading fields as an index)."""
+    """A DataError naming a column given twice in the header, or the first line whose count of
+    fields is not the header's: a row cut short (a truncated file) would read as empty cells, one
+    with more fields would shift every column (pandas takes the extra leading fields as an index)."""
     import csv
 
     rows = csv.reader(io.StringIO(text))
     try:
         header = next(rows, [])
+        twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+        if twice is not None:  # pandas would rename the second (`x.1`) and read the first
+            raise DataError(f"{path}:1: column {twice!r} is given twice in the header; not a CSV {what}")
         for row in rows:
             if row and len(row) != len(header):
                 how = "truncated or cut short" if len(row) < len(header) else "more than its columns"

@@ -97,3 +97,24 @@ def test_a_date_is_a_date(tmp_path, date, ok):
     else:
         with pytest.raises(DataError, match=r"t\.csv:3: column date is .*not an ISO 8601 date"):
             read_table(tmp_path / "t.csv", spec)
+
+
+def test_a_column_given_twice_in_a_header_is_named(tmp_path):
+    """pandas would read the first and rename the second `x.1`: a table would carry both, one
+    of them silently ignored (and `bench import` would copy the renamed one into reports/)."""
+    from deamoe.errors import DataError
+    from deamoe.readers import read_table
+
+    (tmp_path / "t.csv").write_text("model,batch,us,us\nBaseline-7B,4,1.0,2.0\n")
+    with pytest.raises(DataError, match=r"t\.csv:1: column 'us' is given twice in the header"):
+        read_table(tmp_path / "t.csv")
+
+
+def test_an_integer_too_large_for_a_number_is_named(work, failing):
+    """A JSON integer beyond any float: one line naming the file and key, not an OverflowError."""
+    for model in ("baseline", "deamoe"):
+        (work / "sv" / model).mkdir(parents=True)
+        (work / "sv" / model / "c1.json").write_text('{"model": "%s", "concurrency": 1%s}' % (model, "0" * 400))
+    write_config(work / "c.yaml")
+    failing(["serve-tables", "--config", "c.yaml", "--in", "sv", "--out", "o"],
+            "c1.json: key 'concurrency' is a 401-digit integer, too large")
