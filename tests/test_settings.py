@@ -50,6 +50,8 @@ def test_errors_name_the_key(data, where):
 def test_missing_and_broken_files(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         read_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="config file '': an empty path"):  # not the working directory
+        read_config("")
     bad = tmp_path / "bad.yaml"
     bad.write_text("a: [1, 2\n")
     with pytest.raises(ConfigError, match="cannot be parsed"):

@@ -50,6 +50,9 @@ def parse_config_file(path: str | Path, name: str | None = None) -> dict:
     ConfigError naming the file -- as `name`, by default "config file PATH" -- when it is missing,
     a folder or no regular file, not UTF-8, unparsable, gives a key twice, or is no mapping.  The
     workflow reads config.yaml and its --configfile files through it too."""
+    if not str(path).strip():  # Path("") would be the working directory
+        raise ConfigError(f"{name or 'config file'} {str(path)!r}: an empty path (an unset variable?); "
+                          "give the config YAML file")
     path = Path(path)
     name = name or f"config file {path}"
     if path.is_dir():

@@ -36,6 +36,16 @@ def test_table1_command_takes_the_configs_models(tmp_path):
     assert r.returncode == 0 and list(pd.read_csv(tmp_path / "t.csv").model) == ["DeepSeek-V3"]
 
 
+def test_an_empty_config_path_is_refused_not_taken_for_no_config(tmp_path):
+    """`--config "$CFG"` with CFG unset: one line, no output, never the defaults silently."""
+    for command in ("table1", "loading"):
+        out = tmp_path / f"{command}.csv"
+        r = run(command, "--config", "", "--out", str(out))
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.strip() == "error: config file '': an empty path (an unset variable?); give the config YAML file"
+        assert not out.exists()
+
+
 def test_budget_command_prints_json():
     r = run("budget", "--h", "7168", "--h-ffn", "2048", "--n-expert", "256", "--k-expert", "8",
             "--n-dept", "8", "--dea-n-expert", "864", "--k-dept", "5", "--dea-k-expert", "10")
