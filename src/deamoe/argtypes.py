@@ -128,13 +128,12 @@ def name_list(text: str) -> list[str]:
 
 
 def model_list(text: str) -> list[str]:
-    """Comma-separated Table 1 model names (at least one, each known)."""
-    names = [x.strip() for x in text.split(",") if x.strip()]
+    """Comma-separated Table 1 model names (name_list's rules, each name known)."""
+    names = name_list(text)
     bad = [n for n in names if n not in ALL_MODEL_NAMES]
-    if not names or bad:
-        what = f"unknown model {bad[0]!r}" if bad else "no model given"
-        raise argparse.ArgumentTypeError(f"{what} (choose from {', '.join(ALL_MODEL_NAMES)})")
-    _distinct(names, text)
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown model {bad[0]!r} "
+                                         f"(choose from {', '.join(ALL_MODEL_NAMES)})")
     return names
 
 

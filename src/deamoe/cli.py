@@ -40,6 +40,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_values(self, action, arg_strings):
+        # An empty value (an unset shell variable) would read as the working folder, as "no
+        # filter" or as the defaults; no argument of any command means anything by it (one with
+        # choices: argparse's own message lists them).
+        if action.nargs not in (argparse.PARSER, argparse.REMAINDER) and not action.choices:
+            empty = [s for s in arg_strings if not s.strip()]
+            if empty:
+                name = "/".join(action.option_strings) or action.metavar or action.dest
+                self.error(f"argument {name}: an empty value {empty[0]!r} (an unset variable?)")
+        return super()._get_values(action, arg_strings)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m deamoe", description=__doc__.splitlines()[0])

@@ -42,7 +42,8 @@ def test_an_empty_config_path_is_refused_not_taken_for_no_config(tmp_path):
         out = tmp_path / f"{command}.csv"
         r = run(command, "--config", "", "--out", str(out))
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
-        assert r.stderr.strip() == "error: config file '': an empty path (an unset variable?); give the config YAML file"
+        assert r.stderr.strip() == (f"python -m deamoe {command}: error: argument --config: an empty "
+                                    f"value '' (an unset variable?) (see python -m deamoe {command} --help)")
         assert not out.exists()
 
 

@@ -93,7 +93,7 @@ def files(tmp_path):
     (["bench", "train", "o", "--steps", "0"], ["--steps", ">= 1"]),
     (["bench", "fp8-check", "o", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),
     # an empty --tiles is a mistake, not "the defaults"; a tile named twice is one line too
-    (["bench", "smem-check", "o", "--tiles", ""], ["--tiles", "empty name"]),
+    (["bench", "smem-check", "o", "--tiles", ""], ["--tiles", "an empty value"]),
     (["bench", "smem-check", "o", "--gemms", "w13,,w2"], ["--gemms", "empty name"]),
     (["bench", "smem-check", "o", "--tiles", "a,a"], ["--tiles", "a twice"]),
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),

@@ -33,6 +33,9 @@ CASES = [
     (TRAIN + ["--max-seconds", "soon"], ["--max-seconds"]),
     (["train", "--config", "c.yaml", "--run", "bogus", "--data", "d", "--out", "r"], ["bad run name 'bogus'"]),
     (TRAIN, ["no token shards in d"]),
+    # an empty value (an unset shell variable) for any argument, never the working folder
+    (["train", "--config", "c.yaml", "--run", "x", "--data", " ", "--out", "r"], ["--data", "an empty value"]),
+    (["bench", "smem-check", ""], ["argument out", "an empty value"]),
     (["train", "--config", "c.yaml"], ["required", "--run"]),
     # loading
     (LOADING + ["--trials", "0"], ["--trials", "'0'"]),
@@ -46,7 +49,8 @@ CASES = [
     (LOADING + ["--tokens", ""], ["--tokens"]),
     (LOADING + ["--tokens", "1.5"], ["--tokens"]),
     (LOADING + ["--models", "GPT-9"], ["--models", "'GPT-9'"]),
-    (LOADING + ["--models", ","], ["--models", "no model given"]),
+    (LOADING + ["--models", ","], ["--models", "an empty name"]),
+    (LOADING + ["--models", "DeepSeek-V3,,Qwen3-235B-A22B"], ["--models", "an empty name"]),
     (["loading", "--config", "nowhere.yaml", "--out", "l.csv"], ["nowhere.yaml", "does not exist"]),
     # table1
     (["table1", "--models", "GPT-9", "--out", "t.csv"], ["--models", "'GPT-9'"]),
