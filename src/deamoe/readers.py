@@ -1,14 +1,12 @@
-"""One reader per kind of file the stages read, each validating what it returns.
+"""One reader per kind of file (or folder) the stages read, each validating what it returns.
 
-Text files (UTF-8, gunzipped by name), config YAML, token shards with their meta.json, a
-training run's summary.json and log.csv, lm-eval's lm_eval.json, a serving level's c<N>.json,
-and CSV tables (the stages' own and the committed measurements under reports/measured/).  Each checks encoding, shape, types and ranges
-and raises a DataError (ConfigError for config files) naming the file and, where it helps, the
-line, key or byte offset -- so a truncated, foreign or hand-edited file is one line, never a
-JSONDecodeError, KeyError, UnicodeDecodeError or IndexError from deep inside a stage, and never
-a NaN quietly carried into a table.
+Text files (UTF-8, gunzipped by name), config YAML, token shards with their meta.json, a run's
+summary.json and log.csv, lm_eval.json, a serving level's c<N>.json, CSV tables (the stages'
+own and the committed ones under reports/measured/).  Each checks encoding, shape, types and
+ranges and raises a DataError (ConfigError for config files) naming the file and, where it
+helps, the line, key or byte offset: a truncated, foreign or hand-edited file is one line, never
+a JSONDecodeError, KeyError or IndexError from deep inside a stage, nor a NaN carried on.
 """
-
 from __future__ import annotations
 
 import io
@@ -29,8 +27,7 @@ def gunzip(raw: bytes, path: str | os.PathLike) -> bytes:
     import zlib
 
     if raw[:2] != b"\x1f\x8b":
-        raise DataError(f"{path}: not a gzip file (its name ends in .gz but byte 0 does not start a "
-                        "gzip stream)")
+        raise DataError(f"{path}: not a gzip file (named .gz, but byte 0 starts no gzip stream)")
     out, pos, chunk = [], 0, 1 << 16
     while True:
         member = zlib.decompressobj(wbits=31)
@@ -121,14 +118,21 @@ def load_json(text: str, where: str):
 
 
 def _text(path: Path, what: str) -> str:
-    """The UTF-8 text of a file that exists and holds something (read_text names the byte
-    that is not UTF-8)."""
+    """The UTF-8 text of a file that exists and holds something (read_text names a bad byte)."""
     if not path.is_file():
-        raise DataError(f"{path}: no such file ({what})")
+        raise DataError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'} ({what})")
     text = read_text(path)
     if not text.strip():
         raise DataError(f"{path}: empty file, not a {what}")
     return text
+
+
+def input_folder(path: str | os.PathLike, what: str) -> Path:
+    """`path` as a folder to read (a `what`); a DataError where it is missing or a file."""
+    path = Path(path)
+    if not path.is_dir():
+        raise DataError(f"{path}: {'a file, not a folder' if path.exists() else 'no such folder'} ({what})")
+    return path
 
 
 def read_json(path: str | Path, what: str) -> dict:
@@ -351,8 +355,8 @@ def read_run_summary(path: str | Path, whole: bool = True) -> dict:
     present must have their types: the report reads only a run's scale and provenance)."""
     doc = read_json(path, "run summary")
     optional = not whole
-    need(doc, path, "run", "str", optional)
-    need(doc, path, "ffn_type", "str", optional)
+    for key in ("run", "ffn_type"):
+        need(doc, path, key, "str", optional)
     for key in ("params", "hidden_size", "num_hidden_layers"):
         need(doc, path, key, "int", optional, low=1)
     need(doc, path, "val_loss", "number", optional)

@@ -118,3 +118,24 @@ def test_an_integer_too_large_for_a_number_is_named(work, failing):
     write_config(work / "c.yaml")
     failing(["serve-tables", "--config", "c.yaml", "--in", "sv", "--out", "o"],
             "c1.json: key 'concurrency' is a 401-digit integer, too large")
+
+
+@pytest.mark.parametrize("argv, what", [
+    (["report", "--config", "c.yaml", "--results", "{}", "--out", "rep"], "--results"),
+    (["pretrain", "--config", "c.yaml", "--runs", "{}", "--size", "tiny", "--out", "t.csv"], "--runs"),
+    (["serve-tables", "--config", "c.yaml", "--in", "{}", "--out", "o"], "serving results' folder"),
+])
+def test_a_file_or_nothing_where_a_folder_is_read_is_named_as_such(work, failing, argv, what):
+    """A results folder mistyped as a file, or missing: which of the two, with the option."""
+    write_config(work / "c.yaml")
+    (work / "mine.csv").write_text("a,b\n1,2\n")
+    for given, says in (("mine.csv", "mine.csv: a file, not a folder"), ("nowhere", "nowhere: no such folder")):
+        failing([a.format(given) for a in argv], says, what)
+
+
+def test_a_folder_where_a_file_is_read_is_named_as_such(tmp_path):
+    from deamoe.errors import DataError
+    from deamoe.readers import read_json
+
+    with pytest.raises(DataError, match=r": a folder, not a file \(run summary\)"):
+        read_json(tmp_path, "run summary")

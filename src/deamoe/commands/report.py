@@ -20,17 +20,15 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
-    from deamoe.errors import DataError
     from deamoe.io import check_apart, check_outputs, folder_lock
-    from deamoe.readers import read_text
+    from deamoe.readers import input_folder, read_text
     from deamoe.report.build import ReportSettings, report_outputs, write_report
     from deamoe.settings import read_config
 
     cfg = read_config(args.config)
     settings = ReportSettings.from_config(cfg)
     for flag, folder in (("--results", args.results), ("--measured", args.measured)):
-        if not Path(folder).is_dir():  # a mistyped folder would give a report of "not run" rows
-            raise DataError(f"{flag} {folder}: no such folder")
+        input_folder(folder, flag)  # a mistyped folder would give a report of "not run" rows
     description = read_text(args.description) if args.description else ""
     check_apart([("--out", args.out)], [("--results", args.results), ("--measured", args.measured)])
     check_outputs(files=report_outputs(Path(args.out)), folders=[args.out])

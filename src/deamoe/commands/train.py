@@ -122,12 +122,10 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
     from pathlib import Path
 
     from deamoe.io import check_apart, check_outputs, folder_lock
+    from deamoe.readers import input_folder
     from deamoe.train.summaries import summary_outputs
 
-    if not Path(args.runs).is_dir():
-        from deamoe.errors import DataError
-
-        raise DataError(f"--runs {args.runs}: no such folder (the training runs' folder, e.g. results/train)")
+    input_folder(args.runs, "--runs: the training runs' folder, e.g. results/train")
     outputs = summary_outputs(args.out, evals)
     check_apart([("--out", outputs[0]), *((f"its {p.stem} table", p) for p in outputs[1:])],
                 [("--runs", args.runs), *((("--eval", args.eval_dir),) if evals else ())])

@@ -55,10 +55,9 @@ def load_results(in_dir: str | Path, settings=None) -> dict[str, dict]:
     """run (folder name) -> lm_eval.json contents, for every <in_dir>/<run>/lm_eval.json; with the
     training `settings` of the config, not the runs it does not train (left from an earlier
     config: a removed seed or size would stand in Tables 2 and 3 beside this config's runs)."""
-    from deamoe.readers import read_lm_eval
+    from deamoe.readers import input_folder, read_lm_eval
 
-    if not Path(in_dir).is_dir():
-        raise DataError(f"{in_dir}: no such folder (the evaluations' folder, e.g. results/eval)")
+    input_folder(in_dir, "the evaluations' folder, e.g. results/eval")
     found = {}
     for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
         if settings is None or not _outside(settings, path.parent.name):

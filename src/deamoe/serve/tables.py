@@ -39,10 +39,9 @@ def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
     validated (deamoe.readers), holding that model, concurrency N and a finite `metric`
     (serve.slo_metric).  Other folders beside them (a user's copy such as baseline.bak) are not
     read: one file per (model, level) by construction."""
-    from deamoe.readers import need, read_serve_result
+    from deamoe.readers import input_folder, need, read_serve_result
 
-    if not Path(root).is_dir():
-        raise DataError(f"{root}: no such folder (the serving results' folder, e.g. results/serve)")
+    input_folder(root, "the serving results' folder, e.g. results/serve")
     rows = []
     for model in (BASELINE, DEAMOE):
         for path in sorted((Path(root) / model).glob("c*.json")):

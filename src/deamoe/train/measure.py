@@ -22,10 +22,9 @@ def collect(runs: Path, out: Path) -> None:
 
     from deamoe.errors import DataError
     from deamoe.io import check_outputs, write_csv
-    from deamoe.readers import read_json, read_training_log
+    from deamoe.readers import input_folder, read_json, read_training_log
 
-    if not runs.is_dir():
-        raise DataError(f"{runs}: no such folder (the finished runs' folder)")
+    input_folder(runs, "the finished runs' folder")
     check_outputs(files=[out / name for name in OUTPUTS])
     rows, curves = [], []
     done = sorted(p for p in runs.iterdir() if (p / "summary.json").is_file())
