@@ -7,6 +7,7 @@ ranges and raises a DataError (ConfigError for config files) naming the file and
 helps, the line, key or byte offset: a truncated, foreign or hand-edited file is one line, never
 a JSONDecodeError, KeyError or IndexError from deep inside a stage, nor a NaN carried on.
 """
+
 from __future__ import annotations
 
 import io
@@ -200,9 +201,8 @@ TEXT_COLUMNS = {"git_sha": str}
 
 
 def _check_fields(text: str, path: Path, what: str) -> None:
-    """A DataError naming a column given twice in the header, or the first line whose count of
-    fields is not the header's: a row cut short (a truncated file) would read as empty cells, one
-    with more fields would shift every column (pandas takes the extra leading fields as an index)."""
+    """A DataError naming a header's column given twice, or the first line whose count of fields
+    is not the header's (short: read as empty cells; long: pandas would shift every column)."""
     import csv
 
     rows = csv.reader(io.StringIO(text))
