@@ -117,6 +117,10 @@ def test_ablation_accepts_a_time_boxed_run(tmp_path, make_config, shards):
     assert _ablation(config, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 0
     table = pd.read_csv(tmp_path / "a" / "summary.csv")
     assert list(table["run"]) == ["ablation-no2-s0"] and table["steps"].iloc[0] < 500
+    # last_n (3) is more steps than the run has: the table says how many it averaged
+    logged = pd.read_csv(tmp_path / "runs" / "ablation-no2-s0" / "log.csv")
+    assert len(logged) < 3 and table["last_n"].iloc[0] == len(logged)
+    assert table["loss_last_n"].iloc[0] == pytest.approx(logged["loss"].mean())
 
 
 def test_pretrain_refuses_runs_trained_with_another_config(tmp_path, make_config, shards, capsys):

@@ -87,7 +87,7 @@ def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
         rows.append({
             "run": name, "variant": f"No.{variant[2:]}", "seed": r["seed"], "size": ablation_size(s),
             "operator": op, "init": init, "dept_topk": topk,
-            "loss_last_n": float(curve["loss"].tail(n).mean()), "last_n": n,
+            "loss_last_n": float(curve["loss"].tail(n).mean()), "last_n": min(n, len(curve)),
             "steps": int(curve["step"].iloc[-1]), "tokens": int(curve["tokens"].iloc[-1]),
             "val_loss": summ.get("val_loss"),
             "mean_distinct_departments": float(curve["mean_distinct_departments"].tail(n).mean()),
@@ -196,7 +196,7 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
             "aux_loss_coef": summ.get("aux_loss_coef"), "init_std": summ.get("init_std"),
             "expert_init_scale": summ.get("expert_init_scale"),
             "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
-            "last_n": n, "val_loss": summ["val_loss"],
+            "last_n": min(n, len(curve)), "val_loss": summ["val_loss"],
             "mean_distinct_departments": summ.get("mean_distinct_departments"),
             "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
             "ffn_impl": summ.get("ffn_impl"), "compile": summ.get("compile"),
