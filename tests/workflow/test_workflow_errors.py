@@ -93,6 +93,24 @@ def test_a_users_file_inside_an_output_folder_is_refused_and_kept(snakemake, wor
     assert mine.read_text() == "mine\n"
 
 
+@pytest.mark.parametrize("dry", [["-n"], []])
+def test_delete_all_output_refuses_while_a_users_file_is_at_an_output(snakemake, workdir, dry):
+    """Snakemake's --delete-all-output deletes every existing output path (no onstart runs): a
+    user's file there is named and nothing is deleted; the workflow's own outputs still go."""
+    assert snakemake(workdir, "--cores", "1", "results/analysis/table1.csv").returncode == 0
+    ours, mine = workdir / "results" / "analysis" / "table1.csv", workdir / "results" / "analysis" / "loading.csv"
+    mine.write_text("my own notes\n")
+    proc = snakemake(workdir, "--delete-all-output", *dry)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("refused, nothing deleted: ")]
+    assert "results/analysis/loading.csv exists and was not written by deamoe" in line
+    assert "Traceback" not in proc.stderr and mine.read_text() == "my own notes\n" and ours.is_file()
+    mine.unlink()
+    proc = snakemake(workdir, "--delete-all-output", *dry)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert ours.is_file() == bool(dry)
+
+
 def test_the_workflows_own_outputs_and_logs_are_rewritten(snakemake, workdir):
     target = "results/analysis/table1.csv"
     assert snakemake(workdir, "--cores", "1", target).returncode == 0

@@ -177,6 +177,30 @@ def write_resolved_config():
     os.replace(tmp, path)
 
 
+def foreign_job_outputs(job):
+    """Each existing output of `job` that holds something the pipeline did not write, one line
+    each (deamoe.io's rules: a file its folder's marker names, a folder written as a whole or empty)."""
+    from deamoe.io import OutputPathError, check_output_file
+    from deamoe.ownership import foreign_entries
+
+    problems = []
+    for f in job.output:
+        path = Path(f)
+        if not f.is_directory:
+            try:
+                check_output_file(path)
+            except OutputPathError as exc:
+                problems.append(f"{exc} (an output of rule {job.rule.name})")
+        elif path.is_symlink() or (path.exists() and not path.is_dir()):
+            problems.append(f"{path} exists and is not a folder (an output folder of rule "
+                            f"{job.rule.name}); move it away or remove it yourself")
+        elif path.is_dir() and (foreign := foreign_entries(path)):
+            problems.append(f"{path} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
+                            f", not written by this workflow (an output folder of rule {job.rule.name}, "
+                            "replaced as a whole when it runs); move it away or remove it yourself")
+    return problems
+
+
 def foreign_outputs(dag, persistence):
     """Every path of this run that holds something the pipeline did not write, one line each.
 
@@ -189,8 +213,7 @@ def foreign_outputs(dag, persistence):
     named in its folder's marker (recorded here before each run) or, for a log, in Snakemake's
     record of the job's outputs; a benchmark Snakemake wrote starts with its header line.
     """
-    from deamoe.io import OutputPathError, check_output_file
-    from deamoe.ownership import file_in_the_way, foreign_entries, is_ours
+    from deamoe.ownership import file_in_the_way, is_ours
 
     problems, needrun = [], set(dag.needrun_jobs())
     resolved = Path(RESOLVED_CONFIG)  # written at every start: a folder, or a file in its way
@@ -203,20 +226,7 @@ def foreign_outputs(dag, persistence):
     for job in dag.jobs:
         if job.rule.name == "resolved_config":
             continue  # named by its content: write_resolved_config's own business
-        for f in job.output:
-            path = Path(f)
-            if not f.is_directory:
-                try:
-                    check_output_file(path)
-                except OutputPathError as exc:
-                    problems.append(f"{exc} (an output of rule {job.rule.name})")
-            elif path.is_symlink() or (path.exists() and not path.is_dir()):
-                problems.append(f"{path} exists and is not a folder (an output folder of rule "
-                                f"{job.rule.name}); move it away or remove it yourself")
-            elif path.is_dir() and (foreign := foreign_entries(path)):
-                problems.append(f"{path} holds {foreign[0]}{f' and {len(foreign) - 1} more' if len(foreign) > 1 else ''}"
-                                f", not written by this workflow (an output folder of rule {job.rule.name}, "
-                                "replaced as a whole when it runs); move it away or remove it yourself")
+        problems += foreign_job_outputs(job)
         if job not in needrun:
             continue
         logged = {log for f in job.output for log in (persistence.log(f) or [])}
@@ -257,6 +267,28 @@ onstart:
         sys.exit(1)
     record_logs(workflow.dag)
     write_resolved_config()
+
+
+_snakemake_delete_output = workflow.delete_output
+
+
+def _delete_only_ours(only_temp=False, dryrun=False):
+    """`snakemake --delete-all-output` (or `--delete-temp-output`), dry run too: Snakemake deletes
+    every existing output path of the DAG, folders with all they hold, and runs no `onstart`, so
+    a user's file at an output path (which a run refuses to replace) or added to an output folder
+    would be gone without a word.  Refuse before anything is deleted, naming each such path."""
+    workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
+    workflow._build_dag()
+    problems = [p for job in workflow.dag.jobs if job.rule.name != "resolved_config"
+                for p in (foreign_job_outputs(job) if not only_temp else [])]
+    if problems:
+        for problem in problems:
+            print(f"refused, nothing deleted: {problem}", file=sys.stderr)
+        sys.exit(1)
+    _snakemake_delete_output(only_temp=only_temp, dryrun=dryrun)
+
+
+workflow.delete_output = _delete_only_ours
 
 
 # Cheap joins of finished results and the report: they run where Snakemake runs (a SLURM login
