@@ -24,9 +24,29 @@ def _config_yaml_problem(path="config.yaml"):
     return None
 
 
+def _workflow_profile_problem(argv=sys.argv):
+    """`--workflow-profile PATH` naming no folder: Snakemake drops it without a word and runs at
+    config.yaml's scale (the tiny CPU pipeline, not the GPU one asked for), so name it here."""
+    args = list(argv[1:])
+    given = [v for i, a in enumerate(args) for v in
+             ([args[i + 1]] if a == "--workflow-profile" and i + 1 < len(args) else
+              [a.split("=", 1)[1]] if a.startswith("--workflow-profile=") else [])]
+    if not given or given[-1] == "none":
+        return None
+    name = Path(given[-1])
+    if any(p.exists() for p in (name, Path("profiles") / name, Path(workflow.basedir) / "profiles" / name)):
+        return None
+    shipped = sorted(p.parent.name for p in (Path(workflow.basedir) / "workflow" / "profiles").glob("*/config.yaml"))
+    return (f"--workflow-profile {name}: no such profile folder (this workflow's: "
+            f"{', '.join(f'workflow/profiles/{n}' for n in shipped)})")
+
+
 _problem = _config_yaml_problem()
 if _problem:
     print(f"config: {_problem}", file=sys.stderr)
+    sys.exit(1)
+if _problem := _workflow_profile_problem():
+    print(f"profile: {_problem}", file=sys.stderr)
     sys.exit(1)
 
 

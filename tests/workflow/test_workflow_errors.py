@@ -111,6 +111,18 @@ def test_delete_all_output_refuses_while_a_users_file_is_at_an_output(snakemake,
     assert ours.is_file() == bool(dry)
 
 
+@pytest.mark.parametrize("args", [["--workflow-profile", "workflow/profiles/gpus"],
+                                  ["--workflow-profile=workflow/profiles/gpus"]])
+def test_a_misspelled_workflow_profile_is_one_line_not_the_tiny_pipeline(snakemake, workdir, args):
+    """Snakemake drops a --workflow-profile that names no folder without a word: the run would be
+    the tiny CPU pipeline instead of the scale asked for."""
+    proc = snakemake(workdir, "-n", *args)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert _errors(proc) == ["profile: --workflow-profile workflow/profiles/gpus: no such profile folder "
+                             "(this workflow's: workflow/profiles/gpu, workflow/profiles/slurm)"], proc.stderr
+    assert snakemake(workdir, "-n", "--workflow-profile", "workflow/profiles/gpu").returncode == 0
+
+
 def test_the_workflows_own_outputs_and_logs_are_rewritten(snakemake, workdir):
     target = "results/analysis/table1.csv"
     assert snakemake(workdir, "--cores", "1", target).returncode == 0
