@@ -156,6 +156,24 @@ def record_output(path: str | os.PathLike) -> None:
     name_in_marker(path)
 
 
+def forget_output(path: str | os.PathLike) -> None:
+    """Drop file `path`, deleted since, from its folder's marker: a file a user puts there later is
+    not the project's (a marker left naming it would let a run replace it without a word)."""
+    path = Path(path)
+    marker = path.parent / OUTPUT_MARKER
+    if os.path.lexists(path) or not marker.is_file():
+        return
+    with open(marker, "r+", encoding="utf-8") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        lines = fh.read().splitlines()
+        start = 2 if lines[1:2] == [MANIFEST] else 1
+        if path.name in lines[start:]:
+            kept = lines[:start] + [x for x in lines[start:] if x != path.name]
+            fh.seek(0)
+            fh.truncate()
+            fh.write("\n".join(kept) + "\n")
+
+
 def in_staging(path: Path) -> bool:
     return any((folder / STAGING_MARK).is_file() for folder in path.parents)
 

@@ -109,6 +109,11 @@ def test_delete_all_output_refuses_while_a_users_file_is_at_an_output(snakemake,
     proc = snakemake(workdir, "--delete-all-output", *dry)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ours.is_file() == bool(dry)
+    if not dry:  # what it deleted is no longer named as the workflow's: a user's file there is kept
+        ours.write_text("my own table\n")
+        proc = snakemake(workdir, "--cores", "1", "--forcerun", "table1", "--", "results/analysis/table1.csv")
+        assert proc.returncode == 1 and len(_refusals(proc)) == 1, proc.stderr[-3000:]
+        assert ours.read_text() == "my own table\n"
 
 
 @pytest.mark.parametrize("args", [["--workflow-profile", "workflow/profiles/gpus"],

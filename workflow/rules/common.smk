@@ -286,6 +286,11 @@ def _delete_only_ours(only_temp=False, dryrun=False):
             print(f"refused, nothing deleted: {problem}", file=sys.stderr)
         sys.exit(1)
     _snakemake_delete_output(only_temp=only_temp, dryrun=dryrun)
+    if not dryrun:  # the markers no longer name what is gone: a file put there later is a user's
+        from deamoe.ownership import forget_output
+
+        for f in {f for job in workflow.dag.jobs for f in job.output if not f.is_directory}:
+            forget_output(f)
 
 
 workflow.delete_output = _delete_only_ours
