@@ -273,14 +273,16 @@ _snakemake_delete_output = workflow.delete_output
 
 
 def _delete_only_ours(only_temp=False, dryrun=False):
-    """`snakemake --delete-all-output` (or `--delete-temp-output`), dry run too: Snakemake deletes
+    """`snakemake --delete-all-output`, dry run too (`--delete-temp-output` as it is): Snakemake deletes
     every existing output path of the DAG, folders with all they hold, and runs no `onstart`, so
     a user's file at an output path (which a run refuses to replace) or added to an output folder
     would be gone without a word.  Refuse before anything is deleted, naming each such path."""
+    if only_temp:  # the workflow marks no output temp()
+        return _snakemake_delete_output(only_temp=only_temp, dryrun=dryrun)
     workflow._prepare_dag(forceall=False, ignore_incomplete=False, lock_warn_only=True)
     workflow._build_dag()
     problems = [p for job in workflow.dag.jobs if job.rule.name != "resolved_config"
-                for p in (foreign_job_outputs(job) if not only_temp else [])]
+                for p in foreign_job_outputs(job)]
     if problems:
         for problem in problems:
             print(f"refused, nothing deleted: {problem}", file=sys.stderr)

@@ -17,7 +17,7 @@ def cmd_table1(args) -> int:
 
     check_output_file(args.out)
 
-    s = load_section(args.config, "analysis", AnalysisSettings) if args.config is not None else AnalysisSettings()
+    s = load_section(args.config, "analysis", AnalysisSettings) if args.config else AnalysisSettings()
     df = table1(args.models or s.models)
     for key, value in provenance().items():
         df[key] = value
@@ -59,7 +59,7 @@ def cmd_loading(args) -> int:
 
     check_output_file(args.out)
 
-    s = load_section(args.config, "analysis", AnalysisSettings) if args.config is not None else AnalysisSettings()
+    s = load_section(args.config, "analysis", AnalysisSettings) if args.config else AnalysisSettings()
     models = args.models or s.models
     tokens = args.tokens or s.loading_tokens
     trials = args.trials or s.loading_trials
