@@ -81,3 +81,20 @@ def test_the_front_page_renders_as_snakemakes_report_does(results, measured, tmp
                          settings_overrides={"halt_level": 2})["html_body"]
     assert html.index("Headline") < html.index("The workflow description.")
     assert html.count("<li>") == len(headline.CLAIMS) and "{% raw %}" not in html
+
+
+def test_the_scale_names_every_device_its_sources_came_from(tmp_path):
+    # a table joined from runs on two kinds of GPU (or from two tables) names both, once each
+    from deamoe.report.artifact import Artifact
+    from deamoe.report.sources import Loaded, Provenance
+
+    def source(device):
+        prov = Provenance()
+        prov.device = device
+        return Loaded(tmp_path / f"{len(device)}.csv", pd.DataFrame({"x": [1]}), prov=prov)
+
+    art = Artifact("t", "t", pd.DataFrame(), sources=[source("NVIDIA H200"),
+                                                       source("NVIDIA H200; NVIDIA H100 80GB HBM3")])
+    assert headline._devices(art) == "NVIDIA H200; NVIDIA H100 80GB HBM3"
+    assert headline._scale(art).endswith("NVIDIA H200; NVIDIA H100 80GB HBM3")
+    assert headline._devices(Artifact("t", "t", pd.DataFrame(), sources=[source("not recorded")])) == "not recorded"

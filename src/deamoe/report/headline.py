@@ -35,6 +35,13 @@ class Claim:
     verdict: str
 
 
+def _devices(art: Artifact) -> str:
+    """Every device the artifact's read sources name, in the order they first appear: a table
+    joined from runs on two kinds of GPU names both."""
+    names = [d for s in art.sources if s.ok for d in s.prov.device.split("; ")]
+    return "; ".join(dict.fromkeys(d for d in names if d and d != "not recorded")) or "not recorded"
+
+
 def _scale(art: Artifact) -> str:
     """Where the artifact's numbers came from, in a few words."""
     src = next((s for s in art.sources if s.ok), None)
@@ -42,7 +49,7 @@ def _scale(art: Artifact) -> str:
         return "-"
     p = src.prov
     parts = [f"profile {p.profile}" if p.profile != "not recorded" else "", p.model_size,
-             f"{p.tokens} tokens" if p.tokens not in ("n/a", "not recorded") else "", p.device]
+             f"{p.tokens} tokens" if p.tokens not in ("n/a", "not recorded") else "", _devices(art)]
     text = ", ".join(x for x in parts if x and x != "not recorded")
     return text + (" (committed)" if "showing committed" in (src.reason or "") else "")
 
@@ -236,7 +243,7 @@ def longer_training(arts: dict) -> Claim:
     last = pd.DataFrame(longest)
     params = last["tokens"] / last["tokens per param"]
     scale = (f"{params.min() / 1e6:.1f}M-{params.max() / 1e6:.1f}M params, up to "
-             f"{last['tokens'].max() / 1e6:.0f}M tokens per run, {_scale(art).split(', ')[-1]}")
+             f"{last['tokens'].max() / 1e6:.0f}M tokens per run, {_devices(art)}")
     return Claim(claim, want, "held-out loss DeaMoE - baseline (2 standard errors), at the length nearest the "
                  f"paper's tokens per parameter and at the longest: {'; '.join(got)}", scale, verdict)
 
