@@ -42,14 +42,20 @@ from typing import Any, Iterator
 from deamoe.errors import DeaMoEError
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, file_in_the_way,
                               foreign_entries, is_committed, is_lock_file, is_ours, make_parent,
-                              mark_whole, name_in_marker, remove_created, written_whole)
+                              mark_whole, name_in_marker, remove_created, whole_folder_above,
+                              written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
-    """An OutputPathError when a folder above `path` is a file (its folder could not be made)."""
+    """An OutputPathError when a folder above `path` is a file (its folder could not be made) or
+    another output, written as a whole (a checkpoint: writing into it would change that output)."""
     blocker = file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")
+    whole = whole_folder_above(path)
+    if whole is not None:
+        raise OutputPathError(f"{path} lies inside {whole}, an output that a deamoe command wrote as a "
+                              "whole (a checkpoint, tokenizer or serving results); give a path outside it")
 
 
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
@@ -98,7 +104,10 @@ def check_output_folder(path: str | os.PathLike) -> None:
     fit (`_existing_folder`) and holds no file but lock files unless deamoe wrote into it before
     (its marker) or it is committed measurements: a folder of the user's files is no output."""
     path = Path(path)
-    if not _existing_folder(path) or (path / OUTPUT_MARKER).is_file() or is_committed(path):
+    if _existing_folder(path) and written_whole(path):
+        raise OutputPathError(f"{path} is an output that a deamoe command wrote as a whole (a checkpoint, "
+                              "tokenizer or serving results), not a folder to write files into; give a new folder")
+    if not path.exists() or (path / OUTPUT_MARKER).is_file() or is_committed(path):
         return
     foreign = next((e for e in sorted(path.iterdir()) if not (e.is_dir() or is_lock_file(e))), None)
     if foreign is not None:

@@ -47,6 +47,13 @@ def file_in_the_way(path: str | os.PathLike) -> Path | None:
     return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
 
 
+def whole_folder_above(path: str | os.PathLike) -> Path | None:
+    """The folder above `path` that a command wrote as a whole (a checkpoint, a tokenizer, a
+    model's serving results), or None: a file written into one would change that output, which
+    its command replaces (and the workflow checks) as a unit."""
+    return next((p for p in Path(os.path.normpath(path)).parents if written_whole(p)), None)
+
+
 def remove_created(created: list[Path]) -> None:
     """Remove folders this write created, if still empty (a failed command leaves no trace)."""
     for folder in reversed(created):

@@ -1,0 +1,43 @@
+"""deamoe.io: what an output path may be (the checks every command runs before any work)."""
+
+from __future__ import annotations
+
+import pytest
+
+from deamoe.cli import main
+from deamoe.io import OutputPathError, atomic_dir, check_output_folder, check_outputs
+
+
+@pytest.fixture
+def whole(tmp_path, monkeypatch):
+    """ck/: an output written as a whole (as a checkpoint is), the working folder its parent."""
+    monkeypatch.chdir(tmp_path)
+    with atomic_dir(tmp_path / "ck") as tmp:
+        (tmp / "model.safetensors").write_bytes(b"weights")
+    return tmp_path / "ck"
+
+
+def _listing(folder):
+    return sorted((p.relative_to(folder).as_posix(), p.read_bytes() if p.is_file() else None)
+                  for p in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("out", ["ck/t.csv", "ck/sub/t.csv"])
+def test_a_file_output_inside_an_output_written_as_a_whole_is_refused(whole, capsys, out):
+    """It would change that output (and its list of files): a table written into a checkpoint."""
+    before = _listing(whole)
+    status = main(["table1", "--models", "Baseline-7B", "--out", out])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"{out} lies inside ck, an output that a deamoe command wrote as a whole" in err
+    assert _listing(whole) == before
+
+
+def test_an_output_written_as_a_whole_is_no_folder_to_write_files_into(whole):
+    """A run folder given as another run's checkpoint: its log, summary and checkpoint would go
+    into that checkpoint."""
+    with pytest.raises(OutputPathError, match="ck is an output that a deamoe command wrote as a whole"):
+        check_output_folder("ck")
+    with pytest.raises(OutputPathError, match="lies inside ck"):
+        check_outputs(files=["ck/run/log.csv"], folders=["ck/run"])
+    check_outputs(dirs=["ck"])  # replacing it as a whole stays allowed
