@@ -140,13 +140,13 @@ def read_json(path: str | Path, what: str) -> dict:
     """The JSON object in `path` (a `what`, e.g. "run summary"); DataError naming the file and
     the line and column where it stops being JSON, or saying it holds no object."""
     path = Path(path)
-    text = _text(path, what)
     try:
-        doc = json.loads(text)
+        doc = json.loads(_text(path, what))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg}, column {exc.colno}); not a {what}") from None
-    except RecursionError:
-        raise DataError(f"{path}: JSON nested too deeply; not a {what}") from None
+    except (RecursionError, ValueError) as exc:  # ValueError: an integer of over 4300 digits
+        how = "JSON nested too deeply" if isinstance(exc, RecursionError) else "a JSON integer of 4300+ digits"
+        raise DataError(f"{path}: {how}; not a {what}") from None
     if not isinstance(doc, dict):
         raise DataError(f"{path}: holds a JSON {type(doc).__name__}, not the object of a {what}")
     return doc
