@@ -41,7 +41,21 @@ def _workflow_profile_problem(argv=sys.argv):
             f"{', '.join(f'workflow/profiles/{n}' for n in shipped)})")
 
 
-_problem = _config_yaml_problem()
+def _repeated_config_option(argv=sys.argv):
+    """`--config` or `--configfile` given twice on the command line: Snakemake keeps the last one's
+    values and drops the earlier ones' without a word (`--config train="{steps: 5}" --config
+    eval="{limit: 2}"` trains 300 steps), so name it."""
+    same = {"-C": "--config", "--config": "--config", "--configfile": "--configfile",
+            "--configfiles": "--configfile"}
+    given = [same.get(a.split("=", 1)[0]) for a in argv[1:]]
+    twice = next((g for i, g in enumerate(given) if g and g in given[:i]), None)
+    if twice:
+        return (f"{twice} is given twice; Snakemake would keep only the last one's values: give them "
+                f"all after one {twice} ({twice} A B ...)")
+    return None
+
+
+_problem = _config_yaml_problem() or _repeated_config_option()
 if _problem:
     print(f"config: {_problem}", file=sys.stderr)
     sys.exit(1)

@@ -128,6 +128,23 @@ def test_a_misspelled_workflow_profile_is_one_line_not_the_tiny_pipeline(snakema
     assert snakemake(workdir, "-n", "--workflow-profile", "workflow/profiles/gpu").returncode == 0
 
 
+@pytest.mark.parametrize("args, flag", [
+    (["--config", "train={'steps': 5}", "--config", "eval={'limit': 2}"], "--config"),
+    (["-C", "train={'steps': 5}", "--config=eval={'limit': 2}"], "--config"),
+    (["--configfile", "a.yaml", "--configfiles", "b.yaml"], "--configfile"),
+])
+def test_a_config_option_given_twice_is_one_line_not_half_the_settings(snakemake, workdir, args, flag):
+    """Snakemake keeps the last --config (or --configfile) and drops the earlier ones' values
+    without a word: the run would train 300 steps after `--config train=... --config eval=...`."""
+    for name in ("a.yaml", "b.yaml"):
+        (workdir / name).write_text("train: {steps: 5, warmup_steps: 1}\n")
+    proc = snakemake(workdir, "-n", *args)
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert _errors(proc) == [f"config: {flag} is given twice; Snakemake would keep only the last one's "
+                             f"values: give them all after one {flag} ({flag} A B ...)"], proc.stderr
+    assert snakemake(workdir, "-n", "--configfile", "a.yaml", "b.yaml").returncode == 0
+
+
 def test_the_workflows_own_outputs_and_logs_are_rewritten(snakemake, workdir):
     target = "results/analysis/table1.csv"
     assert snakemake(workdir, "--cores", "1", target).returncode == 0
