@@ -46,6 +46,11 @@ BAD_VALUES = [
     ({"microbench": {"roofline_gib": 1.0e9}}, "microbench.roofline_gib"),
     ({"analysis": {"seed": 2 ** 33}}, "analysis.seed"),
     ({"report": {"dpi": 1}}, "report.dpi"),
+    # an empty path or name: the working folder (the harness's dataset cache into the checkout)
+    ({"eval": {"hf_home": ""}}, "eval.hf_home: '' should be non-empty"),
+    ({"eval": {"data_dir": ""}}, "eval.data_dir: '' should be non-empty"),
+    ({"data": {"tokenizer": ""}}, "data.tokenizer: '' should be non-empty"),
+    ({"data": {"source": "files", "files": ["a.txt", ""]}}, "data.files.1: '' should be non-empty"),
     ({"trian": {"steps": 3}}, "unknown key trian"),
     ({"profile": "huge"}, "profile"),
 ]
