@@ -35,6 +35,20 @@ def test_a_bad_config_is_its_lines_alone_before_any_job(snakemake, workdir, over
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 
 
+@pytest.mark.parametrize("override, line", [
+    ("ablation={size: ''}", None),  # documented: '' = the first size
+    ("microbench={prior_picks: ''}", None),  # documented: '' = no earlier picks
+    ("eval={hf_home: ''}", "config: eval.hf_home: '' should be non-empty"),
+    ("ablation={variants: [no1, '']}", "config: ablation.variants.1: '' is not one of"),
+])
+def test_an_empty_string_on_the_command_line_stays_a_string(snakemake, workdir, override, line):
+    """Snakemake hands a nested --config value over as text, `''` as an empty one; read again as
+    YAML it was null, so a documented '' was refused as "None is not of type 'string'"."""
+    proc = snakemake(workdir, "-n", "--cores", "1", "--config", override)
+    assert proc.returncode == (1 if line else 0), proc.stderr[-2000:]
+    assert (_errors(proc)[:1] == [] if line is None else _errors(proc)[0].startswith(line)), proc.stderr
+
+
 def test_every_conflict_is_a_line_and_nothing_else(snakemake, workdir):
     proc = snakemake(workdir, "--cores", "1", "--config", "model={'num_attention_heads': 5}",
                      "train={'micro_batch_size': 3}")

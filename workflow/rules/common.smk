@@ -128,17 +128,18 @@ def validate_config(cfg):
 def _typed_cli_overrides(cfg, overrides):
     """`--config section="{key: 3}"` arrives with every nested value as a string (Snakemake parses
     nested --config values with YAML's BaseLoader); read those leaves as YAML so numbers are
-    numbers, as they would be from a --configfile."""
+    numbers, as they would be from a --configfile.  An empty leaf stays the empty string: it was
+    written `''` (`ablation.size: ''`, the first size), which YAML alone would read as null."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
             _typed_cli_overrides(cfg[key], value)
-        elif isinstance(value, str) and cfg.get(key) == value and key != "profile":
+        elif isinstance(value, str) and value and cfg.get(key) == value and key != "profile":
             try:
                 cfg[key] = yaml.safe_load(value)
             except yaml.YAMLError:
                 pass  # leave it a string; the schema check names the key if that is wrong
         elif isinstance(value, list) and cfg.get(key) == value:
-            cfg[key] = [yaml.safe_load(v) if isinstance(v, str) else v for v in value]
+            cfg[key] = [yaml.safe_load(v) if isinstance(v, str) and v else v for v in value]
 
 
 for _key, _value in dict(workflow.config_settings.config).items():
