@@ -57,8 +57,7 @@ def read_text(path: str | os.PathLike) -> str:
         raw = path.read_bytes()
     except OSError as exc:
         raise DataError(f"{path}: cannot be read ({exc.strerror})") from None
-    gz = path.suffix == ".gz"
-    if gz:
+    if gz := path.suffix == ".gz":
         raw = gunzip(raw, path)
     try:
         return raw.decode("utf-8")
@@ -354,13 +353,12 @@ def read_run_summary(path: str | Path, whole: bool = True) -> dict:
     """A training run's summary.json, with the keys the summary tables use (`whole`; else those
     present must have their types: the report reads only a run's scale and provenance)."""
     doc = read_json(path, "run summary")
-    optional = not whole
     for key in ("run", "ffn_type"):
-        need(doc, path, key, "str", optional)
+        need(doc, path, key, "str", not whole)
     for key in ("params", "hidden_size", "num_hidden_layers"):
-        need(doc, path, key, "int", optional, low=1)
-    need(doc, path, "val_loss", "number", optional)
-    need(doc, path, "tokens_per_s", "number", optional, low=0)
+        need(doc, path, key, "int", not whole, low=1)
+    need(doc, path, "val_loss", "number", not whole)
+    need(doc, path, "tokens_per_s", "number", not whole, low=0)
     for key in ("steps", "tokens", "planned_steps"):
         need(doc, path, key, "int", optional=True, low=0)
     return doc
@@ -423,7 +421,9 @@ def read_token_shards(directory: str | Path):
     directory = Path(directory)
     meta_path = directory / "meta.json"
     if not meta_path.is_file():
-        raise DataError(f"no token shards in {directory} (missing meta.json; run `python -m deamoe data`)")
+        why = ("a file; give the folder `python -m deamoe data` wrote" if directory.is_file()
+               else "missing meta.json; run `python -m deamoe data`")
+        raise DataError(f"no token shards in {directory} ({why})")
     meta = read_json(meta_path, "token shards' meta.json (rerun `python -m deamoe data`)")
     dtype = need(meta, meta_path, "dtype", "str")
     if dtype not in SHARD_DTYPES:

@@ -6,6 +6,9 @@ import gzip
 
 import pytest
 
+from deamoe.errors import DataError
+from deamoe.readers import read_json, read_token_shards
+
 from cli_battery import REPO, write_config
 
 EVAL_FILES = ["boolq.jsonl.gz", "hellaswag_val_first1000_llamacpp_format.txt.gz", "ptb_test.txt.gz",
@@ -139,3 +142,22 @@ def test_a_folder_where_a_file_is_read_is_named_as_such(tmp_path):
 
     with pytest.raises(DataError, match=r": a folder, not a file \(run summary\)"):
         read_json(tmp_path, "run summary")
+
+
+def test_a_json_integer_of_thousands_of_digits_is_named(tmp_path):
+    """Python refuses to read an integer of over 4300 digits (a ValueError): a hand-edited or
+    foreign file must still be one line naming it, not "failed unexpectedly"."""
+    path = tmp_path / "c1.json"
+    path.write_text('{"concurrency": ' + "9" * 5000 + "}")
+    with pytest.raises(DataError, match=r"c1.json: a JSON integer of 4300\+ digits; not a serving result"):
+        read_json(path, "serving result")
+
+
+def test_a_file_given_for_the_token_shards_folder_is_named_as_a_file(tmp_path):
+    """`--data results/data/meta.json`: "missing meta.json" sent the user looking for a file that
+    is right there."""
+    (tmp_path / "meta.json").write_text("{}")
+    with pytest.raises(DataError, match=r"no token shards in .*meta.json \(a file; give the folder "):
+        read_token_shards(tmp_path / "meta.json")
+    with pytest.raises(DataError, match=r"no token shards in .*nowhere \(missing meta.json; run "):
+        read_token_shards(tmp_path / "nowhere")
