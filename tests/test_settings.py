@@ -62,6 +62,14 @@ def test_missing_and_broken_files(tmp_path):
     assert load_section(good, "other", Section).steps == 10
 
 
+def test_a_config_that_is_a_link_to_nothing_is_named_as_a_link(tmp_path):
+    """A link whose file was moved: "does not exist" sent the user looking for a typo in a name
+    that is there."""
+    (tmp_path / "c.yaml").symlink_to("moved.yaml")
+    with pytest.raises(ConfigError, match=r"c.yaml is a link to moved.yaml, which does not exist$"):
+        read_config(tmp_path / "c.yaml")
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

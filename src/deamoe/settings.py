@@ -10,6 +10,7 @@ conflict across keys or sections stop every command before it does any work.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TypeVar
 
@@ -58,7 +59,8 @@ def parse_config_file(path: str | Path, name: str | None = None) -> dict:
     if path.is_dir():
         raise ConfigError(f"{name} is a directory; give the config YAML file")
     if not path.is_file():
-        what = "is not a regular file (a device, pipe or socket)" if path.exists() else "does not exist"
+        what = ("is not a regular file (a device, pipe or socket)" if path.exists() else
+                f"is a link to {os.readlink(path)}, which does not exist" if path.is_symlink() else "does not exist")
         raise ConfigError(f"{name} {what}")
     try:
         text = path.read_text(encoding="utf-8")
