@@ -42,6 +42,7 @@ BAD_VALUES = [
     ({"serve": {"seed": -3}}, "serve.seed"),
     ({"serve": {"tpot_budgets_ms": [0]}}, "serve.tpot_budgets_ms"),
     ({"serve": {"level_timeout_s": float("inf")}}, "serve.level_timeout_s"),
+    ({"serve": {"kv_cache_memory_bytes": "0.0G"}}, "serve.kv_cache_memory_bytes='0.0G' leaves vLLM no KV cache"),
     ({"microbench": {"seed": -1}}, "microbench.seed"),
     ({"microbench": {"roofline_gib": 1.0e9}}, "microbench.roofline_gib"),
     ({"analysis": {"seed": 2 ** 33}}, "analysis.seed"),

@@ -63,6 +63,10 @@ class ServeSettings:
             if self.ffn_weights not in PRECISIONS:
                 raise ConfigError(f"serve.ffn_weights={self.ffn_weights!r} is not one of "
                                   f"{', '.join(PRECISIONS)}")
+        if isinstance(self.kv_cache_memory_bytes, str) and not any(c in "123456789" for c in
+                                                                   self.kv_cache_memory_bytes):
+            raise ConfigError(f"serve.kv_cache_memory_bytes={self.kv_cache_memory_bytes!r} leaves vLLM no KV "
+                              "cache (its server would stop at start-up); give a size such as 1G, or null")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
 
