@@ -83,6 +83,10 @@ def _refusals(proc) -> list[str]:
     # data stage and the training, not by the serve job after them
     ("logs/serve/deamoe.server.log", "results/serve/deamoe",
      "logs/serve/deamoe.server.log exists and was not written by this workflow (rule serve's log)"),
+    # a run's resume state, beside its declared outputs: named before the data stage runs, not
+    # by the train job after it
+    ("results/train/ablation-no1-s0/state/resume.pt", "results/train/ablation-no1-s0/summary.json",
+     "results/train/ablation-no1-s0/state/resume.pt exists and was not written by deamoe"),
 ])
 def test_a_users_file_where_a_job_writes_is_refused_and_kept(snakemake, workdir, where, target, named):
     mine = workdir / where

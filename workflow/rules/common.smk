@@ -202,6 +202,11 @@ def foreign_job_outputs(job):
     return problems
 
 
+# rule name -> job -> the files its command writes beside its declared outputs (kept out of them
+# so that Snakemake's cleanup leaves them): checked with the outputs before any job
+BESIDE_OUTPUTS = {}
+
+
 def foreign_outputs(dag, persistence):
     """Every path of this run that holds something the pipeline did not write, one line each.
 
@@ -212,8 +217,11 @@ def foreign_outputs(dag, persistence):
     folder written as a whole or empty) -- otherwise it would be taken for a result, or deleted --
     and an existing log or benchmark file of a job that will run must be one the workflow wrote:
     named in its folder's marker (recorded here before each run) or, for a log, in Snakemake's
-    record of the job's outputs; a benchmark Snakemake wrote starts with its header line.
+    record of the job's outputs; a benchmark Snakemake wrote starts with its header line.  A file
+    that a job's command writes beside its outputs (BESIDE_OUTPUTS: a run's resume state) follows
+    the outputs' rules too: the command would refuse it only after the jobs before it had run.
     """
+    from deamoe.io import OutputPathError, check_output_file, check_output_folder
     from deamoe.ownership import file_in_the_way, is_ours
 
     problems, needrun = [], set(dag.needrun_jobs())
@@ -230,6 +238,12 @@ def foreign_outputs(dag, persistence):
         problems += foreign_job_outputs(job)
         if job not in needrun:
             continue
+        for f in BESIDE_OUTPUTS.get(job.rule.name, lambda job: [])(job):
+            try:
+                check_output_file(f)
+                check_output_folder(Path(f).parent)
+            except OutputPathError as exc:
+                problems.append(f"{exc} (rule {job.rule.name} writes it beside its outputs)")
         logged = {log for f in job.output for log in (persistence.log(f) or [])}
         for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:
             if not os.path.lexists(f) and (blocker := file_in_the_way(f)):

@@ -57,6 +57,10 @@ def _configured_run(wildcards):
     return []
 
 
+# the resume state (deamoe.train.trainer), outside the declared outputs so that a killed run resumes
+BESIDE_OUTPUTS["train"] = lambda job: [str(Path(job.output.summary).parent / "state" / "resume.pt")]
+
+
 rule train:
     input:
         rules.data.output,
