@@ -127,8 +127,10 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
 
     input_folder(args.runs, "--runs: the training runs' folder, e.g. results/train")
     outputs = summary_outputs(args.out, evals)
-    keep = getattr(args, "keep", "")  # an earlier table and its curves.csv: read, never rewritten
-    kept = [("--keep", keep), ("--keep's curves table", Path(keep).with_name("curves.csv"))] if keep else []
+    kept = []  # inputs too: an earlier table (pretrain --keep) and the curves.csv beside it, if any
+    if keep := getattr(args, "keep", ""):
+        curves = Path(keep).with_name("curves.csv")
+        kept = [("--keep", keep)] + ([("--keep's curves table", curves)] if curves.is_file() else [])
     check_apart([("--out", outputs[0]), *((f"its {p.stem} table", p) for p in outputs[1:])],
                 [("--runs", args.runs), *((("--eval", args.eval_dir),) if evals else ()), *kept])
     check_outputs(files=outputs)
