@@ -41,3 +41,17 @@ def test_an_output_written_as_a_whole_is_no_folder_to_write_files_into(whole):
     with pytest.raises(OutputPathError, match="lies inside ck"):
         check_outputs(files=["ck/run/log.csv"], folders=["ck/run"])
     check_outputs(dirs=["ck"])  # replacing it as a whole stays allowed
+
+
+@pytest.mark.parametrize("name", ["t\n.csv", "t\u2028.csv", ".deamoe-output", ".deamoe.lock"])
+def test_an_output_name_its_folders_marker_cannot_record_is_refused(tmp_path, monkeypatch, capsys, name):
+    """A marker names one file a line: an output `t\\n.csv` named the user's file `t` as the
+    project's (the next `--out t` replaced it without a word), and an output named like the marker
+    or a lock file was written over it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t").write_text("my own notes\n")
+    for out, why in ((name, "an output file name that"), ("t", "t exists and was not written by deamoe")):
+        status = main(["table1", "--models", "Baseline-7B", "--out", out])
+        err = capsys.readouterr().err
+        assert status == 2 and len(err.strip().splitlines()) == 1 and why in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t"] and (tmp_path / "t").read_text() == "my own notes\n"

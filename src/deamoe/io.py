@@ -42,8 +42,8 @@ from typing import Any, Iterator
 from deamoe.errors import DeaMoEError
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, file_in_the_way,
                               foreign_entries, is_committed, is_lock_file, is_ours, make_parent,
-                              mark_whole, name_in_marker, remove_created, whole_folder_above,
-                              written_whole)
+                              mark_whole, name_in_marker, remove_created, unrecordable,
+                              whole_folder_above, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -67,6 +67,8 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
     named now, not after the work).
     """
     path = Path(path)
+    if why := unrecordable(path):  # (the name as Python writes it: one line, whatever it holds)
+        raise OutputPathError(f"{str(path)!r}: an output file name that {why}; give another name")
     _no_file_in_the_way(path)
     if path.is_dir() and not path.is_symlink():
         raise OutputPathError(f"{path} is a directory; give a file path for this output")

@@ -77,6 +77,18 @@ def written_whole(folder: Path) -> bool:
 _BOOKKEEPING = (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp")
 
 
+def unrecordable(path: str | os.PathLike) -> str | None:
+    """Why file output `path` cannot be named in its folder's marker, or None: a marker names one
+    file a line (a name holding a line break would name other files: `t\\n.csv` names a user's
+    `t`), and the bookkeeping files are no outputs (one written over the marker would drop it)."""
+    name = Path(path).name
+    if name in (*_BOOKKEEPING, STAGING_MARK):
+        return "is the name of a file deamoe keeps its own records in"
+    if name.splitlines() != [name]:
+        return "holds a line break"
+    return None
+
+
 def _files_below(folder: Path) -> list[str]:
     """Every file (or link) below `folder` but its bookkeeping, as sorted POSIX paths relative to it."""
     found = []
