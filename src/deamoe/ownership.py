@@ -84,7 +84,7 @@ def unrecordable(path: str | os.PathLike) -> str | None:
     name = Path(path).name
     if name in (*_BOOKKEEPING, STAGING_MARK):
         return "is the name of a file deamoe keeps its own records in"
-    if name.splitlines() != [name]:
+    if name and name.splitlines() != [name]:  # ("": the path is a folder, refused below)
         return "holds a line break"
     return None
 
