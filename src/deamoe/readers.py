@@ -75,14 +75,14 @@ def load_yaml(text: str, where: str):
     plain YAML keeps the last value silently, so a setting written twice would be half-applied."""
     import yaml
 
-    class Loader(yaml.SafeLoader):
-        pass
+    Loader = type("Loader", (yaml.SafeLoader,), {})
 
     def mapping(loader, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
-            key = loader.construct_object(key_node, deep=deep)
-            line = key_node.start_mark.line + 1
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: keys it brings may be set here
+                continue  # (YAML's merge; construct_mapping below applies it)
+            key, line = loader.construct_object(key_node, deep=deep), key_node.start_mark.line + 1
             if key in seen:
                 raise ConfigError(f"{where}:{line}: key {key!r} is given twice (also on line {seen[key]}); "
                                   "keep one")

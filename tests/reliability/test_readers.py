@@ -6,8 +6,8 @@ import gzip
 
 import pytest
 
-from deamoe.errors import DataError
-from deamoe.readers import read_json, read_token_shards
+from deamoe.errors import ConfigError, DataError
+from deamoe.readers import load_yaml, read_json, read_token_shards
 
 from cli_battery import REPO, write_config
 
@@ -161,3 +161,12 @@ def test_a_file_given_for_the_token_shards_folder_is_named_as_a_file(tmp_path):
         read_token_shards(tmp_path / "meta.json")
     with pytest.raises(DataError, match=r"no token shards in .*nowhere \(missing meta.json; run "):
         read_token_shards(tmp_path / "nowhere")
+
+
+def test_a_yaml_merge_key_is_read_as_yaml_reads_it():
+    """`<<: *small` (a ladder size sharing another's settings): the loader that refuses a key given
+    twice stopped on the merge key itself ("could not determine a constructor for the tag")."""
+    text = "sizes:\n  small: &s {hidden_size: 256, lr: 0.004}\n  smallrms:\n    <<: *s\n    lr: 0.002\n"
+    assert load_yaml(text, "c.yaml")["sizes"]["smallrms"] == {"hidden_size": 256, "lr": 0.002}
+    with pytest.raises(ConfigError, match=r"c.yaml:6: key 'lr' is given twice \(also on line 5\)"):
+        load_yaml(text + "    lr: 0.001\n", "c.yaml")
