@@ -10,57 +10,14 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-def _config_yaml_problem(path="config.yaml"):
-    """config.yaml's own fault, as one line naming its file and line, before Snakemake reads it
-    (Snakemake's message names neither); None when it parses to a mapping."""
-    sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-    from deamoe.errors import ConfigError
-    from deamoe.settings import parse_config_file
+# The command line's own faults that Snakemake would pass over without a word (a misspelled
+# --workflow-profile, --config given twice, a --configfile that drops the profile's scale), and a
+# broken config.yaml, as one line before Snakemake reads the config (deamoe.snakemake_args).
+sys.path.insert(0, str(Path(workflow.basedir) / "src"))
+from deamoe.snakemake_args import command_line_problem
 
-    try:
-        parse_config_file(path, name=path)
-    except ConfigError as exc:
-        return str(exc).splitlines()[0]
-    return None
-
-
-def _workflow_profile_problem(argv=sys.argv):
-    """`--workflow-profile PATH` naming no folder: Snakemake drops it without a word and runs at
-    config.yaml's scale (the tiny CPU pipeline, not the GPU one asked for), so name it here."""
-    args = list(argv[1:])
-    given = [v for i, a in enumerate(args) for v in
-             ([args[i + 1]] if a == "--workflow-profile" and i + 1 < len(args) else
-              [a.split("=", 1)[1]] if a.startswith("--workflow-profile=") else [])]
-    if not given or given[-1] == "none":
-        return None
-    name = Path(given[-1])
-    if any(p.exists() for p in (name, Path("profiles") / name, Path(workflow.basedir) / "profiles" / name)):
-        return None
-    shipped = sorted(p.parent.name for p in (Path(workflow.basedir) / "workflow" / "profiles").glob("*/config.yaml"))
-    return (f"--workflow-profile {name}: no such profile folder (this workflow's: "
-            f"{', '.join(f'workflow/profiles/{n}' for n in shipped)})")
-
-
-def _repeated_config_option(argv=sys.argv):
-    """`--config` or `--configfile` given twice on the command line: Snakemake keeps the last one's
-    values and drops the earlier ones' without a word (`--config train="{steps: 5}" --config
-    eval="{limit: 2}"` trains 300 steps), so name it."""
-    same = {"-C": "--config", "--config": "--config", "--configfile": "--configfile",
-            "--configfiles": "--configfile"}
-    given = [same.get(a.split("=", 1)[0]) for a in argv[1:]]
-    twice = next((g for i, g in enumerate(given) if g and g in given[:i]), None)
-    if twice:
-        return (f"{twice} is given twice; Snakemake would keep only the last one's values: give them "
-                f"all after one {twice} ({twice} A B ...)")
-    return None
-
-
-_problem = _config_yaml_problem() or _repeated_config_option()
-if _problem:
-    print(f"config: {_problem}", file=sys.stderr)
-    sys.exit(1)
-if _problem := _workflow_profile_problem():
-    print(f"profile: {_problem}", file=sys.stderr)
+if _problem := command_line_problem(sys.argv, workflow.basedir):
+    print(_problem, file=sys.stderr)
     sys.exit(1)
 
 

@@ -146,6 +146,23 @@ def test_a_misspelled_workflow_profile_is_one_line_not_the_tiny_pipeline(snakema
     assert snakemake(workdir, "-n", "--workflow-profile", "workflow/profiles/gpu").returncode == 0
 
 
+def test_a_configfile_beside_a_profile_keeps_its_scale_or_is_one_line(snakemake, workdir):
+    """A --configfile on the command line replaces the profile's configfile list: without the
+    profile's own files the run would be the tiny pipeline on the GPU profile's resources."""
+    (workdir / "my.yaml").write_text("train: {lr: 0.001}\n")
+    proc = snakemake(workdir, "-n", "--workflow-profile", "workflow/profiles/gpu", "--configfile", "my.yaml")
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    files = "workflow/profiles/gpu/pipeline.yaml workflow/profiles/gpu/train-sections.yaml"
+    assert [x for x in _errors(proc) if not x.startswith("Using workflow specific profile")] == [
+        "config: --configfile replaces the configfile list of the profile "
+        "workflow/profiles/gpu, dropping its scale (workflow/profiles/gpu/pipeline.yaml, "
+        f"workflow/profiles/gpu/train-sections.yaml); name its files first: --configfile {files} my.yaml "
+        "(or set `profile:` in yours: a scale of its own)"], proc.stderr
+    proc = snakemake(workdir, "-n", "--workflow-profile", "workflow/profiles/gpu", "--configfile",
+                     *files.split(), "my.yaml", "--", "resolved_config")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
 @pytest.mark.parametrize("args, flag", [
     (["--config", "train={'steps': 5}", "--config", "eval={'limit': 2}"], "--config"),
     (["-C", "train={'steps': 5}", "--config=eval={'limit': 2}"], "--config"),
