@@ -107,6 +107,14 @@ def test_tables_bad_input(tmp_path):
     assert not (tmp_path / "out" / "tpot.csv").exists()
 
 
+def test_tables_need_both_models(tmp_path):
+    # one model's results alone would make tables of NaN speedups: the missing one is named
+    fake_results(tmp_path, {"baseline": [(4, 10.0, 400.0)]})
+    with pytest.raises(DataError, match=r"no serving results of deamoe \(.*deamoe/c\*\.json\) beside"):
+        tables.write_tables(tmp_path, tmp_path / "out", ServeSettings(concurrency=[4]))
+    assert not (tmp_path / "out").exists()
+
+
 # ----- server lifecycle, with stand-in processes instead of vLLM (fast) -----
 
 HEALTHY = """

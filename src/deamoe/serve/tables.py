@@ -58,6 +58,11 @@ def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
                          **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
     if not rows:
         raise DataError(f"no serving results ({BASELINE}/c*.json, {DEAMOE}/c*.json) under {root}")
+    # the tables compare the two models level by level: one model alone would be a table of NaN
+    lacking = [m for m in (BASELINE, DEAMOE) if not any(r["model"] == m for r in rows)]
+    if lacking:
+        raise DataError(f"no serving results of {lacking[0]} ({Path(root) / lacking[0]}/c*.json) beside "
+                        f"the other model's; run `python -m deamoe serve` for it")
     return pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
 
 
