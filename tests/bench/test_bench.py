@@ -315,6 +315,10 @@ def test_cli_tiles_from_names_a_missing_file(tmp_path):
                         "--out", str(tmp_path / "o"), "--tiles-from", str(tmp_path / "no.csv")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--tiles-from" in r.stderr and "no.csv" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "deamoe", "microbench", "--config", str(cfg),
+                        "--out", str(tmp_path / "o"), "--tiles-from", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and f"--tiles-from: {tmp_path} is a folder; give the microbench.csv in it" in r.stderr
 
 
 def test_decode_tiles_prefer_this_runs_picks_and_fill_in_from_another_table():

@@ -413,7 +413,8 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     if tiles_from is not None and not tiles_from.is_file():
         from deamoe.errors import ConfigError
 
-        raise ConfigError(f"--tiles-from: no such file {tiles_from}")
+        raise ConfigError(f"--tiles-from: {tiles_from} is a folder; give the microbench.csv in it"
+                          if tiles_from.is_dir() else f"--tiles-from: no such file {tiles_from}")
     if tiles_from is not None:  # its picks, read by the decode benchmark after the layers
         _picks(tiles_from)
     out = Path(args.out)
