@@ -101,8 +101,8 @@ def profile_configfiles_problem(argv: list[str], basedir: str | Path) -> str | N
         return None  # Snakemake names a broken profile itself
     listed = settings.get("configfile", settings.get("configfiles")) or []
     listed = [listed] if isinstance(listed, str) else [str(f) for f in listed]
-    theirs = {Path(f).resolve() for f in listed}
-    missing = [f for f in listed if Path(f).resolve() not in {Path(g).resolve() for g in given[-1]}]
+    theirs, yours = ({Path(f).resolve() for f in files} for files in (listed, given[-1]))
+    missing = [f for f in listed if Path(f).resolve() not in yours]
     if not missing or any(Path(g).resolve() not in theirs and _sets_profile(g) for g in given[-1]):
         return None
     return (f"config: --configfile replaces the configfile list of the profile {profile[0]}, dropping "

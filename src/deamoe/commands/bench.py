@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from deamoe.errors import ConfigError
+
 TABLE = "reports/measured/h200/microbench.csv"
 # what `microbench` writes into its --out folder
 MICROBENCH_OUTPUTS = ("status.json", "roofline.json", "battery.csv", "microbench.csv", "stages.csv",
@@ -222,8 +224,6 @@ def _needs_cuda(what: str) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        from deamoe.errors import ConfigError
-
         raise ConfigError(f"bench {what}: needs a CUDA GPU")
 
 
@@ -246,8 +246,6 @@ def _stream_check(args) -> int:
 
 def _fp8_check(args) -> int:
     if "bf16" in args.weight_dtype:
-        from deamoe.errors import ConfigError
-
         raise ConfigError("--weight-dtype: bf16 is checked by the battery and stream-check; "
                           "give fp8 and/or fp8-w8a8")
     # A file given must load (a mistyped path is no default left unextracted); the default
@@ -275,8 +273,6 @@ def _routing_check(args) -> int:
 def _smem_check(args) -> int:
     from deamoe.bench.settings import MicrobenchSettings
     from deamoe.bench.smem import GEMMS, smem_check
-    from deamoe.errors import ConfigError
-
     # --tiles for every precision asked for; the settings name a bad tile, or one FP8 weights
     # (or, a '-pq' one, bf16 weights) cannot take
     names = args.tiles or []
@@ -298,8 +294,6 @@ def _variants(args) -> int:
 
     sets, points = parse_variants(args.items)
     if len(args.weight_dtype) != 1:
-        from deamoe.errors import ConfigError
-
         raise ConfigError(f"bench variants: --weight-dtype takes one precision, got "
                           f"{','.join(args.weight_dtype)}")
     precision = args.weight_dtype[0]
@@ -312,8 +306,6 @@ def _variants(args) -> int:
 
 def _trace(args) -> int:
     import pandas as pd
-
-    from deamoe.errors import ConfigError
 
     _picks(args.table)
     mb = pd.read_csv(args.table)  # checked by _picks: a microbench.csv
@@ -369,7 +361,6 @@ def _peer(args) -> int:
 def _check_merge_target(into: Path, out: Path, skip: set[str]) -> None:
     """--merge-decode-into's problems, before any GPU work: nothing to merge, the run's own
     table, or a file that is no decode_tpot table."""
-    from deamoe.errors import ConfigError
     from deamoe.io import check_output_file
 
     if "decode" in skip:
@@ -406,13 +397,9 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     skip = {x.strip() for x in args.skip.split(",") if x.strip()}
     unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:
-        from deamoe.errors import ConfigError
-
         raise ConfigError(f"--skip: unknown part(s) {', '.join(sorted(unknown))}")
     tiles_from = Path(args.tiles_from) if args.tiles_from else None
     if tiles_from is not None and not tiles_from.is_file():
-        from deamoe.errors import ConfigError
-
         raise ConfigError(f"--tiles-from: {tiles_from} is a folder; give the microbench.csv in it"
                           if tiles_from.is_dir() else f"--tiles-from: no such file {tiles_from}")
     if tiles_from is not None:  # its picks, read by the decode benchmark after the layers
