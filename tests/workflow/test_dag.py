@@ -149,14 +149,14 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
 
 @pytest.mark.parametrize("target, jobs", [
     # the size's own 1k steps (evaluated) and its tokens axis: 2k, 4k, 8k, 12k steps, and
-    # eighteen more seeds at 8k (extra_seeds)
+    # twenty-four more seeds at 8k (extra_seeds)
     ("quality_small", {"data": 1, "train": 78, "eval": 6, "quality": 1, "quality_length": 4, "quality_small": 1}),
     ("quality_medium", {"data": 1, "train": 12, "eval": 4, "quality": 1, "quality_length": 2, "quality_medium": 1}),
     ("quality_large", {"data": 1, "train": 4, "eval": 4, "quality": 1, "quality_large": 1}),
     # its baselines are the small pair's runs: trained (and evaluated) under their names
     ("quality_smallrms", {"data": 1, "train": 30, "eval": 6, "quality": 1, "quality_length": 4,
                           "quality_smallrms": 1}),
-    # one length of the axis (three seeds and eighteen extra, of two models)
+    # one length of the axis (three seeds and twenty-four extra, of two models)
     ("results/quality/small/8000steps/runs.csv", {"data": 1, "train": 54, "quality_length": 1}),
     ("ablation_seeds", {"data": 1, "train": 12, "ablation": 1, "ablation_seeds": 1}),
 ])
