@@ -43,6 +43,8 @@ BAD_VALUES = [
     ({"serve": {"tpot_budgets_ms": [0]}}, "serve.tpot_budgets_ms"),
     ({"serve": {"level_timeout_s": float("inf")}}, "serve.level_timeout_s"),
     ({"serve": {"kv_cache_memory_bytes": "0.0G"}}, "serve.kv_cache_memory_bytes='0.0G' leaves vLLM no KV cache"),
+    ({"serve": {"kv_cache_memory_bytes": 0}}, "serve.kv_cache_memory_bytes"),
+    ({"serve": {"kv_cache_memory_bytes": True}}, "serve.kv_cache_memory_bytes"),
     ({"microbench": {"seed": -1}}, "microbench.seed"),
     ({"microbench": {"roofline_gib": 1.0e9}}, "microbench.roofline_gib"),
     ({"analysis": {"seed": 2 ** 33}}, "analysis.seed"),

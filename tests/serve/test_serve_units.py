@@ -41,6 +41,18 @@ def test_settings_defaults_and_errors(tmp_path):
         load_serve_settings(write_config(tmp_path, {"input_len": "64"}))
 
 
+def test_kv_cache_size_is_a_size_or_a_number_of_bytes(tmp_path):
+    # vLLM's flag reads "1G" or plain bytes; a YAML number reaches the server as its digits
+    for value, flag in (("512M", "512M"), (1 << 28, str(1 << 28)), (None, None)):
+        s = load_serve_settings(write_config(tmp_path, {"kv_cache_memory_bytes": value}))
+        cmd = server.server_command("ckpt", 8000, "m", s)
+        assert (cmd[cmd.index("--kv-cache-memory-bytes") + 1] if flag else "--kv-cache-memory-bytes" not in cmd) \
+            == (flag or True)
+    for bad in (0, -5, "lots"):
+        with pytest.raises(ConfigError, match="serve.kv_cache_memory_bytes"):
+            load_serve_settings(write_config(tmp_path, {"kv_cache_memory_bytes": bad}))
+
+
 def test_summarize_uses_vllm_tpot_definition():
     # TPOT = (latency - ttft) / (output_tokens - 1) per request; failures are counted, not averaged.
     recs = [

@@ -28,7 +28,7 @@ class ServeSettings:
     slo_metric: str = "tpot_mean_ms"
     dtype: str = "float32"  # vLLM --dtype
     enforce_eager: bool = True  # tiny CPU: skip torch.compile (~15 s per start); GPU: false
-    kv_cache_memory_bytes: str | None = "1G"  # --kv-cache-memory-bytes; None: vLLM's default
+    kv_cache_memory_bytes: str | int | None = "1G"  # --kv-cache-memory-bytes (size or bytes); None: vLLM's default
     max_model_len: int | None = None  # default input_len + output_len + 16
     max_num_seqs: int | None = None  # default max(concurrency)
     startup_timeout_s: float = 600.0
@@ -63,6 +63,11 @@ class ServeSettings:
             if self.ffn_weights not in PRECISIONS:
                 raise ConfigError(f"serve.ffn_weights={self.ffn_weights!r} is not one of "
                                   f"{', '.join(PRECISIONS)}")
+        if isinstance(self.kv_cache_memory_bytes, int) and not isinstance(self.kv_cache_memory_bytes, bool):
+            if self.kv_cache_memory_bytes < 1:
+                raise ConfigError(f"serve.kv_cache_memory_bytes={self.kv_cache_memory_bytes} leaves vLLM no KV "
+                                  "cache (its server would stop at start-up); give a size such as 1G, or null")
+            self.kv_cache_memory_bytes = str(self.kv_cache_memory_bytes)  # vLLM's flag reads bytes
         if isinstance(self.kv_cache_memory_bytes, str) and not any(c in "123456789" for c in
                                                                    self.kv_cache_memory_bytes):
             raise ConfigError(f"serve.kv_cache_memory_bytes={self.kv_cache_memory_bytes!r} leaves vLLM no KV "
