@@ -239,7 +239,7 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
         if col not in frame.columns:
             continue
         raw = frame[col]
-        values = pd.to_numeric(raw, errors="coerce")
+        values = pd.to_numeric(raw.where(raw.map(type) != bool), errors="coerce")  # True is not 1
         text = values.isna() & raw.notna() & ~raw.astype(str).str.strip().str.lower().isin(["nan", ""])
         if text.any():
             i = int(text.to_numpy().argmax())
@@ -334,7 +334,7 @@ def table_spec(path: str | Path) -> TableSpec:
 
 
 LOG_SPEC = TableSpec(("step", "tokens", "loss"), numbers=("lr", "grad_norm", "mean_distinct_departments"),
-                     finite=("step", "tokens", "loss"))
+                     finite=("step", "tokens", "loss"), positive=("step", "tokens"))
 
 
 def read_training_log(path: str | Path):
