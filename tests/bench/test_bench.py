@@ -229,6 +229,11 @@ def test_variants_arguments_split_into_knob_sets_and_points():
     committed = {"w13": "n64-k128-w4-s4", "w2": "n32-k128-w4-s3", "split_launches": 2}
     assert apply_variant(committed, sets["moe"]["moe/w"]) == {
         "w13": "n64-k128-w4-s4-nf", "w2": "n32-k128-w4-s3", "split_launches": 2}
+    # a flag with its own place in the name goes there, past a committed '-nf'
+    assert apply_variant({"w13": "n64-k128-w4-s4-nf", "w2": "n64-k128-w4-s4-tma-swap"},
+                         {"w13": "+pq", "w2": "+pq"}) == {
+        "w13": "n64-k128-w4-s4-pq-nf", "w2": "n64-k128-w4-s4-tma-swap-pq"}
+    assert apply_variant({"w13": "n64-k128-w4-s4-nf"}, {"w13": "+x"}) == {"w13": "n64-k128-w4-s4-nf-x"}
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])

@@ -68,9 +68,30 @@ def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
 
 def apply_variant(knobs: dict, variant: dict) -> dict:
     """The committed knobs updated with a variant's; a value '+sfx' appends '-sfx' to the
-    committed tile of that knob."""
-    return {**knobs, **{k: f"{knobs[k]}-{v[1:]}" if isinstance(v, str) and v.startswith("+")
+    committed tile of that knob (with_flags)."""
+    return {**knobs, **{k: with_flags(knobs[k], v[1:]) if isinstance(v, str) and v.startswith("+")
                         else v for k, v in variant.items()}}
+
+
+def with_flags(tile: str, sfx: str) -> str:
+    """`tile`-`sfx`; where that is no tile name but `sfx` names tile flags ('qs', 'pq-qs'),
+    `tile` with those flags set, each in its place: '+qs' on 'n64-k128-w4-s4-pq-nf' gives
+    'n64-k128-w4-s4-pq-qs-nf'.  Otherwise the appended text, for make_tiles to refuse."""
+    import dataclasses
+
+    from deamoe.kernels.tile_config import TileConfig
+
+    name = f"{tile}-{sfx}"
+    try:
+        return TileConfig.parse(name).name
+    except ValueError:
+        pass
+    try:
+        base, flags = TileConfig.parse(tile), TileConfig.parse(f"n1-k1-w1-s1-{sfx}")
+    except ValueError:
+        return name
+    on = {f.name: True for f in dataclasses.fields(TileConfig) if getattr(flags, f.name) is True}
+    return dataclasses.replace(base, **on).name
 
 
 def check_variants(sets: dict, rows: dict) -> None:
