@@ -233,6 +233,8 @@ def test_variants_arguments_split_into_knob_sets_and_points():
     assert apply_variant({"w13": "n64-k128-w4-s4-nf", "w2": "n64-k128-w4-s4-tma-swap"},
                          {"w13": "+pq", "w2": "+pq"}) == {
         "w13": "n64-k128-w4-s4-pq-nf", "w2": "n64-k128-w4-s4-tma-swap-pq"}
+    assert apply_variant({"dept_up": "n64-k128-w4-s4-pq-nf"}, {"dept_up": "+qs"}) == {
+        "dept_up": "n64-k128-w4-s4-pq-qs-nf"}
     assert apply_variant({"w13": "n64-k128-w4-s4-nf"}, {"w13": "+x"}) == {"w13": "n64-k128-w4-s4-nf-x"}
 
 

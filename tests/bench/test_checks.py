@@ -44,10 +44,10 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
 # too: the interpreter warns of their all-NaN max
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
 def test_fp8_check_runs_w8a8_once_per_way_its_activations_meet_the_gemms(tmp_path, monkeypatch):
-    # w8a8: the battery and the stream options four times, on the main loop's quantiser, on
-    # '-pq' tiles, on '-qo' tiles and on '-qo' tiles of 64-column groups, each where the layer
-    # can take them: with h_ffn 32 only the baseline takes '-pq' and neither '-qo' (not whole
-    # 128- or 64-column groups); with h_ffn 128 both take all
+    # w8a8: the battery and the stream options five times, on the main loop's quantiser, on
+    # '-pq' tiles, on '-qo' tiles, on '-qo' tiles of 64-column groups and on '-qs' tiles, each
+    # where the layer can take them: with h_ffn 32 only the baseline takes '-pq' and '-qs' and
+    # neither '-qo' (not whole 128- or 64-column groups); with h_ffn 128 both take all
     import deamoe.kernels.battery as battery
     import deamoe.shapes as shapes
     from deamoe.bench.checks import fp8_check
@@ -57,9 +57,10 @@ def test_fp8_check_runs_w8a8_once_per_way_its_activations_meet_the_gemms(tmp_pat
     monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
     assert fp8_check(tmp_path, ("fp8-w8a8",), ["DeepSeek-V3"], kernel=None, device="cpu") == 0
     df = pd.read_csv(tmp_path / "fp8_check.csv")
-    assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8, "stream-pq": 2}
-    assert calls == ["", "-pq", "-qo", "-qo-half"] and df["ok"].all()
-    assert set(df.loc[df["part"] == "stream-pq", "kind"]) == {"moe"}
+    assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8, "stream-pq": 2,
+                                                   "stream-qs": 2}
+    assert calls == ["", "-pq", "-qo", "-qo-half", "-qs"] and df["ok"].all()
+    assert set(df.loc[df["part"].isin(["stream-pq", "stream-qs"]), "kind"]) == {"moe"}
 
     wide = types.SimpleNamespace(
         baseline=MoEShape(h=64, h_ffn=128, n_expert=4, k_expert=2),
@@ -71,7 +72,8 @@ def test_fp8_check_runs_w8a8_once_per_way_its_activations_meet_the_gemms(tmp_pat
                      device="cpu") == 0
     df = pd.read_csv(tmp_path / "wide" / "fp8_check.csv")
     per = df.groupby(["part", "kind"]).size().to_dict()
-    assert per == {(p, k): n for p in ("stream", "stream-pq", "stream-qo", "stream-qo-half")
+    assert per == {(p, k): n for p in ("stream", "stream-pq", "stream-qo", "stream-qo-half",
+                                       "stream-qs")
                    for k, n in (("moe", 2), ("deamoe", 6))} and df["ok"].all()
 
 

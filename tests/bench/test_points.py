@@ -207,12 +207,12 @@ def test_fp8_settings_are_checked_naming_the_key():
     # '-pq' (activations quantised before the GEMM) is a w8a8 choice: not a bf16 tile, and
     # weight-only FP8 (no activation quantisation) does not search it
     # (likewise '-qo', the output stored quantised for the next GEMM)
-    for tile in ("n64-k128-w4-s4-pq", "n128-k128-w4-s4-qo"):
-        with pytest.raises(ConfigError, match=f"microbench.tiles: {tile}: '-pq' / '-qo'"):
+    for tile in ("n64-k128-w4-s4-pq", "n128-k128-w4-s4-qo", "n64-k128-w4-s4-qs"):
+        with pytest.raises(ConfigError, match=f"microbench.tiles: {tile}: '-pq' / '-qo' / '-qs'"):
             MicrobenchSettings(tiles=[tile])
     s = MicrobenchSettings(weight_dtype=["fp8", "fp8-w8a8"],
                            fp8_tiles=["n64-k128-w4-s4", "n64-k128-w4-s4-pq", "n64-k128-w4-s4-pq-nf",
-                                      "n128-k128-w4-s4-qo"])
+                                      "n128-k128-w4-s4-qo", "n64-k128-w4-s4-pq-qs"])
     assert s.tiles_for("fp8-w8a8") == ["n64-k128-w4-s4", "n64-k128-w4-s4-pq", "n64-k128-w4-s4-pq-nf",
-                                       "n128-k128-w4-s4-qo"]
+                                       "n128-k128-w4-s4-qo", "n64-k128-w4-s4-pq-qs"]
     assert s.tiles_for("fp8") == ["n64-k128-w4-s4"]

@@ -7,7 +7,7 @@ import pytest
 
 from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.bench.settings import MicrobenchSettings
-from deamoe.bench.search import search_tiles
+from deamoe.bench.search import on_stage, search_tiles
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.errors import ConfigError
 
@@ -305,3 +305,6 @@ def test_a_qo_tile_is_searched_on_the_up_projections_only():
         assert all(best[d] == "n128-k128-w4-s1-pq" for d in downs)
         names = [knobs_name(k) for k in tried]
         assert len(names) == len(set(names))
+    # likewise '-qs' (the output stored with its absmax for the next GEMM)
+    assert on_stage("w2", "n64-k128-w4-s4-pq-qs-nf") == "n64-k128-w4-s4-pq-nf"
+    assert on_stage("expert_up", "n64-k128-w4-s4-pq-qs") == "n64-k128-w4-s4-pq-qs"

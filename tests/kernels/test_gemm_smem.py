@@ -71,6 +71,19 @@ CASES = [
     ("expert_up", "n64-k64-w4-s8-tma-swap-pq-qo", 16, "fp8-w8a8"),
     ("expert_down", "n128-k64-w4-s8-tma-swap-pq", 16, "fp8-w8a8"),
     ("w2", "n64-k64-w4-s6-pq", 64, "fp8-w8a8"),
+    # '-qs': the up-projections store their output as it is and gather its absmax per row and
+    # 128-column group (atomic max): n64 tiles inside one group, n256 over two, a TMA-swapped
+    # writer; and the GEMMs reading it ("a-absmax"): bf16 A quantised in the main loop with the
+    # stored absmax (the main loop's quantiser's shared memory, whatever the tile's '-pq')
+    ("w13", "n64-k128-w4-s5-tma-swap-pq-qs", 16, "fp8-w8a8"),
+    ("dept_up", "n64-k128-w4-s6-tma-swap-pq-qs", 16, "fp8-w8a8"),
+    ("dept_up", "n256-k128-w8-s3-pq-qs", 64, "fp8-w8a8"),
+    ("expert_up", "n64-k128-w4-s4-pq-qs", 16, "fp8-w8a8", "a-absmax"),
+    ("expert_up", "n128-k128-w4-s3-tma-swap-pq-qs", 64, "fp8-w8a8", "a-absmax"),
+    ("expert_down", "n64-k128-w4-s4-pq", 16, "fp8-w8a8", "a-absmax"),
+    ("expert_down", "n128-k128-w4-s5-tma-swap-pq", 16, "fp8-w8a8", "a-absmax"),
+    ("w2", "n128-k128-w4-s4", 64, "fp8-w8a8", "a-absmax"),
+    ("w2", "n64-k64-w4-s6-pq", 16, "fp8-w8a8", "a-absmax"),
 ]
 
 
@@ -91,15 +104,20 @@ def triton_shared_memory(cases) -> list[dict]:
     for name, tile, block_m, *precision in cases:
         spec, t = SPECS[name], TileConfig.parse(tile)
         fp8 = precision[:1] in (["fp8"], ["fp8-w8a8"])
+        absmax_a, precision = precision[1:] == ["a-absmax"], precision[:1]
         consts = dict(A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
                       WEIGHTED=spec.atomic, ATOMIC=spec.atomic, EVEN_K=True, DOT_F32=False,
                       BLOCK_M=block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, B_DESC=t.tma,
                       SWAP_AB=t.swap, N_FASTEST=t.nfast, W_FP8=fp8,
                       A_FP8=precision == ["fp8-w8a8"], GROUP_N=128 if fp8 else 1,
-                      GROUP_K=128 if fp8 else 1, A_PREQ=t.preq and precision == ["fp8-w8a8"],
-                      C_FP8=t.qout, C_FROM_BF16=t.qout)
+                      GROUP_K=128 if fp8 else 1,
+                      A_PREQ=t.preq and precision == ["fp8-w8a8"] and not absmax_a,
+                      C_FP8=t.qout, C_FROM_BF16=t.qout, A_ABSMAX=absmax_a, C_ABSMAX=t.qscale,
+                      C_GROUP=128 if t.qscale else 1)
         # A's groups: 128 columns from a '-pq' launch; a k64 reader here reads a '-qo' n64 output
-        consts["A_GROUP"] = min(t.block_k, 128) if consts["A_PREQ"] else 1
+        # (a '-qs' output: 128-column groups, read on K steps of 128 or 64)
+        consts["A_GROUP"] = (128 if absmax_a else min(t.block_k, 128) if consts["A_PREQ"]
+                             else 1)
         wdt = "fp8e4nv" if fp8 else "bf16"
         desc = f"tensordesc<{wdt}[{t.block_n}, {t.block_k}]>"
         sig = {n: "constexpr" if n in consts else
@@ -136,16 +154,16 @@ def test_the_estimate_never_exceeds_what_triton_allocates(case, compiled):
     spec = SPECS[name].on(TileConfig.parse(tile))
     fp8 = Fp8Format.of(precision[0]) if precision else None
     shared = compiled[case]["shared"]
-    estimate = spec.shared_memory(block_m, 2, fp8)
+    estimate = spec.shared_memory(block_m, 2, fp8, precision[1:] == ["a-absmax"])
     assert estimate <= shared  # never skips a set that compiles
     if spec.tile.num_stages > 1:  # it counts all there is but barriers and the epilogue's scratch
         assert shared - estimate <= 1088
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if len(c) == 4],
-                         ids=["-".join(map(str, c)) for c in CASES if len(c) == 4])
+@pytest.mark.parametrize("case", [c for c in CASES if len(c) >= 4],
+                         ids=["-".join(map(str, c)) for c in CASES if len(c) >= 4])
 def test_fp8_kernels_use_the_fp8_tensor_cores_where_hopper_has_them(case, compiled):
-    name, tile, block_m, precision = case
+    name, tile, block_m, precision, *_ = case
     t = TileConfig.parse(tile)
     wgmma = (t.block_n if t.swap else block_m) >= 64
     mma = compiled[case]["mma"]

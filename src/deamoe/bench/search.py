@@ -37,12 +37,12 @@ def block_m_values(values, batch: int | None) -> tuple:
 
 
 def on_stage(stage: str, tile: str) -> str:
-    """`tile` as GEMM `stage` can run it: a '-qo' tile (the output stored quantised for the next
-    GEMM) without '-qo' on a GEMM that sums its output (fp8.UP_PROJECTIONS), so one list of
-    tiles serves every GEMM."""
-    if stage in UP_PROJECTIONS or "-qo" not in tile:
+    """`tile` as GEMM `stage` can run it: a '-qo' or '-qs' tile (the output stored quantised, or
+    with its absmax, for the next GEMM) without it on a GEMM that sums its output
+    (fp8.UP_PROJECTIONS), so one list of tiles serves every GEMM."""
+    if stage in UP_PROJECTIONS or ("-qo" not in tile and "-qs" not in tile):
         return tile
-    return dataclasses.replace(TileConfig.parse(tile), qout=False).name
+    return dataclasses.replace(TileConfig.parse(tile), qout=False, qscale=False).name
 
 
 def joint_knobs(shape, tile: str, block_m: int) -> dict:
@@ -111,7 +111,7 @@ def search_tiles(shape, measure, s: "MicrobenchSettings", batch: int | None = No
 
 def _timed_once(measure):
     """measure, remembering each knob set's time: the search's steps reach some sets twice (a
-    BLOCK_M trial with the current tile, a '-qo' tile made plain on a GEMM that sums)."""
+    BLOCK_M trial with the current tile, a '-qo' / '-qs' tile made plain on a GEMM that sums)."""
     times = {}
 
     def once(knobs):

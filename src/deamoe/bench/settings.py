@@ -92,14 +92,15 @@ class MicrobenchSettings:
 
     def tiles_for(self, precision: str) -> list[str]:
         """The tiles the search tries for weights of `precision`: fp8_tiles for FP8, else tiles;
-        for weight-only FP8 without the '-pq' and '-qo' ones (activations stay bf16 there)."""
+        for weight-only FP8 without the '-pq', '-qo' and '-qs' ones (activations stay bf16 there)."""
         from deamoe.kernels.tile_config import TileConfig
 
         fmt = self.fp8_format(precision)
         if fmt is None:
             return self.tiles
         return [t for t in self.fp8_tiles if fmt.activations == "fp8"
-                or not (TileConfig.parse(t).preq or TileConfig.parse(t).qout)]
+                or not (TileConfig.parse(t).preq or TileConfig.parse(t).qout
+                        or TileConfig.parse(t).qscale)]
 
     def searching(self, precision: str) -> MicrobenchSettings:
         """A copy whose `tiles` (what the search reads) are tiles_for(precision).  Not built
@@ -119,10 +120,11 @@ class MicrobenchSettings:
                 tile = TileConfig.parse(t)
             except ValueError as exc:
                 raise ConfigError(f"microbench.tiles: {exc}") from None
-            if tile.preq or tile.qout:
-                raise ConfigError(f"microbench.tiles: {t}: '-pq' / '-qo' (activations quantised "
-                                  "before the GEMM / by the one before) are for FP8 w8a8 weights: "
-                                  "list it in microbench.fp8_tiles")
+            if tile.preq or tile.qout or tile.qscale:
+                raise ConfigError(f"microbench.tiles: {t}: '-pq' / '-qo' / '-qs' (activations "
+                                  "quantised before the GEMM / by the one before / with its "
+                                  "absmax) are for FP8 w8a8 weights: list it in "
+                                  "microbench.fp8_tiles")
         if not self.tiles:
             raise ConfigError("microbench.tiles must name at least one tile config")
         if any(b < 1 for b in self.batches + self.battery_tokens):

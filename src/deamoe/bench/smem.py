@@ -33,11 +33,13 @@ def compiled_shared_memory(spec, block_m: int, fp8=None) -> int:
     """Triton's shared memory (bytes) for `spec` (its tile) at BLOCK_M rows, compiled for the
     current CUDA device on small bf16 operands (rows of every mode, the routing of TOKENS
     tokens over GROUPS groups); fp8 (an Fp8Format): the weights block-quantised in it
-    (deamoe.kernels.fp8.quantize, as the decode path's weights are)."""
+    (deamoe.kernels.fp8.quantize, as the decode path's weights are); an output stored for the
+    next GEMM ('-qo', '-qs' tiles) in the buffer the layers give it."""
     import torch
 
     from deamoe.kernels.align import AlignSpec, align
     from deamoe.kernels.fp8 import quantize
+    from deamoe.kernels.fp8_quant import gemm_output
     from deamoe.kernels.grouped_gemm import EPI_ACT, EPI_BOTH, EPI_SWIGLU, grouped_gemm
 
     dev, bf16 = "cuda", torch.bfloat16
@@ -54,8 +56,10 @@ def compiled_shared_memory(spec, block_m: int, fp8=None) -> int:
         w = torch.zeros(GROUPS, WIDTH, WIDTH, device=dev, dtype=bf16)
         return w if fp8 is None else quantize(w, fp8)
 
-    bu = None if spec.epi == EPI_ACT else weight()
-    kernel = grouped_gemm(a, weight(), c, al, ids, spec, bu=bu,
+    bg, bu = weight(), None if spec.epi == EPI_ACT else weight()
+    if not spec.atomic:
+        c = gemm_output(rows, WIDTH + up_out, a, spec.tile, bg)
+    kernel = grouped_gemm(a, bg, c, al, ids, spec, bu=bu,
                           weights=torch.ones(TOKENS, TOP_K, device=dev) if spec.atomic else None,
                           warmup=True)
     return int(kernel.metadata.shared)
@@ -67,7 +71,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
     estimate exceeds Triton's count anywhere."""
     import pandas as pd
 
-    from deamoe.bench.search import BLOCK_M_KNOBS
+    from deamoe.bench.search import BLOCK_M_KNOBS, on_stage
     from deamoe.io import write_csv
     from deamoe.kernels.grouped_gemm import shared_memory_limit
     from deamoe.kernels.tile_config import TileConfig
@@ -80,7 +84,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
         for name in gemms:
             for tile in names:
                 for block_m in block_ms:
-                    spec = gemm_specs()[name].on(TileConfig.parse(tile))
+                    spec = gemm_specs()[name].on(TileConfig.parse(on_stage(name, tile)))
                     estimate = spec.shared_memory(block_m, 2, fmt)
                     triton_bytes = compiled_shared_memory(spec, block_m, fmt)
                     rows.append({"weight_dtype": precision, "gemm": name, "tile": tile,

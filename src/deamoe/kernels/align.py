@@ -134,7 +134,7 @@ def _align_kernel(
     ids_ptr, P, k_top,
     a_G, a_counts, a_rank, a_offs, a_sorted, a_bgroup, a_nblocks, a_max_slots,
     b_G, b_counts, b_rank, b_offs, b_sorted, b_bgroup, b_nblocks, b_max_slots,
-    zero_ptr, zero_n,
+    zero_ptr, zero_n, zero2_ptr, zero2_n, zero_programs,
     A_PER: tl.constexpr, A_DEDUP: tl.constexpr, A_BLOCK_M: tl.constexpr,
     A_BLOCK_G: tl.constexpr, A_BLOCK_P: tl.constexpr,
     B_PER: tl.constexpr, B_DEDUP: tl.constexpr, B_BLOCK_M: tl.constexpr,
@@ -151,11 +151,21 @@ def _align_kernel(
                    b_nblocks, b_max_slots, B_PER, B_DEDUP, B_BLOCK_M, B_BLOCK_P, B_BLOCK_G,
                    K_MAX, ONE_PASS)
     else:
-        # the remaining programs zero the layer's fp32 accumulators: no separate memset launch
-        offs = (pid - N_TASKS).to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
-        for u in tl.static_range(4):
-            o = offs + u * ZERO_BLOCK
-            tl.store(zero_ptr + o, tl.zeros([ZERO_BLOCK], dtype=tl.float32), mask=o < zero_n)
+        # the remaining programs zero the layer's fp32 accumulators (and a second buffer: absmax
+        # slots of '-qs' outputs, deamoe.kernels.fp8_absmax): no separate memset launch
+        z = pid - N_TASKS
+        if z < zero_programs:
+            _zero_words(zero_ptr, zero_n, z, ZERO_BLOCK)
+        else:
+            _zero_words(zero2_ptr, zero2_n, z - zero_programs, ZERO_BLOCK)
+
+
+@triton.jit
+def _zero_words(ptr, n, z, ZERO_BLOCK: tl.constexpr):
+    offs = z.to(tl.int64) * ZERO_BLOCK * 4 + tl.arange(0, ZERO_BLOCK)
+    for u in tl.static_range(4):
+        o = offs + u * ZERO_BLOCK
+        tl.store(ptr + o, tl.zeros([ZERO_BLOCK], dtype=tl.float32), mask=o < n)
 
 
 @dataclass
@@ -209,12 +219,14 @@ def _buffers(P: int, spec: AlignSpec, device) -> tuple[Alignment, list[torch.Ten
 ZERO_BLOCK = 4096
 
 
-def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None,
+def align(ids: torch.Tensor, *specs: AlignSpec,
+          zero: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
           memory_phases: bool = False) -> tuple[Alignment, ...]:
     """Align the routing `ids` [T, k] for one or two groupings in a single launch.
 
-    zero: an optional contiguous float32 buffer the same launch fills with zeros (the atomic
-    accumulators of the GEMMs that follow), saving a memset node per layer.
+    zero: an optional contiguous float32 buffer (or a tuple of up to two) the same launch fills
+    with zeros (the atomic accumulators of the GEMMs that follow, the absmax slots of '-qs'
+    outputs), saving a memset node per layer and buffer.
     memory_phases: ranks, ids and group offsets go through memory between the phases even when
     all pairs fit one pass -- the path for > 2048 pairs, so the tests can reach it at small sizes.
     """
@@ -236,11 +248,13 @@ def align(ids: torch.Tensor, *specs: AlignSpec, zero: torch.Tensor | None = None
                        f"{tag}_BLOCK_M": spec.block_m,
                        f"{tag}_BLOCK_G": triton.next_power_of_2(spec.n_groups),
                        f"{tag}_BLOCK_P": block_p})
-    if zero is not None and (zero.dtype != torch.float32 or not zero.is_contiguous()):
-        raise ValueError("align: zero must be a contiguous float32 tensor")
-    n_zero = 0 if zero is None else triton.cdiv(zero.numel(), 4 * ZERO_BLOCK)
-    _align_kernel[(len(specs) + n_zero,)](
-        ids, P, k, *args, ids if zero is None else zero, 0 if zero is None else zero.numel(),
+    zeros = () if zero is None else (zero,) if isinstance(zero, torch.Tensor) else tuple(zero)
+    if len(zeros) > 2 or any(z.dtype != torch.float32 or not z.is_contiguous() for z in zeros):
+        raise ValueError("align: zero must be a contiguous float32 tensor (or a tuple of two)")
+    programs = [triton.cdiv(z.numel(), 4 * ZERO_BLOCK) for z in zeros] + [0, 0]
+    buffers = [a for z in zeros for a in (z, z.numel())] + [ids, 0] * (2 - len(zeros))
+    _align_kernel[(len(specs) + programs[0] + programs[1],)](
+        ids, P, k, *args, *buffers, programs[0],
         N_TASKS=len(specs), ZERO_BLOCK=ZERO_BLOCK, K_MAX=k,
         ONE_PASS=P <= block_p and not memory_phases, num_warps=8, **consts)
     return tuple(al for al, _ in made)

@@ -258,8 +258,10 @@ def operator_variants(shape: DeaMoEShape) -> list[DeaMoEShape]:
 # How a w8a8 layer's GEMMs meet their activations, each a pass of the battery: quantised in the
 # GEMM's main loop (""), in a launch before each GEMM ('-pq'), or that and, for the
 # up-projections, stored quantised by the GEMM before them ('-qo'), in groups of the weights'
-# block_k or of half of it ('-qo-half': 64 columns of 128, on 64-column tiles).
-W8A8_PASSES = ("", "-pq", "-qo", "-qo-half")
+# block_k or of half of it ('-qo-half': 64 columns of 128, on 64-column tiles), or stored with
+# their absmax per row and group by the GEMM before them and quantised in the reader's main
+# loop with it ('-qs').
+W8A8_PASSES = ("", "-pq", "-qo", "-qo-half", "-qs")
 
 
 def _qout_group(how: str, fmt: Fp8Format) -> int:
@@ -270,24 +272,27 @@ def pass_tiles(tiles, shape, how: str, fmt: Fp8Format):
     """A routed layer's `tiles` as w8a8 pass `how` runs them on `shape`'s layer.  DeaMoE's
     department up-projection takes '-pq' alone where the operator is applied outside the kernel."""
     from deamoe.kernels.deamoe_decode import FUSED_OPERATORS
-    from deamoe.kernels.fp8 import UP_PROJECTIONS, with_preq, with_qout
+    from deamoe.kernels.fp8 import UP_PROJECTIONS, with_preq, with_qout, with_qscale
 
     if how not in W8A8_PASSES:
         raise ValueError(f"w8a8 pass {how!r} is not one of {W8A8_PASSES}")
     if how == "-pq":
         return with_preq(tiles)
+    outside = shape.kind == "deamoe" and shape.operator not in FUSED_OPERATORS
+    ups = [u for u in UP_PROJECTIONS if not (outside and u == "dept_up")]
     if how.startswith("-qo"):
-        outside = shape.kind == "deamoe" and shape.operator not in FUSED_OPERATORS
-        return with_qout(tiles, fmt, [u for u in UP_PROJECTIONS if not (outside and u == "dept_up")],
-                         _qout_group(how, fmt))
+        return with_qout(tiles, fmt, ups, _qout_group(how, fmt))
+    if how == "-qs":
+        return with_qscale(tiles, ups)
     return tiles
 
 
 def takes_pass(shape, how: str, fmt: Fp8Format | None) -> bool:
-    """Whether `shape`'s layer can run w8a8 pass `how` in `fmt` (fp8.preq_fits, fp8.qout_fits)."""
+    """Whether `shape`'s layer can run w8a8 pass `how` in `fmt` (fp8.preq_fits, fp8.qout_fits;
+    '-qs' as '-pq': its readers take the same groups, and any writer tile gathers into them)."""
     from deamoe.kernels.fp8 import preq_fits, qout_fits
 
-    if how == "-pq":
+    if how in ("-pq", "-qs"):
         return preq_fits(shape, fmt)
     if how.startswith("-qo"):
         return qout_fits(shape, fmt, _qout_group(how, fmt))

@@ -7,7 +7,8 @@ once, however many of its experts the token picked) and (token, expert) pairs by
                                                                            input row (t, dept(e)))
   3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
-Launches: align (1, its spare programs zero S and out), four GEMMs (4), a cast (1) only where out
+Launches: align (1, its spare programs zero S and out, and the absmax slots of the expert
+up-projection's output on a w8a8 '-qs' tile), four GEMMs (4), a cast (1) only where out
 is summed in fp32 (`DeaMoETiles.out_bf16`) -- two more GEMMs than the baseline, the only
 structural difference.  Department weights are loaded once per step for all tokens that use
 them, which is where the byte saving comes from.  With split_launches=n the departments (and
@@ -36,7 +37,8 @@ from typing import NamedTuple
 import torch
 
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
-from deamoe.kernels.fp8 import check_qout_reads
+from deamoe.kernels.fp8 import check_qout_reads, check_qscale_writes
+from deamoe.kernels.fp8_absmax import AbsmaxRows, with_zeroed
 from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
@@ -121,6 +123,7 @@ class DeaMoETiles:
     def __post_init__(self):
         check_layer_knobs(self)
         check_qout_reads(self)
+        check_qscale_writes(self)
 
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles
@@ -131,17 +134,22 @@ class DeaMoETiles:
             dept_up_m.add(self.dept_block_m)
         sizes = (itemsize, fp8)
         return max([DEPT_UP.on(self.dept_up).shared_memory(m, *sizes) for m in dept_up_m]
-                   + [EXPERT_UP.on(self.expert_up).shared_memory(self.expert_block_m, *sizes),
-                      EXPERT_DOWN.on(self.expert_down).shared_memory(self.expert_block_m, *sizes),
+                   + [EXPERT_UP.on(self.expert_up).shared_memory(self.expert_block_m, *sizes,
+                                                                 self.dept_up.qscale),
+                      EXPERT_DOWN.on(self.expert_down).shared_memory(self.expert_block_m, *sizes,
+                                                                     self.expert_up.qscale),
                       DEPT_DOWN.on(self.dept_down).shared_memory(self.dept_block_m, *sizes)])
 
 
 def dept_up_gemm(x, dept_gate, dept_up, a1, al, rows, per_group: int, tile: TileConfig,
                  act: str = "silu", groups=None) -> None:
     """GEMM 1 for the (token, department) rows of `al` (routed, or `dense_alignment`):
-    a1[(t, j)] = act(Wg[j] x_t) | act(Wu[j] x_t)."""
+    a1[(t, j)] = act(Wg[j] x_t) | act(Wu[j] x_t).  a1 with its absmax ('-qs'): the launch that
+    quantises x ('-pq') zeroes the slots of these departments (groups) first."""
     n_dept, f, _ = dept_gate.shape
     spec = DEPT_UP.on(tile, act=act, c_up_off=f, n_dept=n_dept, per_group=per_group)
+    if isinstance(a1, AbsmaxRows):
+        a1 = with_zeroed(a1, x.shape[0], n_dept, *(groups or (0, n_dept)))
     grouped_gemm(x, dept_gate, a1, al, rows, spec, bu=dept_up, groups=groups)
 
 
@@ -183,9 +191,10 @@ class _Step:
         self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
                       "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
                       "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
-        if tiles.dept_up.qout and not self.fused:
+        if (tiles.dept_up.qout or tiles.dept_up.qscale) and not self.fused:
+            how = "quantised ('-qo')" if tiles.dept_up.qout else "with its absmax ('-qs')"
             raise ValueError(f"deamoe_forward: operator {operator} is applied to the department "
-                             "output outside the kernel, so dept_up cannot store it quantised ('-qo')")
+                             f"output outside the kernel, so dept_up cannot store it {how}")
         self.a1 = gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = T * self.n_dept * f // 2 if s_bf16 else T * self.n_dept * f
@@ -207,13 +216,13 @@ class _Step:
                                      self.expert_gate))
 
     def align(self):  # both groupings in one launch, which also zeroes S and out
-        t = self.tiles
+        t, y = self.tiles, self.st["y"]  # (and the absmax slots of y on a '-qs' expert_up)
         self.st["al"] = align(
             self.st["ids"],
             AlignSpec(n_groups=self.n_dept, per_group=self.per, dedup=True,
                       block_m=t.dept_block_m),
             AlignSpec(n_groups=self.n_expert, block_m=t.expert_block_m),
-            zero=self.acc,
+            zero=(self.acc, y.absmax) if isinstance(y, AbsmaxRows) else self.acc,
         )
 
     def dept_up(self, groups=None, dense=False):

@@ -21,7 +21,9 @@ its weights:
           An up-projection on a '-qo' tile stores its output quantised in groups of its BLOCK_N
           columns, which may be finer than block_k (64 of 128: each scale, so each value's
           rounding step, at most the 128-column group's), so that it can run 64-column tiles;
-          the GEMM reading it then steps K by at most one group.
+          the GEMM reading it then steps K by at most one group.  On a '-qs' tile it stores
+          its output as it is and gathers each row's absmax per block_k columns beside it
+          (deamoe.kernels.fp8_absmax), and the GEMM reading it quantises its A tile with that.
 The router stays bf16 (DeepSeek-V3 does not quantise its gate either).
 
 Torch only (no Triton): the quantiser, the dequantising float32 reference and the activation
@@ -150,6 +152,27 @@ def check_qout_reads(tiles) -> None:
             raise ValueError(f"{reader} tile {r.name} reads {up}'s '-qo' output (tile {w.name}: "
                              f"groups of {w.block_n} columns): its BLOCK_K must divide "
                              f"{w.block_n}")
+
+
+def with_qscale(tiles, ups=UP_PROJECTIONS):
+    """with_preq(tiles), and the up-projections named in `ups` also storing their output with
+    its absmax per row and group of the weights' block_k ('-qs', TileConfig.qscale; w8a8 only)
+    for the GEMM after them, which quantises its A tile with it: no tile size changes (any
+    BLOCK_N gathers into the groups; the readers' BLOCK_K fits as on '-pq')."""
+    tiles = with_preq(tiles)
+    return dataclasses.replace(tiles, **{n: dataclasses.replace(getattr(tiles, n), qscale=True)
+                                         for n in ups if hasattr(tiles, n)})
+
+
+def check_qscale_writes(tiles) -> None:
+    """A ValueError where DeaMoE's department up-projection (DeaMoETiles.dept_up) is on a '-qs'
+    tile without '-pq': the absmax slots of its output are zeroed by the launch that quantises
+    x before it (deamoe.kernels.fp8_absmax: the dense department GEMM runs beside align).  Said
+    when the tiles are made, before any kernel runs."""
+    t = getattr(tiles, "dept_up", None)
+    if t is not None and t.qscale and not t.preq:
+        raise ValueError(f"dept_up tile {t.name}: '-qs' on the department up-projection needs "
+                         "'-pq': the launch quantising x zeroes its output's absmax slots")
 
 
 def preq_groups_fit(a_up_off: int, k: int, width: int, block_k: int) -> bool:

@@ -37,7 +37,15 @@ def quantize_rows(a, DOT_F32: tl.constexpr):
     vLLM's per_token_group_quant_fp8: (the e4m3 tile, its [R] float32 scales).  The one
     quantiser of activations, in the GEMM's main loop and before it (deamoe.kernels.fp8_quant)."""
     a = a.to(tl.float32)
-    a_s = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) * (1.0 / 448.0)
+    return quantize_with_absmax(a, tl.max(tl.abs(a), axis=1), DOT_F32)
+
+
+@triton.jit
+def quantize_with_absmax(a, amax, DOT_F32: tl.constexpr):
+    """quantize_rows for a float32 tile a [R, C] whose rows' max |value| amax [R] is known
+    (gathered by the GEMM that wrote it: deamoe.kernels.fp8_absmax): the same scale and e4m3
+    values."""
+    a_s = tl.maximum(amax, 1e-10) * (1.0 / 448.0)
     a = a / a_s[:, None]
     if DOT_F32:
         a = round_e4m3(a)

@@ -2,8 +2,9 @@
 
   align ids by expert -> [x @ gate^T, x @ up^T] -> silu(g) * u  (one GEMM, SwiGLU epilogue)
                       -> h @ down^T * w[p], atomically summed over the token's k experts
-Launches: align (1, its spare programs zero the output), two GEMMs (2); a cast to x.dtype (1) only
-where the output is summed in fp32 (`MoETiles.out_bf16` off, or no bf16 atomics on the device).
+Launches: align (1, its spare programs zero the output, and the absmax slots of w13's output on
+a w8a8 '-qs' tile), two GEMMs (2); a cast to x.dtype (1) only where the output is summed in fp32
+(`MoETiles.out_bf16` off, or no bf16 atomics on the device).
 With split_launches=n the experts are cut into n contiguous parts, each part's two GEMMs on its
 own CUDA stream (the parts share only the atomically summed output), so one part's launch ramp
 and tail overlap another's work; the same option as DeaMoE's.
@@ -19,6 +20,7 @@ import torch
 
 from deamoe.kernels.align import AlignSpec, align
 from deamoe.kernels.fp8 import check_qout_reads
+from deamoe.kernels.fp8_absmax import AbsmaxRows
 from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
 from deamoe.kernels.grouped_gemm import (
@@ -63,7 +65,7 @@ class MoETiles:
         """The most shared memory one of the layer's GEMMs needs on these tiles
         (GemmSpec.shared_memory; fp8: the Fp8Format of FP8 weights)."""
         return max(W13.on(self.w13).shared_memory(self.block_m, itemsize, fp8),
-                   W2.on(self.w2).shared_memory(self.block_m, itemsize, fp8))
+                   W2.on(self.w2).shared_memory(self.block_m, itemsize, fp8, self.w13.qscale))
 
 
 def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles()):
@@ -79,10 +81,11 @@ def fused_moe_stages(x, gate, up, down, ids, weights, tiles: MoETiles = MoETiles
     weights = weights.contiguous()
     hidden = gemm_output(ids.numel(), f, x, tiles.w13, gate)  # e4m3 where w13 is '-qo'
     acc, out = layer_output(x, out_bf16=tiles.out_bf16)
+    zero = (acc, hidden.absmax) if isinstance(hidden, AbsmaxRows) else acc
     al = []
 
-    def do_align():  # also zeroes `out`, the atomic accumulator of w2
-        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=acc)
+    def do_align():  # also zeroes `out`, the atomic accumulator of w2 (and w13's absmax slots)
+        al[:] = align(ids, AlignSpec(n_groups=E, block_m=tiles.block_m), zero=zero)
 
     # each GEMM once; `groups` restricts it to some experts
     w13_spec, w2_spec = W13.on(tiles.w13), W2.on(tiles.w2)

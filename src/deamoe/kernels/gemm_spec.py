@@ -40,7 +40,8 @@ class GemmSpec:
         if self.act not in ACTS:
             raise ValueError(f"grouped_gemm: act={self.act!r} is not one of {', '.join(ACTS)}")
 
-    def shared_memory(self, block_m: int, itemsize: int = 2, fp8=None) -> int:
+    def shared_memory(self, block_m: int, itemsize: int = 2, fp8=None,
+                      a_absmax: bool = False) -> int:
         """A lower bound of the shared memory (bytes) Triton gives this GEMM's kernel at BLOCK_M
         rows, from the tile alone, before compiling: a tile set over the device's limit by this
         count cannot compile, so the search skips it without losing one that would.
@@ -54,7 +55,13 @@ class GemmSpec:
         FP8 weights (`fp8`, an Fp8Format) are e4m3 (1 byte); A stays bf16 in shared memory.
         w8a8 quantises A in the main loop: one more copy of the weights under wgmma, and one of
         the quantised A (e4m3 under wgmma, bf16-wide without); with A quantised before the launch
-        (the tile's preq) every tile is e4m3 and bf16's rule holds at 1 byte.  Weight-only: one more copy of A
+        (the tile's preq) every tile is e4m3 and bf16's rule holds at 1 byte.  `a_absmax`: A is
+        the output of a '-qs' GEMM (stored with its absmax, quantised in the main loop with it,
+        whatever this tile's preq): its bf16 copies, the weights' as on the main loop's
+        quantiser, the quantised A only where it is swapped wgmma's B (without a reduction it
+        stays in registers otherwise), and the pipelined copies of its rows' absmax (4 bytes a
+        row); unpipelined (one stage) one weight tile, a bound (Triton 3.9 on the CPU: every
+        count within 1080 B above the estimate at 2-5 stages).  Weight-only: one more copy of A
         under wgmma, and, with the weights on wgmma's B side (not swapped), one weight tile
         widened to bf16.  Counted against Triton 3.6's own figure for sm_90 (`bench smem-check`
         on the H200, and the same compile on the CPU: tests/kernels/test_gemm_smem.py) at every
@@ -68,9 +75,15 @@ class GemmSpec:
         if fp8 is None:
             copies += wgmma and t.num_stages > 1
             return t.block_k * copies * (a_rows + w_rows) * itemsize
+        if fp8.activations == "fp8" and a_absmax:  # A from a '-qs' GEMM: bf16 in, e4m3 out
+            if t.num_stages == 1:
+                return t.block_k * t.block_n
+            quantised_a = block_m if wgmma and t.swap else 0
+            return (t.block_k * (copies * 2 * a_rows + (copies + wgmma) * w_rows + quantised_a)
+                    + 4 * copies * a_rows)
         if fp8.activations == "fp8" and t.preq:  # A quantised before: all e4m3, as bf16's rule
             return t.block_k * (copies + (wgmma and t.num_stages > 1)) * (a_rows + w_rows)
-        if fp8.activations == "fp8":  # w8a8
+        if fp8.activations == "fp8":  # w8a8, A quantised in the main loop
             quantised_a = block_m * (1 if wgmma else 2)
             return t.block_k * (copies * 2 * a_rows + quantised_a + (copies + wgmma) * w_rows)
         widened = 2 * t.block_n if wgmma and not t.swap else 0  # wgmma's B, e4m3 -> bf16

@@ -25,7 +25,8 @@ past the device-side num_blocks exit at once: the grid never depends on the rout
 sync.
 Weights are [G, N, K] row-major (nn.Linear layout, K contiguous), bf16 or block-scaled FP8
 (deamoe.kernels.fp8; the scales applied per K block in the main loop: kernels.fp8_mma; w8a8
-activations quantised there too, or before the launch with the tile's preq: kernels.fp8_quant).  A
+activations quantised there too, or before the launch with the tile's preq: kernels.fp8_quant,
+or with the absmax the GEMM before stored beside its output, '-qs': kernels.fp8_absmax).  A
 launch is described by one `GemmSpec` (kernels.gemm_spec: row modes, epilogue, accumulation and
 the searched TileConfig); each layer names its GEMMs' specs once and launches them on the tiles
 of its MoETiles / DeaMoETiles.
@@ -40,6 +41,7 @@ import triton.language as tl
 from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
 from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
+from deamoe.kernels.fp8_absmax import AbsmaxRows, absmax_operands, store_absmax
 from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma, store_quantised
 from deamoe.kernels.fp8_quant import QuantisedRows, gemm_operands
 from deamoe.kernels.gemm_spec import (  # noqa: F401  (the layers' names for them)
@@ -148,6 +150,7 @@ def grouped_gemm_kernel(
     B_DESC: tl.constexpr, SWAP_AB: tl.constexpr, N_FASTEST: tl.constexpr,
     W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     A_PREQ: tl.constexpr, A_GROUP: tl.constexpr, C_FP8: tl.constexpr, C_FROM_BF16: tl.constexpr,
+    A_ABSMAX: tl.constexpr, C_ABSMAX: tl.constexpr, C_GROUP: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -186,8 +189,9 @@ def grouped_gemm_kernel(
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
         s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
-    if A_PREQ:  # A quantised before the launch (e4m3): its rows' scales, one per A_GROUP columns
-        as_ptrs = as_ptr + a_rows * stride_as  # (BLOCK_K | A_GROUP: one scale per row per step)
+    if A_PREQ or A_ABSMAX:  # A quantised before the launch (e4m3): its rows' scales, one per
+        # A_GROUP columns; or A as stored with its rows' absmax per A_GROUP columns ('-qs')
+        as_ptrs = as_ptr + a_rows * stride_as  # (BLOCK_K | A_GROUP: one per row per step)
     for k0 in range(0, K, BLOCK_K):
         if EVEN_K:
             a_mask = row_ok[:, None]
@@ -204,6 +208,8 @@ def grouped_gemm_kernel(
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if A_PREQ:
             a, a_s = prequantised_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
+        elif A_ABSMAX:
+            a, a_s = absmax_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
         elif W_FP8:
             a, a_s = fp8_operands(a, A_FP8, DOT_F32)
         if W_FP8:
@@ -221,6 +227,9 @@ def grouped_gemm_kernel(
                 if A_PREQ:
                     au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
                                                      row_ok, DOT_F32)
+                elif A_ABSMAX:
+                    au, au_s = absmax_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
+                                               row_ok, DOT_F32)
                 elif W_FP8:
                     au, au_s = fp8_operands(au, A_FP8, DOT_F32)
             else:
@@ -262,9 +271,18 @@ def grouped_gemm_kernel(
     elif ATOMIC:
         tl.atomic_add(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask, sem="relaxed")
     else:
-        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
+        stored = acc.to(c_ptr.dtype.element_ty)
+        tl.store(c_ptrs, stored, mask=c_mask)
+        if C_ABSMAX:  # and each row's max |stored value| per C_GROUP columns ('-qs')
+            slots = cs_ptr + c_rows * stride_cs
+            store_absmax(stored, slots, pid_n * BLOCK_N, N - pid_n * BLOCK_N, c_mask, row_ok,
+                         BLOCK_M, BLOCK_N, C_GROUP)
         if EPI == 2:
-            tl.store(c_ptrs + c_up_off, acc_u.to(c_ptr.dtype.element_ty), mask=c_mask)
+            stored_u = acc_u.to(c_ptr.dtype.element_ty)
+            tl.store(c_ptrs + c_up_off, stored_u, mask=c_mask)
+            if C_ABSMAX:
+                store_absmax(stored_u, slots, c_up_off + pid_n * BLOCK_N, N - pid_n * BLOCK_N,
+                             c_mask, row_ok, BLOCK_M, BLOCK_N, C_GROUP)
 
 
 def _weight_desc(w: torch.Tensor, tile: TileConfig):
@@ -277,9 +295,9 @@ def _weight_desc(w: torch.Tensor, tile: TileConfig):
 
 
 def grouped_gemm(
-    a: torch.Tensor | QuantisedRows,
+    a: torch.Tensor | QuantisedRows | AbsmaxRows,
     bg: torch.Tensor | Fp8Weight,
-    c: torch.Tensor | QuantisedRows,
+    c: torch.Tensor | QuantisedRows | AbsmaxRows,
     al: Alignment,
     ids: torch.Tensor,
     spec: GemmSpec,
@@ -297,21 +315,25 @@ def grouped_gemm(
     (WEIGHTED).  groups=(lo, hi): only the blocks of groups lo..hi-1 are computed (the rest exit
     at once).  a / c may be QuantisedRows (w8a8; `fp8_quant.gemm_output` makes them): A arrives, or C
     leaves, as e4m3 with one scale per row and group of the writing tile's BLOCK_N columns (its
-    qout; fp8_quant.gemm_operands says which tiles can read or write them).
+    qout; fp8_quant.gemm_operands says which tiles can read or write them), or AbsmaxRows: A
+    arrives, or C leaves, as stored, with each row's absmax per group of the weights' block_k
+    (the writing tile's qscale; A then quantised in the main loop with it: fp8_absmax; the
+    slots its `zero` names zeroed first by this launch's quantiser of A).
     warmup: compile for these arguments without launching and return Triton's compiled kernel
     (its metadata.shared is the shared memory the kernel needs: `bench smem-check`)."""
     G, N, K = bg.shape
     tile = spec.tile
     fp8 = gemm_weights_fp8(bg, bu)
     qg, qu = (bg.q, bu.q if bu is not None else None) if fp8 else (bg, bu)
-    rows = (t.q if isinstance(t, QuantisedRows) else t for t in (a, c))
+    rows = (t.q if isinstance(t, QuantisedRows) else t.rows if isinstance(t, AbsmaxRows) else t
+            for t in (a, c))
     if qg.stride(2) != 1 or any(t.stride(-1) != 1 for t in rows):
         raise ValueError("grouped_gemm: the last dimension of a, b and c must be contiguous")
     if (spec.epi != EPI_ACT) != (bu is not None):
         raise ValueError("grouped_gemm: gated epilogues need bu, EPI_ACT must not get one")
     if qu is not None and (qu.shape != qg.shape or qu.stride() != qg.stride()):
         raise ValueError("grouped_gemm: bu must have bg's shape and strides")
-    if spec.atomic and (isinstance(c, QuantisedRows) or c.dtype not in (torch.float32, torch.bfloat16)):
+    if spec.atomic and (isinstance(c, (QuantisedRows, AbsmaxRows)) or c.dtype not in (torch.float32, torch.bfloat16)):
         raise ValueError("grouped_gemm: atomic accumulation needs a float32 (or bfloat16) output")
     grid = (al.max_blocks * triton.cdiv(N, tile.block_n),)
     b_gate, b_up = qg, qg if qu is None else qu
@@ -343,8 +365,9 @@ def grouped_gemm(
         B_DESC=tile.tma, SWAP_AB=tile.swap, N_FASTEST=tile.nfast,
         W_FP8=fp8, A_FP8=fp8 and fmt.activations == "fp8",
         GROUP_N=fmt.block_n if fp8 else 1, GROUP_K=fmt.block_k if fp8 else 1,
-        A_PREQ=ops.a_scale is not None, A_GROUP=ops.a_group,
-        C_FP8=ops.c_scale is not None, C_FROM_BF16=ops.c_from_bf16,
+        A_PREQ=ops.a_scale is not None and not ops.a_absmax, A_GROUP=ops.a_group,
+        C_FP8=ops.c_scale is not None and not ops.c_absmax, C_FROM_BF16=ops.c_from_bf16,
+        A_ABSMAX=ops.a_absmax, C_ABSMAX=ops.c_absmax, C_GROUP=ops.c_group,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c

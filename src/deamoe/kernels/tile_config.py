@@ -41,25 +41,37 @@ class TileConfig:
     # which must divide the weights' block_k: n128 makes vLLM's 128-column groups, n64 finer
     # ones (so a 64-column tile needs no quantiser launch after it), read on K steps of <= 64
     qout: bool = False
+    # qscale: with w8a8 FP8 weights, this GEMM stores its output as it is (the activations'
+    # dtype) and its epilogue also gathers each row's max |value| per group of the weights'
+    # block_k columns (atomic max into a float32 buffer, so any BLOCK_N: a power of two divides
+    # the group or is a multiple of it); the next GEMM quantises its A tile in registers with
+    # that scale: no quantiser launch between them, no reduction in the reader, K steps of one
+    # group as on '-pq'.  The same numbers as quantising the stored output in a launch.  Only
+    # where the output is stored, not summed (the up-projections); not with qout
+    qscale: bool = False
 
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
         return (text + ("-tma" if self.tma else "") + ("-swap" if self.swap else "")
                 + ("-pq" if self.preq else "") + ("-qo" if self.qout else "")
-                + ("-nf" if self.nfast else ""))
+                + ("-qs" if self.qscale else "") + ("-nf" if self.nfast else ""))
 
     @classmethod
     def parse(cls, text: str) -> "TileConfig":
         """'n64-k128-w4-s4' -> TileConfig(64, 128, 4, 4); '-tma' appended: TMA weight loads;
         '-swap' appended (after -tma if both): the swapped orientation; '-pq' next: A quantised
-        before the GEMM (w8a8); '-qo' next: the output stored quantised (w8a8); '-nf' last: N
-        tiles fastest in the grid."""
+        before the GEMM (w8a8); '-qo' next: the output stored quantised (w8a8), or '-qs' in its
+        place: the output stored with its absmax per row and group (w8a8); '-nf' last: N tiles
+        fastest in the grid."""
         try:
             words = text.split("-")
             flags = [w for w in words[4:]]
             nfast = flags[-1:] == ["nf"]
             if nfast:
+                flags = flags[:-1]
+            qscale = flags[-1:] == ["qs"]
+            if qscale:
                 flags = flags[:-1]
             qout = flags[-1:] == ["qo"]
             if qout:
@@ -70,13 +82,14 @@ class TileConfig:
             if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
             parts = {p[0]: int(p[1:]) for p in words[:4]}
-            if set(parts) != set("nkws"):
+            if set(parts) != set("nkws") or (qout and qscale):
                 raise KeyError
             return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, nfast, preq, qout)
+                       "swap" in flags, nfast, preq, qout, qscale)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
-                             "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf)") from None
+                             "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf; "
+                             "-qs in -qo's place)") from None
 
 
 BLOCK_M_VALUES = (16, 32, 64, 128, 256)  # rows per padded block: a power of two (tl.arange), >= 16 (tl.dot)
