@@ -31,8 +31,10 @@ while [ $# -gt 0 ]; do
     targets+=("$1"); shift
 done
 [ $stage = 1 ] || [ ${#targets[@]} -gt 0 ] || { echo "gpu_run: name at least one target (or --stage)" >&2; exit 2; }
-[[ "${GPU_RUN_LIMIT:-0}" =~ ^[0-9]+$ ]] || {
-    echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds (0: no limit)" >&2; exit 2; }
+# at most 9 digits: bash's test cannot compare a longer number, and the limit would be dropped
+[[ "${GPU_RUN_LIMIT:-0}" =~ ^[0-9]{1,9}$ ]] || {
+    echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds below 10^9 (0: no limit)" >&2
+    exit 2; }
 [[ "${GPU_MPS:-1}" =~ ^[01]$ ]] || { echo "gpu_run: GPU_MPS='$GPU_MPS' must be 0 or 1" >&2; exit 2; }
 source scripts/gpu_site.sh
 # no user file replaced, checked before any work (--stage writes nothing there)

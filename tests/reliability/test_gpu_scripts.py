@@ -73,8 +73,12 @@ def test_h200_microbench_exits_with_its_commands_status(sh, tmp_path):
     assert (out / "status.json").is_file()
 
 
-@pytest.mark.parametrize("env, names", [({"GPU_RUN_LIMIT": "1h"}, ["GPU_RUN_LIMIT", "'1h'"]),
-                                        ({"GPU_MPS": "on"}, ["GPU_MPS", "'on'"])])
+@pytest.mark.parametrize("env, names", [
+    ({"GPU_RUN_LIMIT": "1h"}, ["GPU_RUN_LIMIT", "'1h'"]),
+    # more digits than bash's test compares: the limit was dropped and the run went on unbounded
+    ({"GPU_RUN_LIMIT": "99999999999999999999"}, ["GPU_RUN_LIMIT", "below 10^9"]),
+    ({"GPU_MPS": "on"}, ["GPU_MPS", "'on'"]),
+])
 def test_gpu_run_names_a_bad_variable(sh, tmp_path, env, names):
     _one_line(*sh("gpu_run.sh", tmp_path / "o", "all", **env), *names)
     assert not (tmp_path / "o").exists()
