@@ -21,8 +21,10 @@
 # OUT_DIR/logs.tar.gz, whether or not snakemake succeeded.  results/ (token shards, checkpoints,
 # resume states) stays on the machine: a call within 30 s of the last continues its runs.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/gpu_site.sh"
 out=${1:?usage: gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- snakemake args] | gpu_run.sh OUT_DIR --stage}
+out=$(gpu_abspath "$out")   # the caller's folder: the script runs in the repository root
+cd "$(dirname "$0")/.."
 shift
 targets=(); extra=(); stage=0
 while [ $# -gt 0 ]; do
@@ -36,7 +38,6 @@ done
     echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds below 10^9 (0: no limit)" >&2
     exit 2; }
 [[ "${GPU_MPS:-1}" =~ ^[01]$ ]] || { echo "gpu_run: GPU_MPS='$GPU_MPS' must be 0 or 1" >&2; exit 2; }
-source scripts/gpu_site.sh
 # no user file replaced, checked before any work (--stage writes nothing there)
 [ $stage = 1 ] || gpu_claim "$out" results.tar.gz logs.tar.gz || exit 2
 start=$(date +%s)

@@ -6,6 +6,11 @@
 # gpu_claim DIR NAME...: before any work, the files DIR/NAME a script writes itself (logs,
 # archives) are claimed as deamoe's outputs (deamoe.io: DIR no link, no file, no folder of user
 # files; an existing DIR/NAME only one deamoe wrote); returns 2 with one line on stderr if not.
+# gpu_abspath PATH: PATH made absolute against the working directory (a script that then changes
+# to the repository root keeps the caller's relative paths meaning what they meant).
+gpu_abspath() {
+    case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
+}
 gpu_claim() {
     PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src${PYTHONPATH:+:$PYTHONPATH}" python3 -c '
 import sys

@@ -25,8 +25,13 @@ for flag in CHECK TRACE; do
 done
 [[ "${T_MB:-560}" =~ ^[1-9][0-9]*$ ]] || {
     echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1" >&2; exit 2; }
-OUT=${OUT:-results/h200_microbench}
 source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
+# paths given are the caller's; the script runs in the repository root (.whl, src/, the default config)
+for var in OUT CONFIG TILES_FROM; do
+    [ -z "${!var:-}" ] || printf -v "$var" '%s' "$(gpu_abspath "${!var}")"
+done
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/h200_microbench}
 gpu_claim "$OUT" log.txt || exit 2   # a log this script wrote, in no folder of user files
 gpu_site || exit 1
 export PYTHONUNBUFFERED=1 TQDM_DISABLE=1

@@ -16,8 +16,8 @@ from cli_battery import tree
 
 @pytest.fixture
 def sh(tmp_path, make_workdir):
-    """sh(script, *args, **env) -> (exit status, stderr) of bash scripts/SCRIPT, python3 on PATH
-    being this interpreter."""
+    """sh(script, *args, cwd=checkout, **env) -> (exit status, stderr) of bash scripts/SCRIPT run
+    in `cwd` (default: the checkout's root), python3 on PATH being this interpreter."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     # a script that got past its checks must not start the workflow in the repository
@@ -29,8 +29,8 @@ def sh(tmp_path, make_workdir):
     # a linked checkout without the developer's device assets (wheels there are for its Python)
     checkout = make_workdir(tmp_path / "checkout")
 
-    def run(script, *args, **env):
-        done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=checkout,
+    def run(script, *args, cwd=checkout, **env):
+        done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=cwd,
                               capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
         return done.returncode, done.stderr
@@ -95,3 +95,18 @@ def test_gpu_run_keeps_a_users_files_where_it_writes_its_archives(sh, tmp_path, 
     before = tree(tmp_path)
     _one_line(*sh("gpu_run.sh", out, "all"), str(out))
     assert tree(tmp_path) == before
+
+
+def test_relative_paths_are_the_callers_when_run_from_another_folder(sh, tmp_path):
+    """The scripts run in the repository root: OUT=o from another folder wrote the archives into
+    the checkout (gpu_run.sh), and h200_microbench.sh read its default config and src/ from the
+    caller's folder ("config file scripts/h200_tables.yaml does not exist")."""
+    elsewhere = tmp_path / "my folder"  # a space in it too
+    elsewhere.mkdir()
+    checkout = tmp_path / "checkout"
+    sh("gpu_run.sh", "o", "all", cwd=elsewhere)
+    assert (elsewhere / "o" / "results.tar.gz").is_file() and not (checkout / "o").exists()
+    status, err = sh("h200_microbench.sh", cwd=elsewhere, OUT="mb", DEAMOE_GIT_SHA="abc1234")
+    log = (elsewhere / "mb" / "log.txt").read_text()
+    assert status == 0 and (elsewhere / "mb" / "status.json").is_file(), log
+    assert not (checkout / "mb").exists()
