@@ -22,7 +22,19 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
     exit 1
 fi
-if [ ! -x "$VENV/bin/python" ]; then
+# the lock file pins packages built for Python 3.11: another version fails minutes into the
+# install, and a .venv made with it would be kept by every later run
+minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "no Python"; }
+if [ -x "$VENV/bin/python" ]; then
+    have=$(minor "$VENV/bin/python")
+    [ "$have" = 3.11 ] || {
+        echo "setup: $VENV holds Python $have, not 3.11; move it away (this script does not remove it) and run again" >&2
+        exit 1; }
+else
+    have=$(minor "$PYTHON")
+    [ "$have" = 3.11 ] || {
+        echo "setup: PYTHON=$PYTHON is Python $have, not 3.11; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+        exit 1; }
     echo "setup: creating $VENV with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$VENV"
 fi

@@ -55,6 +55,14 @@ def assert_one_line_error(status: int, err: str, *names: str) -> None:
         assert str(name) in lines[0], (name, lines[0])
 
 
+def assert_one_line_failure(status: int, err: str, *names: str) -> None:
+    """A script's refusal: a nonzero exit status, one line on stderr naming every one of `names`."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert status != 0 and len(lines) == 1, err
+    for name in names:
+        assert name in lines[0], (name, err)
+
+
 def write_config(path: Path, **sections) -> Path:
     """config.yaml (the tiny default) with `sections` merged over it, key by key."""
     doc = yaml.safe_load((REPO / "config.yaml").read_text())

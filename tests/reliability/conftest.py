@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -69,3 +72,28 @@ def shards(tmp_path_factory) -> Path:
     config = train_config(root / "c.yaml", root)
     assert main(["data", "--config", str(config), "--out", str(root / "data")]) == 0
     return root
+
+
+@pytest.fixture
+def sh(tmp_path, make_workdir):
+    """sh(script, *args, cwd=checkout, **env) -> (exit status, stderr) of bash scripts/SCRIPT run
+    in `cwd` (default: the checkout's root), python3 on PATH being this interpreter (the scripts call
+    it by that name), less Snakemake."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # a script that got past its checks must not start the workflow in the repository
+    (bin_dir / "python3").write_text('#!/bin/sh\n[ "$1 $2" != "-m snakemake" ] || { echo "python3 -m '
+                                     'snakemake: not run by this test" >&2; exit 99; }\n'
+                                     f'exec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+
+    # a linked checkout without the developer's device assets (wheels there are for its Python)
+    checkout = make_workdir(tmp_path / "checkout")
+
+    def run(script, *args, cwd=checkout, **env):
+        done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=cwd,
+                              capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+        return done.returncode, done.stderr
+
+    return run

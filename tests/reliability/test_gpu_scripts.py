@@ -1,48 +1,13 @@
 """The GPU scripts' argument handling, run on the CPU: a bad environment variable is one line
 and a nonzero exit before any work, a file of the user's where a script writes its log or its
 archives is refused and left as it was, and a failing command is the script's exit status.
-`python3` is this interpreter (the scripts call it by that name), less Snakemake."""
+(`sh`, the scripts' runner: conftest.py.)"""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from cli_battery import tree
-
-
-@pytest.fixture
-def sh(tmp_path, make_workdir):
-    """sh(script, *args, cwd=checkout, **env) -> (exit status, stderr) of bash scripts/SCRIPT run
-    in `cwd` (default: the checkout's root), python3 on PATH being this interpreter."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # a script that got past its checks must not start the workflow in the repository
-    (bin_dir / "python3").write_text('#!/bin/sh\n[ "$1 $2" != "-m snakemake" ] || { echo "python3 -m '
-                                     'snakemake: not run by this test" >&2; exit 99; }\n'
-                                     f'exec "{sys.executable}" "$@"\n')
-    (bin_dir / "python3").chmod(0o755)
-
-    # a linked checkout without the developer's device assets (wheels there are for its Python)
-    checkout = make_workdir(tmp_path / "checkout")
-
-    def run(script, *args, cwd=checkout, **env):
-        done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=cwd,
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
-        return done.returncode, done.stderr
-
-    return run
-
-
-def _one_line(status, err, *names):
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert status != 0 and len(lines) == 1, err
-    for name in names:
-        assert name in lines[0], (name, err)
+from cli_battery import assert_one_line_failure, tree
 
 
 @pytest.mark.parametrize("env, names", [
@@ -51,7 +16,7 @@ def _one_line(status, err, *names):
     ({"DEAMOE_GIT_SHA": "abc1234", "T_MB": "-5"}, ["T_MB", "'-5'"]),
 ])
 def test_h200_microbench_names_a_bad_variable(sh, tmp_path, env, names):
-    _one_line(*sh("h200_microbench.sh", OUT=str(tmp_path / "o"), **env), *names)
+    assert_one_line_failure(*sh("h200_microbench.sh", OUT=str(tmp_path / "o"), **env), *names)
     assert not (tmp_path / "o").exists()
 
 
@@ -59,7 +24,7 @@ def test_h200_microbench_keeps_a_users_log(sh, tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "log.txt").write_text("mine")
     before = tree(tmp_path / "o")
-    _one_line(*sh("h200_microbench.sh", OUT=str(tmp_path / "o"), DEAMOE_GIT_SHA="abc1234"), "log.txt")
+    assert_one_line_failure(*sh("h200_microbench.sh", OUT=str(tmp_path / "o"), DEAMOE_GIT_SHA="abc1234"), "log.txt")
     assert tree(tmp_path / "o") == before
 
 
@@ -80,7 +45,7 @@ def test_h200_microbench_exits_with_its_commands_status(sh, tmp_path):
     ({"GPU_MPS": "on"}, ["GPU_MPS", "'on'"]),
 ])
 def test_gpu_run_names_a_bad_variable(sh, tmp_path, env, names):
-    _one_line(*sh("gpu_run.sh", tmp_path / "o", "all", **env), *names)
+    assert_one_line_failure(*sh("gpu_run.sh", tmp_path / "o", "all", **env), *names)
     assert not (tmp_path / "o").exists()
 
 
@@ -93,7 +58,7 @@ def test_gpu_run_keeps_a_users_files_where_it_writes_its_archives(sh, tmp_path, 
     else:
         out.write_text("mine")  # a file where the folder goes
     before = tree(tmp_path)
-    _one_line(*sh("gpu_run.sh", out, "all"), str(out))
+    assert_one_line_failure(*sh("gpu_run.sh", out, "all"), str(out))
     assert tree(tmp_path) == before
 
 
