@@ -40,6 +40,15 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def parse_known_args(self, args=None, namespace=None):
+        # A command's parser (one without subcommands) names an argument it does not take
+        # itself, pointing at its own --help: argparse hands the leftovers up to the top-level
+        # parser, whose message sent the user to the list of commands.
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras and self._subparsers is None:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
     def _get_values(self, action, arg_strings):
         # An empty value (an unset shell variable) would read as the working folder, as "no
         # filter" or as the defaults; no argument of any command means anything by it (one with

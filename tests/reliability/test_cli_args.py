@@ -80,6 +80,10 @@ CASES = [
     (["data", "--config", "c.yaml", "--out", "c.yaml"], ["c.yaml"]),
     # the command line itself
     (["no-such-command"], ["no-such-command"]),
+    # a flag the command does not take: named by the command, whose --help lists its flags
+    (["table1", "--out", "t.csv", "--colour", "red"],
+     ["deamoe table1: error: unrecognized arguments: --colour red", "deamoe table1 --help"]),
+    (["bench", "import", "d", "--to", "x"], ["deamoe bench import: error", "--to x", "deamoe bench import --help"]),
     ([], ["required"]),
 ]
 
