@@ -4,6 +4,11 @@ The CLI turns a DeaMoEError into a single line on stderr and exit status 2, so e
 must name the key, file, row or device at fault.
 """
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
 
 class DeaMoEError(Exception):
     """Bad input that a user can fix; the message is one line naming what is wrong."""
@@ -28,3 +33,14 @@ def run_reporting(command, *args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """Why `path`, which is no regular file, cannot be read as one: a folder, a pipe or device
+    (which exists: "no such file" sent the user looking for a typo), a link to nothing, or nothing."""
+    path = Path(path)
+    if path.is_dir():
+        return "a folder, not a file"
+    if path.exists():
+        return "not a regular file (a device, pipe or socket)"
+    return f"a link to {os.readlink(path)}, which does not exist" if path.is_symlink() else "no such file"

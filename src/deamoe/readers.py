@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from deamoe.errors import ConfigError, DataError
+from deamoe.errors import ConfigError, DataError, not_a_file
 
 # --- text files -----------------------------------------------------------------------------
 
@@ -120,7 +120,7 @@ def load_json(text: str, where: str):
 def _text(path: Path, what: str) -> str:
     """The UTF-8 text of a file that exists and holds something (read_text names a bad byte)."""
     if not path.is_file():
-        raise DataError(f"{path}: {'a folder, not a file' if path.is_dir() else 'no such file'} ({what})")
+        raise DataError(f"{path}: {not_a_file(path)} ({what})")
     text = read_text(path)
     if not text.strip():
         raise DataError(f"{path}: empty file, not a {what}")

@@ -259,9 +259,9 @@ def test_previous_pick_is_always_a_finalist(tmp_path):
     both = prior_picks([str(path), str(old)], "M", "baseline")
     assert both[16] == [{"w13": b, "w2": a, "block_m": 16}, {"w13": a, "w2": a, "block_m": 16}]
     assert len(both[64]) == 1  # the same pick in both tables once
-    with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
+    with pytest.raises(ConfigError, match="prior_picks: 'nope.csv': no such file"):
         MicrobenchSettings(prior_picks="nope.csv")
-    with pytest.raises(ConfigError, match="prior_picks: no such file 'nope.csv'"):
+    with pytest.raises(ConfigError, match="prior_picks: 'nope.csv': no such file"):
         MicrobenchSettings(prior_picks=[str(path), "nope.csv"])
     with pytest.raises(ConfigError, match="prior_picks: 3: must be a path"):
         MicrobenchSettings(prior_picks=3)

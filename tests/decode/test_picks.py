@@ -104,7 +104,7 @@ def test_regenerating_the_packaged_picks_from_a_bad_table_is_one_line(tmp_path, 
     assert main([str(tmp_path / "no.csv")]) == 2
     err = capsys.readouterr().err.splitlines()
     assert err == [f"error: {tmp_path / 't.csv'}: empty file, not a microbench.csv (tile picks)",
-                   f"error: tile picks: no such table {tmp_path / 'no.csv'}"]
+                   f"error: tile picks: {tmp_path / 'no.csv'}: no such file"]
     assert PACKAGED.read_bytes() == before
 
 

@@ -119,7 +119,7 @@ def test_invalid_json_and_missing_file(tmp_path):
     with pytest.raises(DataError, match=r"piqa.jsonl.gz:2: not valid JSON"):
         task_docs("piqa", d)
     (d / "boolq.jsonl.gz").unlink()
-    with pytest.raises(DataError, match=r"boolq.jsonl.gz: evaluation data file not found"):
+    with pytest.raises(DataError, match=r"boolq.jsonl.gz: no such file \(an evaluation data file"):
         task_docs("boolq", d)
 
 

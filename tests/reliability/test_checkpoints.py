@@ -177,4 +177,4 @@ def test_a_missing_evaluation_file_is_named_before_the_checkpoint_loads(work, fa
     (work / "empty").mkdir()
     helpers.write_config(work / "c.yaml", eval={"data_dir": "empty"})
     failing(["eval", "--config", "c.yaml", "--checkpoint", checkpoint, "--model", "deamoe", "--out", "e"],
-            "empty/", "evaluation data file not found")
+            "empty/", "no such file (an evaluation data file")

@@ -170,3 +170,36 @@ def test_a_yaml_merge_key_is_read_as_yaml_reads_it():
     assert load_yaml(text, "c.yaml")["sizes"]["smallrms"] == {"hidden_size": 256, "lr": 0.002}
     with pytest.raises(ConfigError, match=r"c.yaml:6: key 'lr' is given twice \(also on line 5\)"):
         load_yaml(text + "    lr: 0.001\n", "c.yaml")
+
+
+@pytest.mark.timeout(60)  # a read of a pipe would wait for a writer
+@pytest.mark.parametrize("argv", [
+    ["pretrain", "--config", "c.yaml", "--runs", "runs", "--size", "tiny", "--out", "t.csv", "--keep", "{}"],
+    ["microbench", "--config", "c.yaml", "--out", "mb", "--tiles-from", "{}"],
+    ["bench", "peer", "run", "o", "DeepSeek-V3:16", "--table", "{}"],
+    ["eval-data", "--config", "e.yaml"],
+    ["data", "--config", "d.yaml", "--out", "d"],
+    ["microbench", "--config", "m.yaml", "--out", "mb"],
+])
+def test_a_pipe_or_a_dangling_link_where_a_file_is_read_is_named_as_such(work, capsys, argv):
+    """Both exist as names: "no such file" / "not found" / "only a folder" sent the user looking
+    for a typo.  (Not `failing`: its tree of the folder would read the pipe.)"""
+    import os
+    import shutil
+
+    from cli_battery import assert_one_line_error, run_cli
+
+    (work / "runs").mkdir()
+    shutil.copytree(REPO / "data" / "eval", work / "ev")
+    for name, says in (("p.csv", "not a regular file (a device, pipe or socket)"),
+                       ("l.csv", "which does not exist")):
+        os.mkfifo(work / name) if name == "p.csv" else (work / name).symlink_to("moved.csv")
+        (work / "ev" / "ptb_test.txt.gz").unlink()
+        (work / "ev" / "ptb_test.txt.gz").symlink_to(f"../{name}")
+        write_config(work / "c.yaml")
+        write_config(work / "e.yaml", eval={"data_dir": "ev", "tasks": ["ptb"]})
+        write_config(work / "d.yaml", data={"source": "files", "files": [name]})
+        write_config(work / "m.yaml", microbench={"prior_picks": name})
+        status, err = run_cli([a.format(name) for a in argv], capsys)
+        assert_one_line_error(status, err, "ptb_test.txt.gz" if argv[0] == "eval-data" else name, says)
+        (work / name).unlink()

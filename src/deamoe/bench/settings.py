@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deamoe.errors import ConfigError
+from deamoe.errors import ConfigError, not_a_file
 from deamoe.shapes import table1_row
 
 
@@ -149,7 +149,7 @@ class MicrobenchSettings:
                               "a list of paths or ''")
         for path in paths:
             if path and not Path(path).is_file():
-                raise ConfigError(f"microbench.prior_picks: no such file {path!r} "
+                raise ConfigError(f"microbench.prior_picks: {path!r}: {not_a_file(path)} "
                                   "(set '' to search without the previous picks)")
         self.prior_picks = [p for p in paths if p]  # one form for the search: a list of tables
         if not isinstance(self.vllm_peer, bool):

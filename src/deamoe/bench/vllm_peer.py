@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 import deamoe.kernels  # noqa: F401  (sets TRITON_INTERPRET=1 without CUDA, before triton loads)
-from deamoe.errors import DeaMoEError
+from deamoe.errors import DeaMoEError, not_a_file
 
 
 class PeerError(DeaMoEError, RuntimeError):
@@ -115,7 +115,7 @@ def extract(to: Path) -> None:
 
 def load_peer(path: Path):
     if not path.is_file():
-        what = "a folder, not the kernel file" if path.is_dir() else "no such file"
+        what = "a folder, not the kernel file" if path.is_dir() else not_a_file(path)
         raise PeerError(f"{path}: {what} (run `python -m deamoe bench peer extract` "
                         "where vllm is installed, and carry it)")
     # loaded as Python source whatever its name ends in (a name without .py gives no spec)

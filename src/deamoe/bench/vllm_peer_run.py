@@ -38,6 +38,7 @@ import torch
 
 from deamoe.bench.vllm_peer import (PeerError, VllmMoE, assignment_like_vllm, config_name,
                                     load_peer)
+from deamoe.errors import not_a_file
 from deamoe.kernels.fp8 import is_fp8
 from deamoe.shapes import SHARED_SUFFIX, MoEShape
 
@@ -70,7 +71,7 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
     from deamoe.shapes import table1_row
 
     if not Path(table).is_file():
-        raise PeerError(f"--table: no such file {table}")
+        raise PeerError(f"--table: {table}: {not_a_file(table)}")
     df = read_table(table, TableSpec(("model", "batch", "baseline_tile"), finite=("batch",), key=POINT),
                     "microbench.csv")
     df = df[df["weight_dtype"] == precision] if "weight_dtype" in df else df

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from deamoe.errors import ConfigError
+from deamoe.errors import ConfigError, not_a_file
 
 TABLE = "reports/measured/h200/microbench.csv"
 # what `microbench` writes into its --out folder
@@ -401,7 +401,7 @@ def cmd_microbench(args: argparse.Namespace) -> int:
     tiles_from = Path(args.tiles_from) if args.tiles_from else None
     if tiles_from is not None and not tiles_from.is_file():
         raise ConfigError(f"--tiles-from: {tiles_from} is a folder; give the microbench.csv in it"
-                          if tiles_from.is_dir() else f"--tiles-from: no such file {tiles_from}")
+                          if tiles_from.is_dir() else f"--tiles-from: {tiles_from}: {not_a_file(tiles_from)}")
     if tiles_from is not None:  # its picks, read by the decode benchmark after the layers
         _picks(tiles_from)
     out = Path(args.out)

@@ -96,13 +96,13 @@ class TilePicks:
         """The picks of microbench.csv `path`; a DataError naming the file (missing, empty, not
         a UTF-8 CSV, lacking a column) or its line (a bad batch, model or knob set)."""
         from deamoe.decode.knobs import checked_tiles
-        from deamoe.errors import DataError, DeaMoEError
+        from deamoe.errors import DataError, DeaMoEError, not_a_file
         from deamoe.readers import POINT, TableSpec, read_table
         from deamoe.shapes import table1_row
 
         path = Path(path)
         if not path.is_file():
-            raise DataError(f"tile picks: no such table {path}")
+            raise DataError(f"tile picks: {path}: {not_a_file(path)}")
         spec = TableSpec(("model", "batch", *_COLUMN.values()), finite=("batch",), key=POINT, rows=True)
         rows = read_table(path, spec, "microbench.csv (tile picks)").to_dict("records")
         for line, r in enumerate(rows, start=2):

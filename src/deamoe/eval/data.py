@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from deamoe.errors import DataError
+from deamoe.errors import DataError, not_a_file
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def open_text(path: Path):
     from deamoe.readers import read_text
 
     if not path.is_file():
-        raise DataError(f"{path}: evaluation data file not found (expected in eval.data_dir)")
+        raise DataError(f"{path}: {not_a_file(path)} (an evaluation data file, expected in eval.data_dir)")
     return io.StringIO(read_text(path))
 
 

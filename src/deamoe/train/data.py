@@ -26,7 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
-from deamoe.errors import DataError
+from deamoe.errors import DataError, not_a_file
 from deamoe.io import atomic_dir, atomic_outputs, atomic_path
 from deamoe.readers import read_text
 from deamoe.train.settings import DataSettings
@@ -38,7 +38,7 @@ BUNDLED = REPO_ROOT / "data" / "corpus" / "gutenberg-slice.txt.gz"
 
 def _read(path: Path) -> str:
     if not path.is_file():
-        raise DataError(f"corpus file {path} does not exist")
+        raise DataError(f"corpus file {path}: {not_a_file(path)}")
     return read_text(path)
 
 
@@ -55,6 +55,9 @@ def corpus_files(patterns) -> list[Path]:
         if not hits:
             raise DataError(f"data.files entry {pattern!r} matches no file")
         files = [Path(h) for h in hits if Path(h).is_file()]
+        if not files and not all(Path(h).is_dir() for h in hits):  # a pipe or device
+            odd = next(h for h in hits if not Path(h).is_dir())
+            raise DataError(f"data.files entry {pattern!r} matches no regular file ({odd}: {not_a_file(odd)})")
         if not files:
             raise DataError(f"data.files entry {pattern!r} matches no regular file (only "
                             f"{'a folder' if len(hits) == 1 else 'folders'}: give a glob of its text "
