@@ -225,6 +225,26 @@ def test_a_target_the_config_does_not_define_is_one_line_before_any_job(snakemak
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 
 
+@pytest.mark.parametrize("args, line", [
+    (["results/analysis/table.csv"], "target: results/analysis/table.csv: no rule is named so or writes it"),
+    (["-R", "tabel1"], "target: --forcerun tabel1: no rule is named so or writes it"),
+    (["--until", "results/analysis"], "target: --until results/analysis: no rule is named so or writes it"),
+    # tab-completed: Snakemake matches no output by an absolute path
+    (["{workdir}/results/analysis/table1.csv"], "target: {workdir}/results/analysis/table1.csv: Snakemake "
+     "matches outputs by their relative path; give results/analysis/table1.csv"),
+])
+def test_a_target_that_no_rule_writes_is_one_line_before_any_job(snakemake, workdir, args, line):
+    """Snakemake's own "MissingRuleException: No rule to produce X (if you use input functions
+    make sure that they don't raise unexpected exceptions)" sent the user to input functions."""
+    proc = snakemake(workdir, "-n", "--cores", "1", *[a.format(workdir=workdir) for a in args])
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    assert _errors(proc) == [_errors(proc)[0]] and _errors(proc)[0].startswith(line.format(workdir=workdir)), \
+        proc.stderr
+    assert "Exception" not in proc.stdout + proc.stderr
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+    assert snakemake(workdir, "-n", "--cores", "1", "./results/analysis/table1.csv").returncode == 0
+
+
 @pytest.mark.parametrize("mine, named", [
     ("logs", "logs is a file where the folder of logs/analysis/table1.log (rule table1's log) goes"),
     ("results/config", "results/config is a file where the folder of results/config/resolved-"),

@@ -313,6 +313,41 @@ def _delete_only_ours(only_temp=False, dryrun=False):
 workflow.delete_output = _delete_only_ours
 
 
+def target_problems(wf):
+    """Each target, --forcerun/-R, --until or --omit-from value that names neither a rule nor a
+    path a rule writes, one line each (Snakemake's "No rule to produce X (if you use input
+    functions ...)" came after its banner); an absolute path of an output, which Snakemake does
+    not match against the rules' relative outputs, is named with the relative path to give."""
+    given = [(flag, item) for flag, items in (
+        ("", wf.dag_settings.targets), ("--forcerun ", wf.dag_settings.forcerun),
+        ("--until ", wf.dag_settings.until), ("--omit-from ", wf.dag_settings.omit_from))
+        for item in sorted(items or ()) if not wf.is_rule(item)]
+    problems = []
+    for flag, item in given:
+        path = os.path.relpath(item)  # as Snakemake takes a relative one
+        if not any(rule.is_producer(path) for rule in wf.rules):
+            problems.append(f"{flag}{item}: no rule is named so or writes it (`snakemake --list-rules` "
+                            "lists the rules; outputs are paths relative to the working directory, e.g. "
+                            "results/analysis/table1.csv)")
+        elif os.path.isabs(item):
+            problems.append(f"{flag}{item}: Snakemake matches outputs by their relative path; give {path}")
+    return problems
+
+
+_snakemake_prepare_dag = workflow._prepare_dag
+
+
+def _prepare_dag_of_known_targets(*args, **kwargs):
+    """Snakemake's DAG set-up, after the targets are checked (they are known only once the parse
+    is over): one line each before any job, the run stopped."""
+    if problems := target_problems(workflow):
+        config_stop(problems, prefix="target")
+    return _snakemake_prepare_dag(*args, **kwargs)
+
+
+workflow._prepare_dag = _prepare_dag_of_known_targets
+
+
 # Cheap joins of finished results and the report: they run where Snakemake runs (a SLURM login
 # node), not as cluster jobs.
 localrules:
