@@ -34,6 +34,12 @@ case "$set_name" in
     test) packages="snakemake lm_eval pytest" ;;
     *) echo "gpu_wheels: unknown wheel set '$set_name' (train, eval or test)" >&2; exit 2 ;;
 esac
+# checked before any download: the corpus is packed last, after minutes of it
+[[ "${GPU_CORPUS_BYTES:-0}" =~ ^[0-9]{1,15}$ ]] || {
+    echo "gpu_wheels: GPU_CORPUS_BYTES='$GPU_CORPUS_BYTES' must be a whole number of bytes (0: the whole corpus)" >&2
+    exit 2; }
+[[ "${GPU_WHEELS_ONLY:-0}" =~ ^[01]$ ]] || {
+    echo "gpu_wheels: GPU_WHEELS_ONLY='$GPU_WHEELS_ONLY' must be 0 or 1" >&2; exit 2; }
 [ -x "$py" ] || { echo "gpu_wheels: no .venv; run scripts/setup.sh first" >&2; exit 2; }
 # On the GPU image (torch 2.11 stack; pip list read there 2026-12-02): skipped, with what they need.
 GPU_IMAGE_HAS="torch triton numpy pandas transformers tokenizers huggingface-hub safetensors accelerate

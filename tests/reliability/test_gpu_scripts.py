@@ -75,3 +75,15 @@ def test_relative_paths_are_the_callers_when_run_from_another_folder(sh, tmp_pat
     log = (elsewhere / "mb" / "log.txt").read_text()
     assert status == 0 and (elsewhere / "mb" / "status.json").is_file(), log
     assert not (checkout / "mb").exists()
+
+
+@pytest.mark.parametrize("env, names", [
+    ({"GPU_CORPUS_BYTES": "60MB"}, ["GPU_CORPUS_BYTES", "'60MB'"]),  # was a traceback after the downloads
+    ({"GPU_CORPUS_BYTES": "-5"}, ["GPU_CORPUS_BYTES", "'-5'"]),
+    ({"GPU_WHEELS_ONLY": "yes"}, ["GPU_WHEELS_ONLY", "0 or 1"]),  # was: the corpus packed as well
+])
+def test_gpu_wheels_names_a_bad_variable_before_any_download(sh, tmp_path, env, names):
+    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)  # past the .venv check: nothing runs it
+    (tmp_path / "checkout" / ".venv" / "bin" / "python").symlink_to("/bin/false")
+    assert_one_line_failure(*sh("gpu_wheels.sh", "train", **env), *names)
+    assert not (tmp_path / "checkout" / ".whl").exists() and not (tmp_path / "checkout" / ".gpu_data").exists()
