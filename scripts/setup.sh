@@ -18,6 +18,8 @@ LOCK=envs/lock-cpu.txt
 VENV=.venv
 STAMP=$VENV/.deamoe-setup
 
+[[ "${DEAMOE_UNLOCKED:-0}" =~ ^[01]$ ]] || {  # anything else read as 0: the lock file, not what was asked
+    echo "setup: DEAMOE_UNLOCKED='$DEAMOE_UNLOCKED' must be 0 or 1" >&2; exit 1; }
 if ! command -v "$PYTHON" >/dev/null 2>&1; then
     echo "setup: $PYTHON not found; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
     exit 1

@@ -8,6 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+[[ "${DEAMOE_SLURM_TEST:-0}" =~ ^[01]$ ]] || {  # anything else: a run without the cluster, after setup
+    echo "test.sh: DEAMOE_SLURM_TEST='$DEAMOE_SLURM_TEST' must be 0 or 1" >&2; exit 2; }
 if [ "${DEAMOE_SLURM_TEST:-}" = 1 ]; then  # the SLURM test's packages, fetched while setup runs
     "${PYTHON:-python3.11}" tests/slurm_cluster.py & slurm_packages=$!
 fi

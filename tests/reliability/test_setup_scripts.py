@@ -1,0 +1,45 @@
+"""scripts/setup.sh and scripts/test.sh refuse an interpreter the lock file was not made for, or a
+switch that is neither 0 nor 1, in one line and before they create or install anything (`sh`,
+the scripts' runner: conftest.py).  The interpreters here are stand-ins that answer every call as
+Python 3.12 would answer the version query, or none at all (nothing must get as far as one)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cli_battery import assert_one_line_failure, tree
+
+
+def _python312(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\necho 3.12\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_an_interpreter_other_than_3_11_is_refused_before_the_venv_is_made(sh, tmp_path):
+    """It made .venv with it and failed minutes into the install; every later run, the right
+    interpreter given, kept that .venv."""
+    python = _python312(tmp_path / "py" / "python3.12")
+    assert_one_line_failure(*sh("setup.sh", PYTHON=str(python)), f"PYTHON={python}", "3.12", "not 3.11")
+    assert not (tmp_path / "checkout" / ".venv").exists()
+
+
+def test_a_venv_of_another_python_is_named_and_left_as_it_is(sh, tmp_path):
+    venv = tmp_path / "checkout" / ".venv"
+    _python312(venv / "bin" / "python")
+    before = tree(venv)
+    assert_one_line_failure(*sh("setup.sh", PYTHON=sys.executable), ".venv holds Python 3.12", "move it away")
+    assert tree(venv) == before
+
+
+@pytest.mark.parametrize("script, switch", [("setup.sh", "DEAMOE_UNLOCKED"), ("test.sh", "DEAMOE_SLURM_TEST"),
+                                            ("test.sh", "DEAMOE_UNLOCKED")])
+def test_a_switch_other_than_0_or_1_is_named_before_setup(sh, tmp_path, script, switch):
+    """`yes` or `true` read as 0: the locked install instead of a fresh resolve, a test run
+    without the SLURM cluster -- said, if at all, only in the summary after the whole suite."""
+    assert_one_line_failure(*sh(script, PYTHON=str(tmp_path / "no-python"), **{switch: "yes"}),
+                            f"{switch}='yes'", "0 or 1")
+    assert not (tmp_path / "checkout" / ".venv").exists()
