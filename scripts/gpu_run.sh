@@ -89,8 +89,16 @@ PYTHONUNBUFFERED=1 "${limiter[@]}" python3 -m snakemake --workflow-profile workf
 rc=$?
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 echo "gpu_run: snakemake exit $rc after $(( $(date +%s) - start )) s"
+# Each archive is packed under a temporary name and renamed when whole: a call cut short while
+# packing leaves no truncated archive under the name its results are fetched by.
+trap 'rm -f "$out/.results.tar.gz.partial" "$out/.logs.tar.gz.partial"' EXIT
+pack() {  # pack NAME TAR-ARGS...
+    local name=$1; shift
+    tar czf "$out/.$name.partial" "$@" 2>/dev/null
+    mv -f "$out/.$name.partial" "$out/$name"
+}
 # the small tables only (checkpoints and token shards stay on the machine)
 find results -type f \( -name '*.csv' -o -name '*.json' \) -size -16M -print0 2>/dev/null \
-    | tar czf "$out/results.tar.gz" --null -T - 2>/dev/null
-tar czf "$out/logs.tar.gz" logs .snakemake/log 2>/dev/null
+    | pack results.tar.gz --null -T -
+pack logs.tar.gz logs .snakemake/log
 exit $rc

@@ -87,3 +87,15 @@ def test_gpu_wheels_names_a_bad_variable_before_any_download(sh, tmp_path, env, 
     (tmp_path / "checkout" / ".venv" / "bin" / "python").symlink_to("/bin/false")
     assert_one_line_failure(*sh("gpu_wheels.sh", "train", **env), *names)
     assert not (tmp_path / "checkout" / ".whl").exists() and not (tmp_path / "checkout" / ".gpu_data").exists()
+
+
+def test_gpu_run_cut_short_while_packing_leaves_no_truncated_archive(sh, tmp_path):
+    """tar wrote straight to OUT/results.tar.gz: a call killed mid-pack (a lease running out)
+    left half an archive under the name its results are fetched by."""
+    (tmp_path / "bin" / "tar").write_text('#!/bin/sh\nprintf half > "$2"\nkill -9 $PPID\n')  # czf ARCHIVE ...
+    (tmp_path / "bin" / "tar").chmod(0o755)
+    sh("gpu_run.sh", tmp_path / "o", "all")
+    assert not (tmp_path / "o" / "results.tar.gz").exists() and not (tmp_path / "o" / "logs.tar.gz").exists()
+    (tmp_path / "bin" / "tar").unlink()
+    sh("gpu_run.sh", tmp_path / "o", "all")  # the next call packs over what the last one left
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [".deamoe-output", "logs.tar.gz", "results.tar.gz"]
