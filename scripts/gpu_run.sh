@@ -38,6 +38,8 @@ done
     echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds below 10^9 (0: no limit)" >&2
     exit 2; }
 [[ "${GPU_MPS:-1}" =~ ^[01]$ ]] || { echo "gpu_run: GPU_MPS='$GPU_MPS' must be 0 or 1" >&2; exit 2; }
+# rows record it as given: anything but a sha was found only when the results were read
+[ -z "${DEAMOE_GIT_SHA:-}" ] || gpu_sha_ok gpu_run || exit 2
 # no user file replaced, checked before any work (--stage writes nothing there)
 [ $stage = 1 ] || gpu_claim "$out" results.tar.gz logs.tar.gz || exit 2
 start=$(date +%s)

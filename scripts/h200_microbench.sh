@@ -18,14 +18,13 @@
 # Exit status: the first nonzero one of its commands (0: all of them succeeded).
 set -uo pipefail
 : "${DEAMOE_GIT_SHA:?set DEAMOE_GIT_SHA to the local commit the working tree matches}"
-[[ "$DEAMOE_GIT_SHA" =~ ^[0-9a-fA-F]{7,40}$ ]] || {
-    echo "h200_microbench: DEAMOE_GIT_SHA='$DEAMOE_GIT_SHA' is not a commit's sha (7-40 hex digits)" >&2; exit 2; }
 for flag in CHECK TRACE; do
     [[ "${!flag:-0}" =~ ^[01]$ ]] || { echo "h200_microbench: $flag='${!flag}' must be 0 or 1" >&2; exit 2; }
 done
 [[ "${T_MB:-560}" =~ ^[1-9][0-9]*$ ]] || {
     echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1" >&2; exit 2; }
 source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
+gpu_sha_ok h200_microbench || exit 2
 # paths given are the caller's; the script runs in the repository root (.whl, src/, the default config)
 for var in OUT CONFIG TILES_FROM; do
     [ -z "${!var:-}" ] || printf -v "$var" '%s' "$(gpu_abspath "${!var}")"

@@ -84,6 +84,9 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     parser = parser or build_parser()
     args = parser.parse_args(argv)
     args.prog = parser.prog
+    if problem := _given_sha_problem():
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     previous = None
     with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker): leave it
         previous = signal.signal(signal.SIGTERM, _terminate)
@@ -92,6 +95,22 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _given_sha_problem() -> str | None:
+    """DEAMOE_GIT_SHA (the commit a copy of the tree without .git matches) is written into every
+    row's git_sha as given: anything but a commit's sha is named before any work, not found by
+    `bench import` or the report in the rows of a finished GPU run."""
+    import os
+
+    from deamoe.argtypes import commit_sha
+
+    given = os.environ.get("DEAMOE_GIT_SHA", "")
+    try:
+        given and commit_sha(given)
+    except argparse.ArgumentTypeError as exc:
+        return f"DEAMOE_GIT_SHA {exc}"
+    return None
 
 
 def _run(args) -> int:

@@ -124,3 +124,12 @@ def test_a_config_that_is_a_pipe_is_named_as_such_not_as_missing(work, capsys):
     status, err = run_cli(["loading", "--out", "l.csv", "--config", "c2.yaml"], capsys)
     assert_one_line_error(status, err, "c2.yaml", "is not a regular file")
     assert sorted(p.name for p in work.iterdir()) == ["c2.yaml"]
+
+
+@pytest.mark.parametrize("sha", ["HEAD", " ", "abc1234+uncommitted"])
+def test_a_git_sha_from_the_environment_that_is_no_sha_is_named_before_any_work(work, failing, monkeypatch, sha):
+    """DEAMOE_GIT_SHA (the commit a tree without .git matches) went into every row's git_sha as
+    given: 'HEAD' stood in the tables, a blank one was named only when a finished run's rows were
+    read."""
+    monkeypatch.setenv("DEAMOE_GIT_SHA", sha)
+    failing(["table1", "--out", "t.csv"], "DEAMOE_GIT_SHA", "must be a commit's sha", repr(sha))

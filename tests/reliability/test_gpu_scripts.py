@@ -43,6 +43,7 @@ def test_h200_microbench_exits_with_its_commands_status(sh, tmp_path):
     # more digits than bash's test compares: the limit was dropped and the run went on unbounded
     ({"GPU_RUN_LIMIT": "99999999999999999999"}, ["GPU_RUN_LIMIT", "below 10^9"]),
     ({"GPU_MPS": "on"}, ["GPU_MPS", "'on'"]),
+    ({"DEAMOE_GIT_SHA": "HEAD"}, ["DEAMOE_GIT_SHA", "'HEAD'"]),  # was written into every row as given
 ])
 def test_gpu_run_names_a_bad_variable(sh, tmp_path, env, names):
     assert_one_line_failure(*sh("gpu_run.sh", tmp_path / "o", "all", **env), *names)
