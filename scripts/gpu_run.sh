@@ -22,17 +22,28 @@
 # resume states) stays on the machine: a call within 30 s of the last continues its runs.
 set -uo pipefail
 source "$(dirname "$0")/gpu_site.sh"
-out=${1:?usage: gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- snakemake args] | gpu_run.sh OUT_DIR --stage}
-out=$(gpu_abspath "$out")   # the caller's folder: the script runs in the repository root
+usage="usage: gpu_run.sh OUT_DIR TARGET [TARGET ...] [-- snakemake args] | gpu_run.sh OUT_DIR --stage"
+given=${1:?$usage}
+[[ "$given" != -* ]] || { echo "gpu_run: OUT_DIR comes first, got '$given' ($usage)" >&2; exit 2; }
+out=$(gpu_abspath "$given")   # the caller's folder: the script runs in the repository root
 cd "$(dirname "$0")/.."
 shift
 targets=(); extra=(); stage=0
 while [ $# -gt 0 ]; do
-    if [ "$1" = "--" ]; then shift; extra=("$@"); break; fi
-    if [ "$1" = "--stage" ]; then stage=1; shift; continue; fi
-    targets+=("$1"); shift
+    case $1 in
+        --) shift; extra=("$@"); break ;;
+        --stage) stage=1 ;;
+        # else Snakemake would be handed it as an option after the setup (wheels, corpus, MPS)
+        -*) echo "gpu_run: unknown option '$1' (Snakemake's options go after --: $usage)" >&2; exit 2 ;;
+        *) targets+=("$1") ;;
+    esac
+    shift
 done
-[ $stage = 1 ] || [ ${#targets[@]} -gt 0 ] || { echo "gpu_run: name at least one target (or --stage)" >&2; exit 2; }
+[ $stage = 1 ] || [ ${#targets[@]} -gt 0 ] || {
+    echo "gpu_run: name at least one target after OUT_DIR '$given', or --stage ($usage)" >&2; exit 2; }
+[ $stage = 0 ] || [ ${#targets[@]} = 0 ] || {
+    echo "gpu_run: --stage unpacks the corpus and runs nothing; targets (${targets[*]}) go in the next call" >&2
+    exit 2; }
 # at most 9 digits: bash's test cannot compare a longer number, and the limit would be dropped
 [[ "${GPU_RUN_LIMIT:-0}" =~ ^[0-9]{1,9}$ ]] || {
     echo "gpu_run: GPU_RUN_LIMIT='$GPU_RUN_LIMIT' must be a whole number of seconds below 10^9 (0: no limit)" >&2

@@ -50,6 +50,17 @@ def test_gpu_run_names_a_bad_variable(sh, tmp_path, env, names):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("args, names", [
+    (["{o}", "--stag"], ["unknown option '--stag'", "after --"]),  # was handed to Snakemake after the setup
+    (["--stage"], ["OUT_DIR comes first", "'--stage'"]),
+    (["quality_small"], ["target after OUT_DIR 'quality_small'"]),  # was "name at least one target"
+    (["{o}", "--stage", "quality_small"], ["--stage", "quality_small", "next call"]),  # was dropped
+])
+def test_gpu_run_names_a_bad_argument_before_any_work(sh, tmp_path, args, names):
+    assert_one_line_failure(*sh("gpu_run.sh", *[a.format(o=tmp_path / "o") for a in args]), *names)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "checkout" / "quality_small").exists()
+
+
 @pytest.mark.parametrize("mine", ["results.tar.gz", None])
 def test_gpu_run_keeps_a_users_files_where_it_writes_its_archives(sh, tmp_path, mine):
     out = tmp_path / "o"
