@@ -17,6 +17,9 @@
 # Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [CHECK=1] [TRACE=1] bash scripts/h200_microbench.sh
 # Exit status: the first nonzero one of its commands (0: all of them succeeded).
 set -uo pipefail
+[ $# = 0 ] || {  # `... h200_microbench.sh MODELS=x` measured every model, the argument ignored
+    echo "h200_microbench: takes no arguments, got '$1': its settings are environment variables (MODELS=a,b bash $0)" >&2
+    exit 2; }
 : "${DEAMOE_GIT_SHA:?set DEAMOE_GIT_SHA to the local commit the working tree matches}"
 for flag in CHECK TRACE; do
     [[ "${!flag:-0}" =~ ^[01]$ ]] || { echo "h200_microbench: $flag='${!flag}' must be 0 or 1" >&2; exit 2; }

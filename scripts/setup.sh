@@ -11,6 +11,9 @@
 # torch's CPU build (2.13.0+cpu) comes from PyTorch's CPU index when it is not on local disk:
 #   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh
 set -euo pipefail
+[ $# = 0 ] || {  # `setup.sh --unlocked` installed from the lock file, the argument ignored
+    echo "setup: takes no arguments, got '$1': its settings are environment variables (DEAMOE_UNLOCKED=1 bash $0)" >&2
+    exit 1; }
 cd "$(dirname "$0")/.."
 
 PYTHON=${PYTHON:-python3.11}

@@ -20,6 +20,13 @@ def test_h200_microbench_names_a_bad_variable(sh, tmp_path, env, names):
     assert not (tmp_path / "o").exists()
 
 
+def test_h200_microbench_names_an_argument_not_ignored(sh, tmp_path):
+    """`... h200_microbench.sh MODELS=Qwen3-235B-A22B` measured every model (~14 minutes)."""
+    assert_one_line_failure(*sh("h200_microbench.sh", "MODELS=Qwen3-235B-A22B", OUT=str(tmp_path / "o"),
+                                DEAMOE_GIT_SHA="abc1234"), "takes no arguments", "'MODELS=Qwen3-235B-A22B'")
+    assert not (tmp_path / "o").exists()
+
+
 def test_h200_microbench_keeps_a_users_log(sh, tmp_path):
     (tmp_path / "o").mkdir()
     (tmp_path / "o" / "log.txt").write_text("mine")

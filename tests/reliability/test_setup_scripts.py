@@ -43,3 +43,9 @@ def test_a_switch_other_than_0_or_1_is_named_before_setup(sh, tmp_path, script, 
     assert_one_line_failure(*sh(script, PYTHON=str(tmp_path / "no-python"), **{switch: "yes"}),
                             f"{switch}='yes'", "0 or 1")
     assert not (tmp_path / "checkout" / ".venv").exists()
+
+
+def test_an_argument_is_named_not_ignored(sh, tmp_path):
+    """`setup.sh --unlocked` installed from the lock file as if nothing had been asked."""
+    assert_one_line_failure(*sh("setup.sh", "--unlocked", PYTHON=str(tmp_path / "no-python")),
+                            "takes no arguments", "'--unlocked'", "DEAMOE_UNLOCKED=1")
