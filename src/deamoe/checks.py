@@ -13,7 +13,7 @@ started by hand stops the same way.  Light imports only: the Snakefile imports t
 
 from __future__ import annotations
 
-from deamoe.errors import ConfigError
+from deamoe.errors import ConfigError, not_a_file
 
 
 def _parsers():
@@ -94,7 +94,9 @@ def path_problems(doc: dict) -> list[str]:
         else:
             files = {t: DOWNSTREAM[t].file if t in DOWNSTREAM else PERPLEXITY_FILES.get(t)
                      for t in ev.get("tasks") or []}
-            missing = sorted({f for f in files.values() if f and not (folder / f).is_file()})
+            missing = sorted({f if not (folder / f).is_symlink() and not (folder / f).exists()
+                              else f"{f} ({not_a_file(folder / f)})"  # a pipe, a link to nothing
+                              for f in files.values() if f and not (folder / f).is_file()})
             if missing:
                 problems.append(f"eval.data_dir {str(folder)!r} lacks {', '.join(missing)} (the "
                                 "configured eval.tasks read them offline)")

@@ -116,3 +116,23 @@ def test_dry_run_reports_every_conflict_before_any_job(tmp_path):
         assert any(l.strip().startswith(line) for l in out.splitlines()), (line, out[-3000:])
     assert "Traceback" not in out
     assert not (work / "results").exists() and not (work / "logs").exists()
+
+
+def test_an_evaluation_file_that_is_a_pipe_or_a_dangling_link_is_named_as_such(tmp_path):
+    """"lacks ptb_test.txt.gz" for a file that is right there (a pipe, a link whose target moved)
+    sent the user looking for a missing file."""
+    import os
+    import shutil
+
+    from deamoe.checks import path_problems
+
+    shutil.copytree(REPO / "data" / "eval", tmp_path / "ev")
+    (tmp_path / "ev" / "ptb_test.txt.gz").unlink()
+    os.mkfifo(tmp_path / "ev" / "ptb_test.txt.gz")
+    (tmp_path / "ev" / "boolq.jsonl.gz").unlink()
+    (tmp_path / "ev" / "boolq.jsonl.gz").symlink_to("moved.gz")
+    doc = yaml.safe_load((REPO / "config.yaml").read_text())
+    doc["eval"] = {**doc["eval"], "data_dir": str(tmp_path / "ev"), "tasks": ["boolq", "ptb"]}
+    (line,) = path_problems(doc)
+    assert "lacks boolq.jsonl.gz (a link to moved.gz, which does not exist), ptb_test.txt.gz (not a " \
+           "regular file (a device, pipe or socket))" in line, line
