@@ -93,7 +93,8 @@ def sh(tmp_path, make_workdir):
     def run(script, *args, cwd=checkout, **env):
         done = subprocess.run(["bash", str(checkout / "scripts" / script), *map(str, args)], cwd=cwd,
                               capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
+                              env={**os.environ, "DEAMOE_SLURM_TEST": "0",  # (CI sets 1: a cluster start)
+                                   "PATH": f"{bin_dir}:{os.environ['PATH']}", **env})
         return done.returncode, done.stderr
 
     return run

@@ -76,7 +76,8 @@ def apply_variant(knobs: dict, variant: dict) -> dict:
 def with_flags(tile: str, sfx: str) -> str:
     """`tile`-`sfx`; where that is no tile name but `sfx` names tile flags ('qs', 'pq-qs'),
     `tile` with those flags set, each in its place: '+qs' on 'n64-k128-w4-s4-pq-nf' gives
-    'n64-k128-w4-s4-pq-qs-nf'.  Otherwise the appended text, for make_tiles to refuse."""
+    'n64-k128-w4-s4-pq-qs-nf'.  Otherwise (or where the tile has those flags already) the
+    appended text, for make_tiles to refuse."""
     import dataclasses
 
     from deamoe.kernels.tile_config import TileConfig
@@ -91,7 +92,8 @@ def with_flags(tile: str, sfx: str) -> str:
     except ValueError:
         return name
     on = {f.name: True for f in dataclasses.fields(TileConfig) if getattr(flags, f.name) is True}
-    return dataclasses.replace(base, **on).name
+    changed = dataclasses.replace(base, **on).name
+    return name if changed == tile else changed  # flags it has already: no variant, refused
 
 
 def check_variants(sets: dict, rows: dict) -> None:
