@@ -82,6 +82,9 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     import signal
 
     parser = parser or build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--traceback" in argv[1:]:  # the top-level flag, taken after the command too
+        argv = ["--traceback", *(a for a in argv if a != "--traceback")]
     args = parser.parse_args(argv)
     args.prog = parser.prog
     if problem := _given_sha_problem():

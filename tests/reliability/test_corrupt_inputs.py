@@ -266,3 +266,5 @@ def test_an_unexpected_error_is_one_line_and_traceback_shows_it(work, capsys, mo
     assert status == 1 and len(err.strip().splitlines()) == 1 and "KeyError" in err and "--traceback" in err
     with pytest.raises(KeyError):
         run_cli(["--traceback", "table1", "--models", "Baseline-7B", "--out", "t.csv"], capsys)
+    with pytest.raises(KeyError):  # where users add it: after the command
+        run_cli(["table1", "--models", "Baseline-7B", "--out", "t.csv", "--traceback"], capsys)
