@@ -96,6 +96,8 @@ def files(tmp_path):
     (["bench", "smem-check", "o", "--tiles", ""], ["--tiles", "an empty value"]),
     (["bench", "smem-check", "o", "--gemms", "w13,,w2"], ["--gemms", "empty name"]),
     (["bench", "smem-check", "o", "--tiles", "a,a"], ["--tiles", "a twice"]),
+    (["bench", "smem-check", "o", "--tiles", "bogus"], ["--tiles: tile config 'bogus'"]),
+    (["bench", "smem-check", "o", "--tiles", "n64-k128-w4-s4-pq"], ["--tiles: n64-k128-w4-s4-pq", "--weight-dtype fp8-w8a8"]),
     (["bench", "peer", "run", "o", "GPT-9:4", "--table", COMMITTED], ["GPT-9"]),
     (["bench", "peer", "run", "o", "Baseline-7B:4", "--tiny", "--table", "empty.csv"], ["empty.csv"]),
     (["bench", "peer", "check", "--kernel", "junk.py"], ["junk.py", "bench peer extract"]),

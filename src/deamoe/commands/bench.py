@@ -279,7 +279,14 @@ def _smem_check(args) -> int:
     given = {"fp8_tiles": names} if names else {}
     if names and "bf16" in args.weight_dtype:
         given["tiles"] = names
-    s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
+    try:
+        s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
+    except ConfigError as exc:  # the settings name their keys; the flag is what was given
+        key = next((f"microbench.{k}: " for k in given if str(exc).startswith(f"microbench.{k}: ")), None)
+        if key is None:
+            raise
+        raise ConfigError(f"--tiles: {str(exc)[len(key):]}".replace(
+            "list it in microbench.fp8_tiles", "give --weight-dtype fp8-w8a8")) from None
     if set(args.gemms) - set(GEMMS):
         raise ConfigError(f"--gemms: {', '.join(sorted(set(args.gemms) - set(GEMMS)))} not among "
                           f"{', '.join(GEMMS)}")
