@@ -106,6 +106,11 @@ def test_online_without_network_fails_in_one_line(tmp_path, monkeypatch):
 def test_missing_checkpoint_is_a_data_error(tmp_path):
     with pytest.raises(DeaMoEError, match="not a checkpoint directory"):
         runner.run_eval(settings(tmp_path, tasks=("boolq",)), tmp_path / "nope", "deamoe", tmp_path / "o")
+    # a training run's folder: its checkpoint is one level down
+    (tmp_path / "run" / "checkpoint").mkdir(parents=True)
+    (tmp_path / "run" / "checkpoint" / "config.json").write_text("{}")
+    with pytest.raises(DeaMoEError, match=r"no config.json\); the run's checkpoint is .*run/checkpoint$"):
+        runner.checkpoint_dir(tmp_path / "run")
 
 
 def test_cli_bad_config_key_exits_2_with_one_line(tmp_path):

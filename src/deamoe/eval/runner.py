@@ -164,7 +164,9 @@ def checkpoint_dir(checkpoint: str | Path) -> Path:
     """`checkpoint` as a Path, or a DataError when it is no checkpoint directory (no config.json)."""
     path = Path(checkpoint)
     if not (path / "config.json").is_file():
-        raise DataError(f"{path}: not a checkpoint directory (no config.json)")
+        inside = path / "checkpoint"  # a training run's folder holds its checkpoint there
+        hint = f"; the run's checkpoint is {inside}" if (inside / "config.json").is_file() else ""
+        raise DataError(f"{path}: not a checkpoint directory (no config.json){hint}")
     return path
 
 
