@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -55,6 +56,9 @@ def test_resolved_config_has_defaults_and_is_named_by_its_content(snakemake, wor
                                   "quality_sizes": ["small", "medium", "large"]}
     (first,) = _resolved_configs(workdir)
     mtime = first.stat().st_mtime_ns
+    umask = os.umask(0)
+    os.umask(umask)
+    assert first.stat().st_mode & 0o777 == 0o666 & ~umask  # readable as the other outputs are
     # same settings: the same file (the run's target, named by its content, is the one there),
     # left alone
     assert resolve(snakemake, workdir) is None

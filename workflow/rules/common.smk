@@ -173,6 +173,9 @@ def write_resolved_config():
         pass  # absent (or unreadable: the write names the problem)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)  # as any file written (mkstemp's 0600 hid it from the group)
     with os.fdopen(fd, "w") as fh:
         fh.write(RESOLVED_TEXT)
     os.replace(tmp, path)
