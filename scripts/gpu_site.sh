@@ -11,12 +11,17 @@
 gpu_abspath() {
     case $1 in /*) printf '%s\n' "$1" ;; *) printf '%s\n' "$PWD/$1" ;; esac
 }
-# gpu_sha_ok SCRIPT: whether DEAMOE_GIT_SHA (the commit the rows record) is a commit's sha (7-40
-# hex digits); if not, one line on stderr and status 2 -- checked before any work.
+# gpu_sha_ok SCRIPT: whether DEAMOE_GIT_SHA (the commit the rows record) is a commit's sha, by
+# the rule every python -m deamoe command applies (deamoe.argtypes.commit_sha); if not, one line
+# on stderr and a nonzero status -- checked before any work.
 gpu_sha_ok() {
-    [[ "${DEAMOE_GIT_SHA:-}" =~ ^[0-9a-fA-F]{7,40}$ ]] && return 0
-    echo "$1: DEAMOE_GIT_SHA='${DEAMOE_GIT_SHA:-}' is not a commit's sha (7-40 hex digits)" >&2
-    return 2
+    PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src${PYTHONPATH:+:$PYTHONPATH}" python3 -c '
+import argparse, os, sys
+from deamoe.argtypes import commit_sha
+try:
+    commit_sha(os.environ.get("DEAMOE_GIT_SHA", ""))
+except argparse.ArgumentTypeError as exc:
+    sys.exit(f"{sys.argv[1]}: DEAMOE_GIT_SHA {exc}")' "$1"
 }
 gpu_claim() {
     PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/src${PYTHONPATH:+:$PYTHONPATH}" python3 -c '

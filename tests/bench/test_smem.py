@@ -13,15 +13,15 @@ from deamoe.bench.settings import MicrobenchSettings
 
 
 def test_rows_and_the_verdict(tmp_path, monkeypatch, capsys):
-    import deamoe.kernels.grouped_gemm as gg
+    import deamoe.kernels.gemm_spec as gs
     from deamoe.kernels.fp8 import Fp8Format
 
-    monkeypatch.setattr(gg, "shared_memory_limit", lambda device: 100_000)
+    monkeypatch.setattr(gs, "shared_memory_limit", lambda device: 100_000)
     seen = []
 
     def triton_count(spec, block_m, fp8=None):  # the estimate plus the epilogue; one kernel below
         seen.append(fp8)
-        low = spec.tile.name == "n64-k64-w4-s3" and block_m == 128 and spec.epi == gg.EPI_BOTH
+        low = spec.tile.name == "n64-k64-w4-s3" and block_m == 128 and spec.epi == gs.EPI_BOTH
         return spec.shared_memory(block_m, 2, fp8) + (-1 if low else 4096)
 
     monkeypatch.setattr(smem, "compiled_shared_memory", triton_count)

@@ -21,7 +21,7 @@ from deamoe.decode.knobs import make_tiles, parse_knobs
 from deamoe.bench.smem import gemm_specs
 from deamoe.kernels.deamoe_decode import DEPT_UP
 from deamoe.kernels.fp8 import Fp8Format
-from deamoe.kernels.grouped_gemm import ACTS
+from deamoe.kernels.gemm_spec import ACTS
 from deamoe.kernels.tile_config import TileConfig
 from deamoe.shapes import table1_row
 

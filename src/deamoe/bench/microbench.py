@@ -28,7 +28,7 @@ from deamoe.bench.shared import prior_for, shared_schedule
 from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
 from deamoe.decode.step import routing_label, step_routing
 from deamoe.decode.weights import random_weights
-from deamoe.kernels.grouped_gemm import shared_memory_limit
+from deamoe.kernels.gemm_spec import shared_memory_limit
 from deamoe.shapes import table1_row
 from deamoe.routing import route
 

@@ -40,7 +40,8 @@ def compiled_shared_memory(spec, block_m: int, fp8=None) -> int:
     from deamoe.kernels.align import AlignSpec, align
     from deamoe.kernels.fp8 import quantize
     from deamoe.kernels.fp8_quant import gemm_output
-    from deamoe.kernels.grouped_gemm import EPI_ACT, EPI_BOTH, EPI_SWIGLU, grouped_gemm
+    from deamoe.kernels.gemm_spec import EPI_ACT, EPI_BOTH, EPI_SWIGLU
+    from deamoe.kernels.grouped_gemm import grouped_gemm
 
     dev, bf16 = "cuda", torch.bfloat16
     ids = torch.randint(0, GROUPS, (TOKENS, TOP_K), device=dev)
@@ -73,7 +74,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
 
     from deamoe.bench.search import BLOCK_M_KNOBS, on_stage
     from deamoe.io import write_csv
-    from deamoe.kernels.grouped_gemm import shared_memory_limit
+    from deamoe.kernels.gemm_spec import shared_memory_limit
     from deamoe.kernels.tile_config import TileConfig
 
     limit = shared_memory_limit("cuda")

@@ -41,14 +41,8 @@ from deamoe.kernels.fp8 import check_qout_reads, check_qscale_writes
 from deamoe.kernels.fp8_absmax import AbsmaxRows, with_zeroed
 from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
+from deamoe.kernels.gemm_spec import EPI_ACT, EPI_BOTH, EPI_SWIGLU, ROW_PAIR, ROW_TOKDEPT, ROW_TOKEN, GemmSpec
 from deamoe.kernels.grouped_gemm import (
-    EPI_ACT,
-    EPI_BOTH,
-    EPI_SWIGLU,
-    ROW_PAIR,
-    ROW_TOKDEPT,
-    ROW_TOKEN,
-    GemmSpec,
     TileConfig,
     bf16_atomics,
     grouped_gemm,

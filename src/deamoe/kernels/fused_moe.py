@@ -23,12 +23,8 @@ from deamoe.kernels.fp8 import check_qout_reads
 from deamoe.kernels.fp8_absmax import AbsmaxRows
 from deamoe.kernels.tile_config import check_layer_knobs
 from deamoe.kernels.fp8_quant import gemm_output
+from deamoe.kernels.gemm_spec import EPI_ACT, EPI_SWIGLU, ROW_PAIR, ROW_TOKEN, GemmSpec
 from deamoe.kernels.grouped_gemm import (
-    EPI_ACT,
-    EPI_SWIGLU,
-    ROW_PAIR,
-    ROW_TOKEN,
-    GemmSpec,
     TileConfig,
     grouped_gemm,
     layer_output,

@@ -44,17 +44,7 @@ from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
 from deamoe.kernels.fp8_absmax import AbsmaxRows, absmax_operands, store_absmax
 from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma, store_quantised
 from deamoe.kernels.fp8_quant import QuantisedRows, gemm_operands
-from deamoe.kernels.gemm_spec import (  # noqa: F401  (the layers' names for them)
-    ACTS,
-    EPI_ACT,
-    EPI_BOTH,
-    EPI_SWIGLU,
-    ROW_PAIR,
-    ROW_TOKDEPT,
-    ROW_TOKEN,
-    GemmSpec,
-    shared_memory_limit,
-)
+from deamoe.kernels.gemm_spec import ACTS, EPI_ACT, GemmSpec
 from deamoe.kernels.tile_config import TileConfig
 
 
