@@ -11,7 +11,8 @@
 #   CONFIG=yaml     another microbench config (scripts/h200_fp8.yaml: the FP8 layers)
 #   WEIGHTS=a,b     those weight precisions only (bf16, fp8, fp8-w8a8); BATCHES=4,8  those batches
 # A call stopped at its time limit keeps every point it finished ($OUT/microbench_points.csv);
-# the same call again on the same OUT measures only the rest.
+# the same call again on the same OUT measures only the rest (on a machine that starts bare, bring
+# OUT back whole: its .deamoe-output marker, which git ignores, names the files as this script's).
 #   CHECK=1         first the committed picks and the stream options against the reference
 #   TRACE=1         afterwards the kernel timeline of the picked layers
 # Usage: DEAMOE_GIT_SHA=sha OUT=dir [MODELS=..] [SKIP=..] [CHECK=1] [TRACE=1] bash scripts/h200_microbench.sh
