@@ -4,7 +4,8 @@ Each stage has a module `deamoe.commands.<stage>` with `register(subparsers)` ad
 commands; a command's function receives the parsed namespace and returns an exit status.  A bad argument (checked by
 the types of deamoe.argtypes), a DeaMoEError, or an unreadable/unwritable path the user named
 becomes one line on stderr and exit status 2.  SIGTERM stops a command like Ctrl-C (its `finally`
-blocks remove its staging folders and locks; exit status 143).  Any other exception is a fault of
+blocks remove its staging folders and locks; exit status 143).  A reader that closed stdout early
+(`... | head -1`) ends it quietly with exit status 141, as SIGPIPE would.  Any other exception is a fault of
 the program, not of the input: one line naming it, exit status 1 (`--traceback` shows where).
 """
 
@@ -39,6 +40,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def exit(self, status=0, message=None):
+        # --help's text is flushed now, as a command's output is (_run): a reader gone
+        # (`--help | head -1`) is no error, where the interpreter's flush at exit reports it
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            status = status or _quiet_broken_pipe()
+        super().exit(status, message)
 
     def parse_known_args(self, args=None, namespace=None):
         # A command's parser (one without subcommands) names an argument it does not take
@@ -120,7 +130,9 @@ def _run(args) -> int:
     from deamoe.errors import DeaMoEError
 
     try:
-        return int(args.func(args) or 0)
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit: a reader gone (`| head -1`) is answered below
+        return status
     except DeaMoEError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -130,6 +142,10 @@ def _run(args) -> int:
     except KeyboardInterrupt:  # Ctrl-C: outputs are atomic, a training run keeps its last checkpoint
         print(f"interrupted: {_prog(args)} {args.command}", file=sys.stderr)
         return 130
+    except BrokenPipeError as exc:
+        if not _stdout_gone():  # a pipe of the command's own (a server's, a worker's)
+            return _unexpected(args, exc)
+        return _quiet_broken_pipe()
     except OSError as exc:  # a path the user gave that cannot be read or written
         if exc.filename is None:
             return _unexpected(args, exc)
@@ -138,6 +154,30 @@ def _run(args) -> int:
         return 2
     except Exception as exc:  # noqa: BLE001 - a fault of the program: one line unless asked
         return _unexpected(args, exc)
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError):  # no real file behind stdout (a test's capture)
+        return False
+
+
+def _quiet_broken_pipe() -> int:
+    """`python -m deamoe ... | head -1`: the reader took what it wanted, which is no error.  Exit
+    status 141 as a shell reports SIGPIPE; stdout goes to /dev/null so that the interpreter's
+    last flush of the unwritten rest does not report the closed pipe again."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 def _unexpected(args, exc: BaseException) -> int:

@@ -169,3 +169,25 @@ def test_ctrl_c_while_the_interpreter_shuts_down_prints_no_traceback(tmp_path):
     assert '"params_ratio"' in done.stdout  # the command's work was done
     assert "Traceback" not in done.stderr and done.stderr.strip() == "", done.stderr
     assert done.returncode == -signal.SIGINT  # ended by the signal, as its default action
+
+
+@pytest.mark.parametrize("argv", [
+    ["budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
+     "--dea-n-expert", "8", "--k-dept", "1", "--dea-k-expert", "2"],
+    ["--help"],
+    ["bench", "--help"],
+])
+@pytest.mark.parametrize("unbuffered", ["", "1"])
+def test_a_reader_that_closed_stdout_is_no_fault(tmp_path, argv, unbuffered):
+    """`python -m deamoe ... | head -1`: the reader gone before the output was written was reported
+    as a fault of the program (BrokenPipeError, exit status 1), or, the output buffered, as a
+    Python warning with exit status 120.  Now: quiet, the status a shell gives SIGPIPE (or 0:
+    argparse drops a failed write of --help's text that nothing buffered)."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-m", "deamoe", *argv], cwd=tmp_path, stdout=write,
+                          stderr=subprocess.PIPE, text=True, timeout=120,
+                          env={**env, **({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})})
+    os.close(write)
+    assert done.stderr == "" and done.returncode in (0, 141), done.stderr
