@@ -57,3 +57,23 @@ def test_an_argument_is_named_not_ignored(sh, tmp_path):
     """`setup.sh --unlocked` installed from the lock file as if nothing had been asked."""
     assert_one_line_failure(*sh("setup.sh", "--unlocked", PYTHON=str(tmp_path / "no-python")),
                             "takes no arguments", "'--unlocked'", "DEAMOE_UNLOCKED=1")
+
+
+def test_test_paths_are_the_callers_and_an_options_value_is_kept(sh, tmp_path):
+    """test.sh changed to the repository root before handing its arguments to pytest: `cd tests &&
+    bash ../scripts/test.sh test_io.py` ran no test ("file or directory not found").  The .venv
+    here is a stand-in that answers setup.sh and records what pytest would be given."""
+    checkout, record = tmp_path / "checkout", tmp_path / "pytest-args"
+    venv_python = checkout / ".venv" / "bin" / "python"
+    venv_python.parent.mkdir(parents=True)
+    venv_python.write_text('#!/bin/sh\n[ "$1 $2" = "-m pytest" ] || { echo 3.11; exit 0; }\n'
+                           f'shift 2; printf "%s\\n" "$@" > "{record}"\n')
+    venv_python.chmod(0o755)
+    caller = checkout / "tests"
+    rc, err = sh("test.sh", "test_io.py::test_x", "-k", "reliability", "reliability", "tests/test_shapes.py",
+                 cwd=caller, PYTHON=str(venv_python))
+    assert rc == 0, err
+    here = caller.resolve()  # (a link into the repository: the shell names the folder itself)
+    assert record.read_text().splitlines()[2:] == [
+        f"{here}/test_io.py::test_x", "-k", "reliability", f"{here}/reliability",
+        "tests/test_shapes.py"]  # (not in the caller's folder: the repository root's, as before)
