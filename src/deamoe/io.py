@@ -47,15 +47,23 @@ from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, file
 
 
 def _no_file_in_the_way(path: Path) -> None:
-    """An OutputPathError when a folder above `path` is a file (its folder could not be made) or
-    another output, written as a whole (a checkpoint: writing into it would change that output)."""
+    """An OutputPathError when a folder above `path` is a file (its folder could not be made), the
+    nearest existing one cannot be written (else found only when the finished work is renamed
+    into place), or another output, written as a whole (a checkpoint: writing into it would
+    change that output)."""
     blocker = file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")
+    _writable(next((p for p in Path(path).parents if p.exists()), Path.cwd()))
     whole = whole_folder_above(path)
     if whole is not None:
         raise OutputPathError(f"{path} lies inside {whole}, an output that a deamoe command wrote as a "
                               "whole (a checkpoint, tokenizer or serving results); give a path outside it")
+
+
+def _writable(folder: Path) -> None:
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise OutputPathError(f"{folder}: cannot write here (no write permission, or a read-only file system)")
 
 
 def check_output_file(path: str | os.PathLike, replace_committed: bool = False) -> None:
@@ -93,6 +101,7 @@ def _existing_folder(path: Path) -> bool:
         raise OutputPathError(f"{path} is a link; give a new folder (not a link) for this output")
     if not path.is_dir():
         raise OutputPathError(f"{path} exists and is not a directory; give a new folder for this output")
+    _writable(path)
     real, cwd = path.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         raise OutputPathError(f"{path} is the working directory or holds it; give a new folder for this output")

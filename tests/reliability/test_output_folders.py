@@ -9,6 +9,8 @@ summary written over the training log it reads, a server log where the results f
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -111,3 +113,34 @@ def test_a_server_log_is_never_where_the_results_folder_goes(inputs, failing, ch
     failing(["serve", "--config", "c.yaml", "--checkpoint", checkpoint, "--model", "deamoe", "--out", "sv",
              "--log", log], *names)
     assert not Path("sv").exists()
+
+
+@pytest.fixture
+def read_only(inputs):
+    """inputs/ro, a folder nothing can be written into (root ignores its mode: then chattr +i)."""
+    folder = inputs / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.access(folder, os.W_OK) and subprocess.run(["chattr", "+i", folder], capture_output=True).returncode:
+        folder.chmod(0o755)
+        pytest.skip("this user can write into any folder here, and chattr +i is not allowed")
+    yield folder
+    subprocess.run(["chattr", "-i", folder], capture_output=True)
+    folder.chmod(0o755)
+
+
+FILE_COMMANDS = [["table1", "--models", "Baseline-7B", "--out"],
+                 ["loading", "--models", "Baseline-7B", "--tokens", "1", "--trials", "2", "--out"]]
+
+
+@pytest.mark.parametrize("out", ["ro", "ro/sub"])
+@pytest.mark.parametrize("command", FOLDER_COMMANDS + FILE_COMMANDS, ids=_ids(FOLDER_COMMANDS + FILE_COMMANDS))
+def test_a_folder_that_cannot_be_written_is_named_before_any_work(read_only, failing, monkeypatch, command, out):
+    """It was found only when the finished work was renamed into place (Figure 2's Monte Carlo,
+    the overread draws done for nothing), or as the lock file's bare OS error."""
+    def work_started(*_, **__):
+        raise AssertionError("the work started")
+
+    monkeypatch.setattr("deamoe.analysis.loading.loading_table", work_started)
+    monkeypatch.setattr("deamoe.analysis.table1.table1", work_started)
+    failing([*command, f"{out}/t.csv" if command in FILE_COMMANDS else out], "ro", "cannot write here")
