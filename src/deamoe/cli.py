@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 
 # Stage modules that contribute commands. Order is the order of `--help`.
@@ -63,11 +64,19 @@ class Parser(argparse.ArgumentParser):
         # An empty value (an unset shell variable) would read as the working folder, as "no
         # filter" or as the defaults; no argument of any command means anything by it (one with
         # choices: argparse's own message lists them).
+        # A value that is no UTF-8 text (a file name's bytes in another encoding) would fail
+        # where a path is written into a marker, a table or the report, after the work.
         if action.nargs not in (argparse.PARSER, argparse.REMAINDER) and not action.choices:
+            name = "/".join(action.option_strings) or action.metavar or action.dest
             empty = [s for s in arg_strings if not s.strip()]
             if empty:
-                name = "/".join(action.option_strings) or action.metavar or action.dest
                 self.error(f"argument {name}: an empty value {empty[0]!r} (an unset variable?)")
+            for value in arg_strings:
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError:
+                    self.error(f"argument {name}: {os.fsencode(value)!r} is not UTF-8 text (give a name "
+                               "in UTF-8)")
         return super()._get_values(action, arg_strings)
 
 
@@ -114,8 +123,6 @@ def _given_sha_problem() -> str | None:
     """DEAMOE_GIT_SHA (the commit a copy of the tree without .git matches) is written into every
     row's git_sha as given: anything but a commit's sha is named before any work, not found by
     `bench import` or the report in the rows of a finished GPU run."""
-    import os
-
     from deamoe.argtypes import commit_sha
 
     given = os.environ.get("DEAMOE_GIT_SHA", "")
@@ -172,8 +179,6 @@ def _quiet_broken_pipe() -> int:
     """`python -m deamoe ... | head -1`: the reader took what it wanted, which is no error.  Exit
     status 141 as a shell reports SIGPIPE; stdout goes to /dev/null so that the interpreter's
     last flush of the unwritten rest does not report the closed pipe again."""
-    import os
-
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)

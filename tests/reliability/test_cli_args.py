@@ -36,6 +36,10 @@ CASES = [
     # an empty value (an unset shell variable) for any argument, never the working folder
     (["train", "--config", "c.yaml", "--run", "x", "--data", " ", "--out", "r"], ["--data", "an empty value"]),
     (["bench", "smem-check", ""], ["argument out", "an empty value"]),
+    # a name in another encoding than UTF-8: it failed as a fault of the program, after the work,
+    # where the path was written into the folder's marker or the report
+    (["table1", "--models", "Baseline-7B", "--out", "\udcff.csv"], ["--out", "b'\\xff.csv'", "not UTF-8"]),
+    (["bench", "import", "run\udcff"], ["argument dirs", "not UTF-8"]),
     (["train", "--config", "c.yaml"], ["required", "--run"]),
     # loading
     (LOADING + ["--trials", "0"], ["--trials", "'0'"]),
