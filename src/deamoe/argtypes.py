@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from deamoe.shapes import ALL_MODEL_NAMES, MODELS
+from deamoe.shapes import ALL_MODEL_NAMES, FFN_TYPES, MODELS
 
 
 def _int(text: str, low: int, high: int | None = None) -> int:
@@ -146,6 +146,25 @@ def checkpoint_command(sub, name: str, help: str, section: str, out: str):
     p.add_argument("--model", required=True, choices=MODELS, help="model name in the results: deamoe or baseline")
     p.add_argument("--out", required=True, help=out)
     return p
+
+
+def check_checkpoint_model(checkpoint, model: str) -> None:
+    """A DataError, before any work, when --model names the other model than the checkpoint holds
+    (its config.json's ffn_type): its numbers would fill that model's rows of Tables 2-3 or
+    Figure 3 without a word.  A checkpoint of another causal LM (no ffn_type) is taken as named;
+    one lacking config.json is named by the command's own check."""
+    from pathlib import Path
+
+    from deamoe.errors import DataError
+    from deamoe.readers import read_json
+
+    config = Path(checkpoint) / "config.json"
+    ffn = read_json(config, "checkpoint config").get("ffn_type") if config.is_file() else None
+    if ffn is not None and ffn != FFN_TYPES[model]:
+        held = next((m for m, t in FFN_TYPES.items() if t == ffn), None)
+        fix = (f"the {held}'s FFN: give --model {held}, or the {model}'s checkpoint" if held
+               else f"not one of {', '.join(FFN_TYPES.values())}")
+        raise DataError(f"--model {model}, but {config} has ffn_type={ffn!r} ({fix})")
 
 
 def tables_command(sub, name: str, help: str, section: str, inputs: str, out: str):

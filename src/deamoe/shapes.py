@@ -25,6 +25,7 @@ OPERATORS = ("silu", "gelu", "rmsnorm", "none")
 EXPERT_INITS = ("identity", "random")
 DEPT_TOPK = ("soft", "strict")
 MODELS = ("baseline", "deamoe")  # a budget-matched pair: the two models of every run, table and result
+FFN_TYPES = {"baseline": "moe", "deamoe": "deamoe"}  # each model's FFN: a checkpoint's config.json ffn_type
 
 
 def _positive_int(obj, *names: str) -> None:

@@ -88,6 +88,15 @@ def test_the_model_named_in_the_results_is_the_ladders(work, failing, command, m
             "argument --model", "invalid choice", "'baseline', 'deamoe'")
 
 
+@pytest.mark.parametrize("command", ["eval", "serve"])
+def test_a_checkpoint_of_the_other_model_is_refused_before_any_work(work, failing, checkpoint, command):
+    """A DeaMoE checkpoint evaluated or served as `--model baseline` filled the baseline's rows of
+    Tables 2-3 or Figure 3 with DeaMoE's numbers, without a word."""
+    write_config(work / "c.yaml")
+    failing([command, "--config", "c.yaml", "--checkpoint", checkpoint, "--model", "baseline", "--out", "o"],
+            "--model baseline", f"{checkpoint}/config.json", "ffn_type='deamoe'", "give --model deamoe")
+
+
 def test_a_file_where_the_evaluation_cache_goes_is_named_before_any_work(work, failing):
     write_config(work / "c.yaml", eval={"hf_home": "cache/hf"})
     (work / "cache").write_text("mine")

@@ -3,7 +3,7 @@ eval-data (validate the shipped evaluation data).  Heavy imports stay inside the
 
 from __future__ import annotations
 
-from deamoe.argtypes import checkpoint_command, tables_command
+from deamoe.argtypes import check_checkpoint_model, checkpoint_command, tables_command
 from deamoe.errors import DeaMoEError
 
 
@@ -48,6 +48,7 @@ def cmd_eval(args) -> int:
 
         s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
     result = Path(args.out) / "lm_eval.json"
+    check_checkpoint_model(args.checkpoint, args.model)
     check_apart([("--out", args.out)], [("--checkpoint", args.checkpoint)])
     check_outputs(files=[result], folders=[args.out])
     from deamoe.ownership import file_in_the_way

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deamoe.argtypes import checkpoint_command, output_file, tables_command
+from deamoe.argtypes import check_checkpoint_model, checkpoint_command, output_file, tables_command
 
 
 def register(sub) -> None:
@@ -27,6 +27,7 @@ def _serve(args) -> int:
     s = load_serve_settings(args.config)
     # beside the output, never in the working directory (the pipeline names logs/serve/<model>)
     log = Path(args.log or f"{Path(args.out)}.server.log")
+    check_checkpoint_model(args.checkpoint, args.model)
     bench.check_serve_outputs(Path(args.out), log, args.model, Path(args.checkpoint))
     with output_lock(args.out, what="another `python -m deamoe serve`"):
         rows = bench.run(args.checkpoint, args.model, s, args.out, log)
