@@ -40,10 +40,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
-from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, file_in_the_way,
-                              foreign_entries, is_committed, is_lock_file, is_ours, make_parent,
-                              mark_whole, name_in_marker, remove_created, unrecordable,
-                              whole_folder_above, written_whole)
+from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
+                              file_in_the_way, foreign_entries, is_committed, is_lock_file, is_ours,
+                              make_parent, mark_whole, name_in_marker, remove_created,
+                              unrecordable, whole_folder_above, written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -77,6 +77,7 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
     path = Path(path)
     if why := unrecordable(path):  # (the name as Python writes it: one line, whatever it holds)
         raise OutputPathError(f"{str(path)!r}: an output file name that {why}; give another name")
+    check_marker(path.parent)  # found now, not when the finished output is recorded
     _no_file_in_the_way(path)
     if path.is_dir() and not path.is_symlink():
         raise OutputPathError(f"{path} is a directory; give a file path for this output")
@@ -118,6 +119,7 @@ def check_output_folder(path: str | os.PathLike) -> None:
     if _existing_folder(path) and written_whole(path):
         raise OutputPathError(f"{path} is an output that a deamoe command wrote as a whole (a checkpoint, "
                               "tokenizer or serving results), not a folder to write files into; give a new folder")
+    check_marker(path)
     if not path.exists() or (path / OUTPUT_MARKER).is_file() or is_committed(path):
         return
     foreign = next((e for e in sorted(path.iterdir()) if not (e.is_dir() or is_lock_file(e))), None)

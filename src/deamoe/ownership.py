@@ -62,10 +62,39 @@ def remove_created(created: list[Path]) -> None:
 
 
 def _marker_lines(folder: Path) -> list[str]:
+    if marker_problem(folder):  # (a link: another folder's record, or a user's file)
+        return []
     try:
-        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8", errors="replace").splitlines()
+        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8").splitlines()
     except OSError:
         return []
+
+
+def marker_problem(folder: Path) -> str | None:
+    """Why `folder`'s marker is no record deamoe can read or add to, or None (absent, or a file of
+    UTF-8 text): a link (an added name would be written where it points, into a user's file or
+    another folder's record), a folder, or bytes that are no text."""
+    marker = folder / OUTPUT_MARKER
+    if marker.is_symlink():
+        return "is a link"
+    if not marker.exists():
+        return None
+    if not marker.is_file():
+        return "is not a regular file"
+    try:
+        marker.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return None
+
+
+def check_marker(folder: Path) -> None:
+    """An OutputPathError naming `folder`'s marker when it is no record deamoe can add to."""
+    if why := marker_problem(folder):
+        raise OutputPathError(f"{folder / OUTPUT_MARKER} {why}: not deamoe's record of the files it wrote "
+                              "there; remove it yourself or give another folder")
 
 
 def written_whole(folder: Path) -> bool:
@@ -134,6 +163,7 @@ def name_in_marker(path: Path) -> None:
     """Name `path` in its folder's marker (created on first use; appends are serialised)."""
     if in_staging(path) or (written_whole(path.parent) and _manifest(path.parent) is None):
         return  # a private scratch folder, or a folder that is ours as a whole (all it holds)
+    check_marker(path.parent)
     with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.seek(0)

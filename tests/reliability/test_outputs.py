@@ -148,3 +148,25 @@ def test_a_second_lock_holder_is_named_and_the_lock_dies_with_its_process(work):
     time.sleep(0.1)
     with folder_lock(work / "run", "train.lock") as lock:  # kill -9 left no stale lock
         assert lock.read_text().strip() == str(__import__("os").getpid())
+
+
+MARKERS = {
+    "a link to a user's file": (lambda m: m.symlink_to(m.parent.parent / "notes.txt"), "is a link"),
+    "a folder": (lambda m: m.mkdir(), "is not a regular file"),
+    "bytes that are no text": (lambda m: m.write_bytes(b"\xff\xfe\x00"), "is not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("command", [["table1", "--models", "Baseline-7B", "--out", "o/t.csv"],
+                                     ["bench", "overread", "--draws", "1", "o"]])
+@pytest.mark.parametrize("kind", list(MARKERS))
+def test_a_marker_that_is_no_record_of_deamoes_is_named_before_any_work(work, failing, command, kind):
+    """The name of the new output was appended through a linked marker into the file it pointed
+    to (a user's notes, or another folder's record); a folder or binary bytes there failed only
+    when the finished output was recorded, the latter as a fault of the program."""
+    (work / "notes.txt").write_text("mine\n")
+    (work / "o").mkdir()
+    make, why = MARKERS[kind]
+    make(work / "o" / OUTPUT_MARKER)
+    failing(command, f"o/{OUTPUT_MARKER} {why}", "remove it yourself")
+    assert (work / "notes.txt").read_text() == "mine\n"
