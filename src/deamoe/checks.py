@@ -65,14 +65,22 @@ def check_config(doc: dict) -> None:
 
 def path_problems(doc: dict) -> list[str]:
     """The files and folders the config names, against the disk (relative paths: from the working
-    directory), one line each: data.files (source=files) and, offline, eval.data_dir with the
-    file of every configured task.  The workflow runs it after `config_problems`, so a missing
-    corpus or evaluation file is named before any job, not by a job after training."""
+    directory), one line each: data.files (source=files), offline, eval.data_dir with the file
+    of every configured task, and report.measured_gpu among the folders of reports/measured/
+    (another name showed every committed GPU table as "not run").  The workflow runs it after
+    `config_problems`, so a missing corpus or evaluation file is named before any job, not by a
+    job after training."""
     from pathlib import Path
 
     from deamoe.errors import DataError
+    from deamoe.ownership import COMMITTED
 
     problems = []
+    gpu, measured = (doc.get("report") or {}).get("measured_gpu", "h200"), Path(*COMMITTED)
+    gpus = sorted(p.name for p in measured.iterdir() if p.is_dir()) if measured.is_dir() else []
+    if gpus and gpu not in gpus:  # (none committed at all: every GPU table is "not run" anyway)
+        problems.append(f"report.measured_gpu {gpu!r} names no folder of {measured}/ (there: "
+                        f"{', '.join(gpus)}); the report shows the committed GPU tables of one of them")
     data = doc.get("data") or {}
     if data.get("source") == "files" and data.get("files"):
         from deamoe.train.data import corpus_files

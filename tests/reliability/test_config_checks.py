@@ -136,3 +136,19 @@ def test_an_evaluation_file_that_is_a_pipe_or_a_dangling_link_is_named_as_such(t
     (line,) = path_problems(doc)
     assert "lacks boolq.jsonl.gz (a link to moved.gz, which does not exist), ptb_test.txt.gz (not a " \
            "regular file (a device, pipe or socket))" in line, line
+
+
+@pytest.mark.parametrize("gpu, problem", [("h200", False), ("H200", True), ("h100", True), ("..", True), (".", True)])
+def test_a_measured_gpu_naming_no_committed_folder_is_named_before_any_job(tmp_path, monkeypatch, gpu, problem):
+    """A misspelt report.measured_gpu showed every committed GPU table of the report as "not run"
+    ('..' read reports/ itself), said only inside the report."""
+    from deamoe.checks import path_problems
+
+    (tmp_path / "reports" / "measured" / "h200").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    doc = yaml.safe_load((REPO / "config.yaml").read_text())
+    doc["eval"]["data_dir"] = str(REPO / "data" / "eval")
+    doc["report"] = {**doc["report"], "measured_gpu": gpu}
+    lines = path_problems(doc)
+    assert lines == ([f"report.measured_gpu {gpu!r} names no folder of reports/measured/ (there: h200); the "
+                      "report shows the committed GPU tables of one of them"] if problem else []), lines
