@@ -45,6 +45,10 @@ CONFLICTS = [
     ({"serve": {"input_len": 300}}, "serve.input_len + serve.output_len (+16) = 380 is more than the models' context"),
     ({"serve": {"max_model_len": 50}}, "serve.max_model_len=50 is less than serve.input_len + serve.output_len"),
     ({"serve": {"max_num_seqs": 4}}, "serve.max_num_seqs=4 is less than max(serve.concurrency)=32"),
+    # an option the serve command sets itself, given again: vLLM took the later one without a word
+    ({"serve": {"extra_server_args": ["--dtype", "bfloat16"]}}, "serve.extra_server_args gives --dtype, which serve.dtype sets"),
+    ({"serve": {"extra_server_args": ["--port=8000"]}}, "gives --port, which the serve command (a free port) sets"),
+    ({"serve": {"extra_server_args": ["--max_model_len", "64"]}}, "gives --max-model-len, which serve.max_model_len"),
     ({"eval": {"max_length": 4096}}, "eval.max_length=4096 is more than the models' context"),
     ({"eval": {"num_fewshot": 2}}, "eval.num_fewshot must be 0 offline"),
     ({"analysis": {"loading_trials": 1}}, "analysis.loading_trials=1 must be >= 2"),
@@ -61,6 +65,7 @@ def _doc(**sections) -> dict:
 
 def test_the_default_config_has_no_problem():
     assert config_problems(_doc()) == []
+    assert config_problems(_doc(serve={"extra_server_args": ["--disable-log-stats"]})) == []
 
 
 @pytest.mark.parametrize("sections, line", CONFLICTS, ids=[c[1][:50] for c in CONFLICTS])

@@ -10,6 +10,14 @@ CLIENTS = ("auto", "vllm", "builtin")
 SLO_METRICS = ("tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms", "tpot_server_mean_ms")
 # the model config key (set by --hf-overrides) that carries serve.ffn_weights to the vLLM model
 FFN_WEIGHTS_KEY = "deamoe_ffn_weights"
+# The vLLM server options that serve.server_command sets, and from what: given again in
+# serve.extra_server_args, vLLM takes the later value without a word (a --dtype other than the
+# results record, a --port or model name the benchmark client does not know).
+SERVER_OPTIONS = {"--model": "the serve command's --checkpoint", "--served-model-name": "the serve command's --model",
+                  "--host": "the serve command (127.0.0.1)", "--port": "the serve command (a free port)",
+                  "--dtype": "serve.dtype", "--max-model-len": "serve.max_model_len",
+                  "--max-num-seqs": "serve.max_num_seqs", "--seed": "serve.seed",
+                  "--enforce-eager": "serve.enforce_eager", "--kv-cache-memory-bytes": "serve.kv_cache_memory_bytes"}
 
 
 @dataclass
@@ -74,6 +82,11 @@ class ServeSettings:
                               "cache (its server would stop at start-up); give a size such as 1G, or null")
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        for arg in self.extra_server_args:
+            option = arg.split("=", 1)[0].replace("_", "-")  # (vLLM reads --max_model_len alike)
+            if option in SERVER_OPTIONS:
+                raise ConfigError(f"serve.extra_server_args gives {option}, which {SERVER_OPTIONS[option]} "
+                                  "sets (vLLM would take the later one without a word); leave it out")
 
     def requests_at(self, concurrency: int) -> int:
         return max(self.min_requests, self.rounds * concurrency)
