@@ -48,11 +48,13 @@ def gunzip(raw: bytes, path: str | os.PathLike) -> bytes:
             raise DataError(f"{path}: corrupt gzip data (not gzip after the stream's end, at byte {pos})")
 
 
-def read_text(path: str | os.PathLike) -> str:
-    """A UTF-8 text file, gunzipped when its name ends in `.gz`; a malformed file is a DataError
-    naming it and where: not gzip, a truncated or corrupt gzip stream, or a byte that is not UTF-8
-    (with its line and byte offset)."""
+def read_text(path: str | os.PathLike, what: str = "") -> str:
+    """A UTF-8 text file (a `what`), gunzipped when its name ends in `.gz`; a DataError naming it
+    and where: no regular file, not gzip, a truncated or corrupt gzip stream, or a byte that is not
+    UTF-8 (with its line and byte offset)."""
     path = Path(path)
+    if not path.is_file():  # (a pipe would be waited on for ever)
+        raise DataError(f"{path}: {not_a_file(path)}" + (f" ({what})" if what else ""))
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -119,9 +121,7 @@ def load_json(text: str, where: str):
 
 def _text(path: Path, what: str) -> str:
     """The UTF-8 text of a file that exists and holds something (read_text names a bad byte)."""
-    if not path.is_file():
-        raise DataError(f"{path}: {not_a_file(path)} ({what})")
-    text = read_text(path)
+    text = read_text(path, what)
     if not text.strip():
         raise DataError(f"{path}: empty file, not a {what}")
     return text

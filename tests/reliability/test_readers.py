@@ -180,6 +180,8 @@ def test_a_yaml_merge_key_is_read_as_yaml_reads_it():
     ["eval-data", "--config", "e.yaml"],
     ["data", "--config", "d.yaml", "--out", "d"],
     ["microbench", "--config", "m.yaml", "--out", "mb"],
+    # (a pipe: the report waited for a writer for ever)
+    ["report", "--config", "c.yaml", "--results", "runs", "--measured", "runs", "--out", "rep", "--description", "{}"],
 ])
 def test_a_pipe_or_a_dangling_link_where_a_file_is_read_is_named_as_such(work, capsys, argv):
     """Both exist as names: "no such file" / "not found" / "only a folder" sent the user looking
