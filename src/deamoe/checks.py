@@ -209,7 +209,10 @@ def _warmup_conflicts(settings) -> list[str]:
 
 def _eval_seed_conflicts(ev, settings) -> list[str]:
     """eval.seeds picks the pre-training runs that get the downstream tasks: a seed no size of the
-    ladder trains picks none (Table 2 would be silently empty of it)."""
+    ladder trains picks none (Table 2 would be silently empty of it), and the runs of the other
+    seeds get the perplexity corpora alone, so eval.tasks must hold one (their jobs failed after
+    loading the model, with no task to run)."""
+    from deamoe.eval.settings import PERPLEXITY_TASKS
     from deamoe.train.runs import size
 
     trained = sorted({seed for name in settings.pretrain.sizes for seed in size(settings, name).seeds})
@@ -218,6 +221,10 @@ def _eval_seed_conflicts(ev, settings) -> list[str]:
         return [f"eval.seeds: {', '.join(map(str, unknown))} is not a seed of any pre-training size "
                 f"(they train seeds {', '.join(map(str, trained))}: pretrain.seeds, "
                 "pretrain.sizes.<size>.seeds), so no run would get the downstream tasks for it"]
+    others = [seed for seed in trained if ev.seeds and seed not in ev.seeds]
+    if others and not set(ev.tasks) & set(PERPLEXITY_TASKS):
+        return [f"eval.seeds leaves seed(s) {', '.join(map(str, others))} the perplexity corpora alone, but "
+                f"eval.tasks has none ({', '.join(PERPLEXITY_TASKS)}); add one, or those seeds to eval.seeds"]
     return []
 
 

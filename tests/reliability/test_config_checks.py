@@ -53,6 +53,9 @@ CONFLICTS = [
     ({"eval": {"num_fewshot": 2}}, "eval.num_fewshot must be 0 offline"),
     ({"analysis": {"loading_trials": 1}}, "analysis.loading_trials=1 must be >= 2"),
     ({"eval": {"seeds": [0, 5]}}, "eval.seeds: 5 is not a seed of any pre-training size (they train seeds 0"),
+    # the seeds left out of eval.seeds get the perplexity corpora alone: their jobs had no task
+    ({"eval": {"seeds": [0], "tasks": ["boolq"]}, "pretrain": {"seeds": [0, 1]}},
+     "eval.seeds leaves seed(s) 1 the perplexity corpora alone, but eval.tasks has none"),
 ]
 
 
@@ -157,3 +160,10 @@ def test_a_measured_gpu_naming_no_committed_folder_is_named_before_any_job(tmp_p
     lines = path_problems(doc)
     assert lines == ([f"report.measured_gpu {gpu!r} names no folder of reports/measured/ (there: h200); the "
                       "report shows the committed GPU tables of one of them"] if problem else []), lines
+
+
+def test_perplexity_only_without_a_perplexity_task_is_named_before_the_model_loads(work, failing):
+    """It loaded the model, then stopped in lm-eval ("No tasks specified") as a fault of the program."""
+    write_config(work / "c.yaml", eval={"tasks": ["boolq"]})
+    failing(["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e",
+             "--perplexity-only"], "--perplexity-only", "eval.tasks has no perplexity corpus")

@@ -47,6 +47,11 @@ def cmd_eval(args) -> int:
         from deamoe.eval.settings import PERPLEXITY_TASKS
 
         s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
+        if not s.tasks:  # named now: lm-eval would stop on it after the model is loaded
+            from deamoe.errors import ConfigError
+
+            raise ConfigError(f"--perplexity-only: eval.tasks has no perplexity corpus "
+                              f"({', '.join(PERPLEXITY_TASKS)}); nothing to evaluate")
     result = Path(args.out) / "lm_eval.json"
     check_checkpoint_model(args.checkpoint, args.model)
     check_apart([("--out", args.out)], [("--checkpoint", args.checkpoint)])
