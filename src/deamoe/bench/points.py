@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deamoe.readers import TEXT_COLUMNS
+from deamoe.shapes import FFN_TYPES
 
 LAYERS = ("baseline", "deamoe", "torch")
 POINTS_FILE = "microbench_points.csv"
 FP8_FILE = "microbench_fp8.csv"  # the FP8 precisions' pairs, beside microbench.csv
-KIND = {"baseline": "moe", "deamoe": "deamoe"}  # stages.csv names a layer by its shape's kind
 # MicrobenchSettings fields that choose which points (or which other parts) run, not how a point
 # is measured: a stopped run may go on with other values of these
 NOT_POINT_SETTINGS = ("models", "batches", "torch_reference", "stage_batches", "roofline_gib",
@@ -104,7 +104,8 @@ class PointStore:
         store.points = {k: {c: v for c, v in r.items() if c != "settings"}
                         for k, r in keyed.items()}
         if (store.out / "stages.csv").is_file():
-            done = {(m, KIND.get(split_label(layer)[0]), b, split_label(layer)[1])
+            # stages.csv names a layer by its shape's kind (a checkpoint's ffn_type)
+            done = {(m, FFN_TYPES.get(split_label(layer)[0]), b, split_label(layer)[1])
                     for m, layer, b in store.points}
             stages = pd.read_csv(store.out / "stages.csv", dtype=TEXT_COLUMNS).to_dict("records")
             store.stages = [r for r in stages
