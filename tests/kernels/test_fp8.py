@@ -173,12 +173,16 @@ def test_preq_fits_says_which_layers_take_tiles_that_quantise_before_the_gemm():
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
-@pytest.mark.parametrize("how, group, takes_oddk", [("-qo", 32, False), ("-qo-half", 16, True)])
+@pytest.mark.parametrize("how, block, group, taken_names", [
+    ("-qo", 32, 32, ["moe-small", "deamoe-small", "deamoe-strict", "moe-shared"]),
+    # half of a 64-column block: 32, the FP8 MMA's shortest K step (DeaMoE's small layers refuse
+    # '-pq' in blocks of 64; the GPU battery's Table 1 shapes run it in groups of 64)
+    ("-qo-half", 64, 32, ["moe-small", "moe-shared"])])
 def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_take_it(
-        how, group, takes_oddk):
+        how, block, group, taken_names):
     # the battery's '-qo' passes: every GEMM on '-pq' tiles, the up-projections also storing
-    # their output quantised (BLOCK_N one group: the 32-column scale block, or half of it with
-    # the readers' BLOCK_K one group); they leave out exactly the layers whose h_ffn is not whole
+    # their output quantised (BLOCK_N one group: the scale block, or half of it with the
+    # readers' BLOCK_K one group); they leave out exactly the layers whose h_ffn is not whole
     # groups (or that refuse '-pq'), and keep DeaMoE's department up-projection plain where the
     # operator runs outside the kernel (rmsnorm)
     from deamoe.kernels.battery import operator_variants, pass_tiles, takes_pass
@@ -186,7 +190,7 @@ def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_tak
     from deamoe.kernels.fp8 import QOUT_READERS
     from deamoe.kernels.shared_expert import SharedTiles
 
-    fmt = Fp8Format(32, 32, "fp8")
+    fmt = Fp8Format(block, block, "fp8")
     taken = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():
         layer = DeaMoETiles() if shape.kind == "deamoe" else MoETiles()
@@ -200,12 +204,12 @@ def test_the_qo_pass_stores_the_up_projections_quantised_where_the_layer_can_tak
             row = check_case(Case(name, shape, 5, "random", seed=2), tiles=tiles,
                              shared_tiles=pass_tiles(SharedTiles(), shape, "-pq", fmt), fp8=fmt)
             assert row["ok"], row
-    assert taken == ["moe-small"] + ["moe-oddk"] * takes_oddk + ["deamoe-small", "deamoe-strict",
-                                                                  "moe-shared"]
+    assert taken == taken_names
     rms = [s for s in operator_variants(small_shapes()["deamoe-small"]) if s.operator == "rmsnorm"][0]
     tiles = pass_tiles(DeaMoETiles(), rms, how, fmt)
     assert (tiles.dept_up.qout, tiles.dept_up.preq, tiles.expert_up.qout) == (False, True, True)
-    assert check_case(Case("op-rmsnorm", rms, 5, "random", 3), tiles=tiles, fp8=fmt)["ok"]
+    if "deamoe-small" in taken:
+        assert check_case(Case("op-rmsnorm", rms, 5, "random", 3), tiles=tiles, fp8=fmt)["ok"]
     with pytest.raises(ValueError, match="not one of"):
         pass_tiles(MoETiles(), small_shapes()["moe-small"], "-q", fmt)
 
@@ -318,3 +322,23 @@ def test_a_quantised_output_is_refused_where_it_cannot_be(where, tile, message):
     with pytest.raises(ValueError, match="'-qo'"):  # weight-only: activations stay bf16
         _layer_on_tile(small_shapes()["moe-small"], TileConfig.parse("n32-k32-w4-s1"),
                        Fp8Format(32, 32), w13=TileConfig.parse("n32-k32-w4-s1-qo"))
+
+
+def test_w8a8_k_steps_are_the_fp8_mmas_shortest_at_least():
+    # Triton compiles an MMA on two e4m3 operands for a K step of 32 columns or more (the
+    # interpreter runs any): a shorter one is refused when the tiles are made or launched, not
+    # left to a compile error on the GPU
+    from deamoe.kernels.fp8 import FP8_MMA_MIN_K, qout_fits, with_qout
+
+    w8a8 = Fp8Format(128, 128, "fp8")
+    assert FP8_MMA_MIN_K == 32
+    assert w8a8.fits(32, 128) and not w8a8.fits(16, 128)   # a '-pq' A in 128-column groups
+    assert Fp8Format(128, 128).fits(16)                     # weight-only: a bf16 MMA
+    assert not qout_fits(small_shapes()["moe-small"], Fp8Format(32, 32, "fp8"), 16)
+    with pytest.raises(ValueError, match="w2 tile .* K steps of 16: an MMA on FP8 operands takes 32"):
+        with_qout(MoETiles(), Fp8Format(32, 32, "fp8"), group=16)
+    mats, x, ids, w = _layer_inputs()
+    q = [quantize(m, W8A8) for m in mats]
+    t = TileConfig.parse("n32-k16-w4-s1-pq")
+    with pytest.raises(ValueError, match="BLOCK_K 16 does not fit"):
+        fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))

@@ -303,7 +303,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
                  fp8: Fp8Format | None = None, w8a8_pass: str = "") -> list[dict]:
     """The GPU battery: small shapes (all patterns, 1..256 tokens) and the Table 1 shapes; fp8:
     every case on block-quantised FFN matrices (small shapes: blocks of 32, so they hold
-    several; the Table 1 shapes in `fp8`'s own blocks).  w8a8_pass (W8A8_PASSES): every GEMM's
+    several, 64 on '-qo-half'; the Table 1 shapes in `fp8`'s own blocks).  w8a8_pass (W8A8_PASSES): every GEMM's
     tile as that pass runs it (pass_tiles), on the shapes that can take it (takes_pass)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fp8 import with_preq
@@ -325,7 +325,9 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
     def wanted(shape, fmt):
         return not w8a8_pass or takes_pass(shape, w8a8_pass, fmt)
 
-    small = fp8 and dataclasses.replace(fp8, block_n=32, block_k=32)
+    # '-qo-half' on blocks of 64: its half-block groups of 32 are the FP8 MMA's shortest K step
+    block = 64 if w8a8_pass == "-qo-half" else 32
+    small = fp8 and dataclasses.replace(fp8, block_n=block, block_k=block)
     rows = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():
         for seed, tokens in enumerate((1, 37, 256) if wanted(shape, small) else ()):

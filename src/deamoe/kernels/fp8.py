@@ -42,6 +42,9 @@ E4M3 = torch.float8_e4m3fn
 ACTIVATIONS = ("bf16", "fp8")
 # the precisions a layer can run in, as the microbenchmark, the peer and serving name them
 PRECISIONS = ("bf16", "fp8", "fp8-w8a8")
+# the shortest K step of an MMA on two e4m3 operands that Triton compiles for an NVIDIA GPU (its
+# min_dot_size for 8-bit types); the interpreter runs any, so the rule is ours to keep
+FP8_MMA_MIN_K = 32
 
 
 @dataclass(frozen=True)
@@ -83,11 +86,14 @@ class Fp8Format:
         """Whether a GEMM tile of BLOCK_K columns can run on these weights: a K step must not
         straddle two scale blocks, nor (w8a8) two activation groups.  a_group: the columns per
         scale of an A quantised before the GEMM (a '-pq' launch, or the '-qo' tile that wrote
-        it); None: w8a8 quantises A in the main loop, one group of block_k per tile row."""
+        it); None: w8a8 quantises A in the main loop, one group of block_k per tile row.  A
+        w8a8 K step is FP8_MMA_MIN_K columns at least."""
         if self.block_k % block_k:
             return False
         if self.activations != "fp8":
             return True
+        if block_k < FP8_MMA_MIN_K:
+            return False
         return block_k == self.block_k if a_group is None else a_group % block_k == 0
 
     def fits_tile(self, tile) -> bool:
@@ -152,6 +158,10 @@ def check_qout_reads(tiles) -> None:
             raise ValueError(f"{reader} tile {r.name} reads {up}'s '-qo' output (tile {w.name}: "
                              f"groups of {w.block_n} columns): its BLOCK_K must divide "
                              f"{w.block_n}")
+        if w is not None and w.qout and r is not None and r.block_k < FP8_MMA_MIN_K:
+            raise ValueError(f"{reader} tile {r.name} reads {up}'s '-qo' output on K steps of "
+                             f"{r.block_k}: an MMA on FP8 operands takes {FP8_MMA_MIN_K} columns "
+                             f"at least (a '-qo' writer of BLOCK_N >= {FP8_MMA_MIN_K})")
 
 
 def with_qscale(tiles, ups=UP_PROJECTIONS):
@@ -193,9 +203,10 @@ def preq_fits(shape, fmt: "Fp8Format") -> bool:
 
 def qout_fits(shape, fmt: "Fp8Format", group: int | None = None) -> bool:
     """Whether `shape`'s layer can take with_qout's tiles in `fmt` (groups of `group` columns,
-    default block_k): '-pq' fits, and the gate and up halves of each up-projection's output
-    (h_ffn columns each) are whole groups."""
-    return preq_fits(shape, fmt) and shape.h_ffn % (group or fmt.block_k) == 0
+    default block_k): '-pq' fits, the gate and up halves of each up-projection's output (h_ffn
+    columns each) are whole groups, and a group is one K step of the FP8 MMA at least."""
+    group = group or fmt.block_k
+    return preq_fits(shape, fmt) and shape.h_ffn % group == 0 and group >= FP8_MMA_MIN_K
 
 
 @dataclass(frozen=True)

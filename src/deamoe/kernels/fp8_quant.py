@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from deamoe.kernels import INTERPRETING
-from deamoe.kernels.fp8 import Fp8Format, Fp8Weight, preq_groups_fit
+from deamoe.kernels.fp8 import FP8_MMA_MIN_K, Fp8Format, Fp8Weight, preq_groups_fit
 from deamoe.kernels.fp8_absmax import AbsmaxRows, ZeroSlots, absmax_rows, group_fits
 from deamoe.kernels.fp8_mma import quantize_rows
 from deamoe.kernels.tile_config import TileConfig
@@ -160,8 +160,9 @@ def gemm_operands(a, c, fmt: Fp8Format | None, tile: TileConfig, k: int, a_up_of
     if fmt is not None and not fmt.fits(tile.block_k, a_group):
         on_a = f" and A quantised in groups of {a_group}" if a_group else ""
         raise ValueError(f"grouped_gemm: BLOCK_K {tile.block_k} does not fit {fmt} weights"
-                         f"{on_a} (a K step within one scale block and one A group; w8a8 "
-                         "quantising A in the main loop: BLOCK_K = block_k)")
+                         f"{on_a} (a K step within one scale block and one A group, on w8a8 "
+                         f"{FP8_MMA_MIN_K} columns at least; w8a8 quantising A in the main loop: "
+                         "BLOCK_K = block_k)")
     if a_group and not preq_groups_fit(a_up_off, k, a.shape[1], a_group):
         raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({a_up_off}) and K "
                          f"({k}) multiples of its scale group ({a_group}), or K the rest of A's "
