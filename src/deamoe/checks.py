@@ -76,9 +76,11 @@ def path_problems(doc: dict) -> list[str]:
     from deamoe.ownership import COMMITTED
 
     problems = []
-    gpu, measured = (doc.get("report") or {}).get("measured_gpu", "h200"), Path(*COMMITTED)
+    # (the schema's default filled in by the workflow's validation; none committed at all:
+    # every GPU table is "not run" anyway)
+    gpu, measured = (doc.get("report") or {}).get("measured_gpu"), Path(*COMMITTED)
     gpus = sorted(p.name for p in measured.iterdir() if p.is_dir()) if measured.is_dir() else []
-    if gpus and gpu not in gpus:  # (none committed at all: every GPU table is "not run" anyway)
+    if gpu is not None and gpus and gpu not in gpus:
         problems.append(f"report.measured_gpu {gpu!r} names no folder of {measured}/ (there: "
                         f"{', '.join(gpus)}); the report shows the committed GPU tables of one of them")
     data = doc.get("data") or {}

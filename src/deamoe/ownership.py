@@ -61,33 +61,31 @@ def remove_created(created: list[Path]) -> None:
             folder.rmdir()
 
 
-def _marker_lines(folder: Path) -> list[str]:
-    if marker_problem(folder):  # (a link: another folder's record, or a user's file)
-        return []
+def _read_marker(folder: Path) -> tuple[list[str], str | None]:
+    """`folder`'s marker as lines, and why it is no record deamoe can read or add to (None: absent,
+    or a file of UTF-8 text): a link (an added name would be written where it points, into a
+    user's file or another folder's record), a folder, or bytes that are no text -- no lines then."""
+    marker = folder / OUTPUT_MARKER
+    if marker.is_symlink():
+        return [], "is a link"
+    if not marker.exists():
+        return [], None
+    if not marker.is_file():
+        return [], "is not a regular file"
     try:
-        return (folder / OUTPUT_MARKER).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
+        return marker.read_bytes().decode("utf-8").splitlines(), None
+    except UnicodeDecodeError:
+        return [], "is not UTF-8 text"
+    except OSError as exc:
+        return [], f"cannot be read ({exc.strerror})"
+
+
+def _marker_lines(folder: Path) -> list[str]:
+    return _read_marker(folder)[0]
 
 
 def marker_problem(folder: Path) -> str | None:
-    """Why `folder`'s marker is no record deamoe can read or add to, or None (absent, or a file of
-    UTF-8 text): a link (an added name would be written where it points, into a user's file or
-    another folder's record), a folder, or bytes that are no text."""
-    marker = folder / OUTPUT_MARKER
-    if marker.is_symlink():
-        return "is a link"
-    if not marker.exists():
-        return None
-    if not marker.is_file():
-        return "is not a regular file"
-    try:
-        marker.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        return "is not UTF-8 text"
-    except OSError as exc:
-        return f"cannot be read ({exc.strerror})"
-    return None
+    return _read_marker(folder)[1]
 
 
 def check_marker(folder: Path) -> None:

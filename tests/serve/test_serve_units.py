@@ -53,6 +53,20 @@ def test_kv_cache_size_is_a_size_or_a_number_of_bytes(tmp_path):
             load_serve_settings(write_config(tmp_path, {"kv_cache_memory_bytes": bad}))
 
 
+def test_every_option_the_server_command_sets_is_refused_in_extra_server_args(tmp_path):
+    # SERVER_OPTIONS is what serve.extra_server_args may not give again: every option
+    # server_command sets, with everything on, is in it (a new one there would otherwise be
+    # overridden without a word); --hf-overrides is free where the weights are bf16
+    from deamoe.serve.settings import SERVER_OPTIONS
+
+    s = load_serve_settings(write_config(tmp_path, {"kv_cache_memory_bytes": "1G", "enforce_eager": True,
+                                                    "ffn_weights": "fp8"}))
+    assert {a for a in server.server_command("ckpt", 8000, "m", s) if a.startswith("--")} <= set(SERVER_OPTIONS)
+    with pytest.raises(ConfigError, match="gives --hf-overrides, which serve.ffn_weights"):
+        ServeSettings(ffn_weights="fp8", extra_server_args=["--hf-overrides", "{}"])
+    assert ServeSettings(extra_server_args=["--hf-overrides", "{}"]).extra_server_args
+
+
 def test_summarize_uses_vllm_tpot_definition():
     # TPOT = (latency - ttft) / (output_tokens - 1) per request; failures are counted, not averaged.
     recs = [

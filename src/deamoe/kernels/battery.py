@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from deamoe.kernels.fp8 import Fp8Format, fit_tiles, is_fp8, quantize_weights
+from deamoe.kernels.fp8 import FP8_MMA_MIN_K, Fp8Format, fit_tiles, is_fp8, quantize_weights
 from deamoe.shapes import DeaMoEShape, MoEShape
 from deamoe.routing import route
 
@@ -326,7 +326,7 @@ def full_battery(device: str, dtype, table1_tokens: list[int], models=None, prog
         return not w8a8_pass or takes_pass(shape, w8a8_pass, fmt)
 
     # '-qo-half' on blocks of 64: its half-block groups of 32 are the FP8 MMA's shortest K step
-    block = 64 if w8a8_pass == "-qo-half" else 32
+    block = 2 * FP8_MMA_MIN_K if w8a8_pass == "-qo-half" else FP8_MMA_MIN_K
     small = fp8 and dataclasses.replace(fp8, block_n=block, block_k=block)
     rows = []
     for name, shape in {**small_shapes(), **shared_shapes()}.items():

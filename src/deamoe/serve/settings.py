@@ -17,7 +17,9 @@ SERVER_OPTIONS = {"--model": "the serve command's --checkpoint", "--served-model
                   "--host": "the serve command (127.0.0.1)", "--port": "the serve command (a free port)",
                   "--dtype": "serve.dtype", "--max-model-len": "serve.max_model_len",
                   "--max-num-seqs": "serve.max_num_seqs", "--seed": "serve.seed",
-                  "--enforce-eager": "serve.enforce_eager", "--kv-cache-memory-bytes": "serve.kv_cache_memory_bytes"}
+                  "--enforce-eager": "serve.enforce_eager", "--kv-cache-memory-bytes": "serve.kv_cache_memory_bytes",
+                  "--uvicorn-log-level": "the serve command (warning)",
+                  "--hf-overrides": "serve.ffn_weights (other than bf16)"}
 
 
 @dataclass
@@ -84,7 +86,10 @@ class ServeSettings:
             raise ConfigError(f"serve.dtype={self.dtype!r} is not one of auto, float32, bfloat16, float16")
         for arg in self.extra_server_args:
             option = arg.split("=", 1)[0].replace("_", "-")  # (vLLM reads --max_model_len alike)
-            if option in SERVER_OPTIONS:
+            # (--hf-overrides is the command's only where the weights are not bf16)
+            ours = option in SERVER_OPTIONS and not (option == "--hf-overrides"
+                                                     and self.ffn_weights == "bf16")
+            if ours:
                 raise ConfigError(f"serve.extra_server_args gives {option}, which {SERVER_OPTIONS[option]} "
                                   "sets (vLLM would take the later one without a word); leave it out")
 
