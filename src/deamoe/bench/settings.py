@@ -111,20 +111,10 @@ class MicrobenchSettings:
         return out
 
     def __post_init__(self):
-        from deamoe.kernels.tile_config import TileConfig
-
         for m in self.models + self.decode_models:
             table1_row(m)
-        for t in self.tiles:
-            try:
-                tile = TileConfig.parse(t)
-            except ValueError as exc:
-                raise ConfigError(f"microbench.tiles: {exc}") from None
-            if tile.preq or tile.qout or tile.qscale:
-                raise ConfigError(f"microbench.tiles: {t}: '-pq' / '-qo' / '-qs' (activations "
-                                  "quantised before the GEMM / by the one before / with its "
-                                  "absmax) are for FP8 w8a8 weights: list it in "
-                                  "microbench.fp8_tiles")
+        check_tile_names(self.tiles, "microbench.tiles", bf16=True,
+                         to_fp8="list it in microbench.fp8_tiles")
         if not self.tiles:
             raise ConfigError("microbench.tiles must name at least one tile config")
         if any(b < 1 for b in self.batches + self.battery_tokens):
@@ -169,7 +159,6 @@ class MicrobenchSettings:
 
     def _check_fp8(self) -> None:
         from deamoe.kernels.fp8 import PRECISIONS
-        from deamoe.kernels.tile_config import TileConfig
 
         bad = [v for v in self.weight_dtype if v not in PRECISIONS] if isinstance(
             self.weight_dtype, list) else [self.weight_dtype]
@@ -184,14 +173,29 @@ class MicrobenchSettings:
             raise ConfigError(f"microbench.fp8_block: {self.fp8_block!r}: {exc}") from None
         if not self.fp8_tiles:
             raise ConfigError("microbench.fp8_tiles must name at least one tile config")
-        for t in self.fp8_tiles:
-            try:
-                tile = TileConfig.parse(t)
-            except ValueError as exc:
-                raise ConfigError(f"microbench.fp8_tiles: {exc}") from None
-            for fmt in fmts:
-                if fmt.precision in self.weight_dtype and not fmt.fits_tile(tile):
-                    raise ConfigError(f"microbench.fp8_tiles: {t}: BLOCK_K {tile.block_k} does "
-                                      f"not fit {fmt.precision} weights of {self.fp8_block} "
-                                      "blocks (it must divide block_k; w8a8: equal it, or "
-                                      "divide it on a '-pq' tile)")
+        check_tile_names(self.fp8_tiles, "microbench.fp8_tiles", bf16=False,
+                         fmts=[f for f in fmts if f.precision in self.weight_dtype])
+
+
+def check_tile_names(names, where: str, bf16: bool, fmts=(), to_fp8: str = "") -> None:
+    """A ConfigError naming `where` (a settings key, or the flag that gave the list) for the first
+    of `names` that is no tile config, that bf16 weights cannot take where `bf16` ('-pq', '-qo',
+    '-qs': `to_fp8` says where such a tile goes), or whose BLOCK_K does not fit a format of
+    `fmts` (deamoe.kernels.fp8.Fp8Format)."""
+    from deamoe.kernels.tile_config import TileConfig
+
+    for t in names:
+        try:
+            tile = TileConfig.parse(t)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+        if bf16 and (tile.preq or tile.qout or tile.qscale):
+            raise ConfigError(f"{where}: {t}: '-pq' / '-qo' / '-qs' (activations quantised before "
+                              "the GEMM / by the one before / with its absmax) are for FP8 w8a8 "
+                              f"weights: {to_fp8}")
+        for fmt in fmts:
+            if not fmt.fits_tile(tile):
+                raise ConfigError(f"{where}: {t}: BLOCK_K {tile.block_k} does not fit "
+                                  f"{fmt.precision} weights of {[fmt.block_n, fmt.block_k]} blocks "
+                                  "(it must divide block_k; w8a8: equal it, or divide it on a "
+                                  "'-pq' tile)")

@@ -271,22 +271,18 @@ def _routing_check(args) -> int:
 
 
 def _smem_check(args) -> int:
-    from deamoe.bench.settings import MicrobenchSettings
+    import dataclasses
+
+    from deamoe.bench.settings import MicrobenchSettings, check_tile_names
     from deamoe.bench.smem import GEMMS, smem_check
-    # --tiles for every precision asked for; the settings name a bad tile, or one FP8 weights
-    # (or, a '-pq' one, bf16 weights) cannot take
-    names = args.tiles or []
-    given = {"fp8_tiles": names} if names else {}
-    if names and "bf16" in args.weight_dtype:
-        given["tiles"] = names
-    try:
-        s = MicrobenchSettings(weight_dtype=list(args.weight_dtype), **given)
-    except ConfigError as exc:  # the settings name their keys; the flag is what was given
-        key = next((f"microbench.{k}: " for k in given if str(exc).startswith(f"microbench.{k}: ")), None)
-        if key is None:
-            raise
-        raise ConfigError(f"--tiles: {str(exc)[len(key):]}".replace(
-            "list it in microbench.fp8_tiles", "give --weight-dtype fp8-w8a8")) from None
+    # --tiles for every precision asked for: named by the flag where one is no tile, or FP8
+    # weights (or, a '-pq' one, bf16 weights) cannot take it
+    s = MicrobenchSettings(weight_dtype=list(args.weight_dtype))
+    if args.tiles:
+        bf16 = "bf16" in args.weight_dtype
+        fmts = [f for f in map(s.fp8_format, args.weight_dtype) if f is not None]
+        check_tile_names(args.tiles, "--tiles", bf16=bf16, fmts=fmts, to_fp8="give --weight-dtype fp8-w8a8")
+        s = dataclasses.replace(s, fp8_tiles=list(args.tiles), **({"tiles": list(args.tiles)} if bf16 else {}))
     if set(args.gemms) - set(GEMMS):
         raise ConfigError(f"--gemms: {', '.join(sorted(set(args.gemms) - set(GEMMS)))} not among "
                           f"{', '.join(GEMMS)}")
