@@ -1,7 +1,7 @@
 """`bench fp8-check`'s and `bench picks-check`'s plumbing on the CPU (device="cpu"): Table 1's
 layers stand in as small ones, so the interpreter runs their stream options and their (eager,
 off CUDA) step replays; the rows carry their part, weights and tolerance, and the CSV is
-written after each precision; an FP8 table's picks are checked on FP8 weights."""
+written after each battery pass and each model; an FP8 table's picks are checked on FP8 weights."""
 
 from __future__ import annotations
 
@@ -36,8 +36,28 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8}
     assert (df["weights"] == "fp8").all() and (df["tol"] == 1e-2).all() and df["ok"].all()
     out = capsys.readouterr().out
-    assert "fp8: 16/16 ok so far" in out and "vLLM beside ours: not run" in out
+    assert "fp8 DeepSeek-V3: 16/16 ok so far" in out and "vLLM beside ours: not run" in out
     assert "fp8 check: 16/16 ok" in out
+
+
+def test_fp8_check_stopped_mid_call_keeps_its_finished_passes(tmp_path, monkeypatch):
+    # a GPU call stopped at its time limit (here: the second pass fails) leaves the first pass's
+    # rows in the table, not nothing
+    import deamoe.kernels.battery as battery
+    import deamoe.shapes as shapes
+    from deamoe.bench.checks import fp8_check
+
+    def battery_pass(*a, **kw):
+        if kw["w8a8_pass"]:
+            raise TimeoutError("stopped")
+        return [{"case": "moe-small", "rel_err": 0.05, "tol": 0.1, "ok": True}]
+
+    monkeypatch.setattr(battery, "full_battery", battery_pass)
+    monkeypatch.setattr(shapes, "table1_row", lambda model: SMALL)
+    with pytest.raises(TimeoutError):
+        fp8_check(tmp_path, ("fp8-w8a8",), ["DeepSeek-V3"], kernel=None, device="cpu")
+    df = pd.read_csv(tmp_path / "fp8_check.csv")
+    assert df["part"].tolist() == ["battery"] and df["ok"].all()
 
 
 # the unchosen departments' rows of DeaMoE's department output are poisoned (NaN) and quantised

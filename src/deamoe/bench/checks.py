@@ -55,11 +55,14 @@ def _finish(rows: list[dict], path: Path, what: str) -> int:
 
 
 def _partial(rows: list[dict], path: Path, what: str) -> None:
-    """The rows so far to `path` (a call stopped at its time limit keeps them) and one line."""
+    """The rows so far to `path` (a call stopped at its time limit keeps them) and one line;
+    nothing while there are none."""
     import pandas as pd
 
     from deamoe.io import write_csv
 
+    if not rows:
+        return
     df = pd.DataFrame(rows)
     write_csv(path, df)
     print(f"{what}: {int(df.ok.sum())}/{len(df)} ok so far, max rel err {df.rel_err.max():.2e}",
@@ -178,7 +181,8 @@ def stream_check(out: Path) -> int:
 def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
               device="cuda") -> int:
     """FP8 weights in each of `precisions`, on the Table 1 `models` (module doc) ->
-    out/fp8_check.csv, written after each precision too (a stopped call keeps them)."""
+    out/fp8_check.csv, written after each battery pass and each model's stream and graph rows
+    too (a call stopped at its time limit keeps every finished part)."""
     from deamoe.kernels.battery import (W8A8_PASSES, Case, build_layer, check_case, full_battery,
                                         pass_tiles, takes_pass)
     from deamoe.kernels.deamoe_decode import DeaMoETiles
@@ -195,6 +199,7 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
             rows += [{**r, "part": "battery" + how} for r in
                      full_battery(device, torch.bfloat16, [1, 13, 64, 256], models, fp8=fmt,
                                   w8a8_pass=how)]
+            _partial(rows, Path(out) / "fp8_check.csv", f"{precision} battery{how}")
         for model in models:
             for shape in (table1_row(model).baseline, table1_row(model).deamoe):
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
@@ -213,7 +218,7 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
                                 [b for _ in GRAPH_OPTIONS[:2] for b in (4, 64)], 5,
                                 f"{model} graph", fmt, device)
             rows += [{**g, "part": "graph", "weights": precision} for g in graph]
-        _partial(rows, Path(out) / "fp8_check.csv", precision)
+            _partial(rows, Path(out) / "fp8_check.csv", f"{precision} {model}")
     if kernel is not None and Path(kernel).is_file():  # vLLM's FP8 block path beside ours
         from deamoe.bench.vllm_peer_fp8 import fp8_check_rows
 
