@@ -35,6 +35,8 @@ def test_fp8_check_rows_and_their_table(tmp_path, monkeypatch, capsys):
     df = pd.read_csv(tmp_path / "fp8_check.csv")
     assert df.groupby("part").size().to_dict() == {"graph": 8, "stream": 8}
     assert (df["weights"] == "fp8").all() and (df["tol"] == 1e-2).all() and df["ok"].all()
+    # every row names where it was measured, like every measured table
+    assert df[["gpu", "torch", "triton", "date", "git_sha"]].notna().all().all()
     out = capsys.readouterr().out
     assert "fp8 DeepSeek-V3: 16/16 ok so far" in out and "vLLM beside ours: not run" in out
     assert "fp8 check: 16/16 ok" in out

@@ -19,8 +19,9 @@
                   battery.W8A8_PASSES), the step in CUDA graphs, and --
                   with vLLM's kernel file -- vLLM's FP8 block path beside ours on the same
                   Table 1 inputs
-Each writes a CSV under OUT, prints `ok/total` and the failing rows, and returns exit status 1
-if any case fails.  CUDA only.
+Each writes a CSV under OUT (every row stamped with the gpu, torch, triton, date and git_sha it
+came from), prints `ok/total` and the failing rows, and returns exit status 1 if any case
+fails.  CUDA only.
 """
 
 from __future__ import annotations
@@ -41,12 +42,24 @@ GRAPH_OPTIONS = ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launche
                  {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3})
 
 
-def _finish(rows: list[dict], path: Path, what: str) -> int:
+def stamped(rows: list[dict]):
+    """The rows as a table, each stamped with where it was measured (a check table read later
+    names its chip, library versions and commit like every measured table)."""
     import pandas as pd
+    import triton
 
+    from deamoe.provenance import provenance
+
+    prov = provenance("cuda")
+    return pd.DataFrame(rows).assign(gpu=prov["device"], torch=prov["torch"],
+                                     triton=triton.__version__, date=prov["date"],
+                                     git_sha=prov["git_sha"])
+
+
+def _finish(rows: list[dict], path: Path, what: str) -> int:
     from deamoe.io import write_csv
 
-    df = pd.DataFrame(rows)
+    df = stamped(rows)
     write_csv(path, df)
     print(f"{what}: {int(df.ok.sum())}/{len(df)} ok, max rel err {df.rel_err.max():.2e}")
     if not df.ok.all():
@@ -57,13 +70,11 @@ def _finish(rows: list[dict], path: Path, what: str) -> int:
 def _partial(rows: list[dict], path: Path, what: str) -> None:
     """The rows so far to `path` (a call stopped at its time limit keeps them) and one line;
     nothing while there are none."""
-    import pandas as pd
-
     from deamoe.io import write_csv
 
     if not rows:
         return
-    df = pd.DataFrame(rows)
+    df = stamped(rows)
     write_csv(path, df)
     print(f"{what}: {int(df.ok.sum())}/{len(df)} ok so far, max rel err {df.rel_err.max():.2e}",
           flush=True)
@@ -269,7 +280,7 @@ def routing_check(out: Path) -> int:
                     t = time_fn(lambda: fn(shape, logits), 100)
                     times.append({"model": model, "kind": kind, "tokens": T, "impl": impl,
                                   "us": t.median_us, "p10_us": t.p10_us, "p90_us": t.p90_us})
-    tf = pd.DataFrame(times)
+    tf = stamped(times)
     write_csv(Path(out) / "routing_time.csv", tf)
     print(tf.pivot_table(index=["model", "kind", "tokens"], columns="impl",
                          values="us").round(1).to_string())

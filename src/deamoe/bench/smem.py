@@ -72,6 +72,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
     estimate exceeds Triton's count anywhere."""
     import pandas as pd
 
+    from deamoe.bench.checks import stamped
     from deamoe.bench.search import BLOCK_M_KNOBS, on_stage
     from deamoe.io import write_csv
     from deamoe.kernels.gemm_spec import shared_memory_limit
@@ -93,7 +94,7 @@ def smem_check(out: Path, s, gemms: list[str]) -> int:
                                  "triton": triton_bytes, "limit": limit,
                                  "over_limit": triton_bytes > limit,
                                  "skipped": estimate > limit, "ok": estimate <= triton_bytes})
-            write_csv(Path(out) / "smem_check.csv", pd.DataFrame(rows))  # a cut call keeps it
+            write_csv(Path(out) / "smem_check.csv", stamped(rows))  # a cut call keeps it
             print(f"{precision} {name}: {len(names) * len(block_ms)} kernels compiled "
                   f"({time.time() - t0:.0f} s)", flush=True)
     df = pd.DataFrame(rows)
