@@ -42,6 +42,24 @@ def test_activations_quantised_before_the_gemm_equal_the_reference_quantiser():
         quantize_groups(a.t(), 32)
 
 
+def test_the_quantiser_takes_rows_in_blocks_and_zeroes_slots_of_every_row():
+    # 37 rows: three programs of QUANT_ROWS rows along the rows, the last one partial (and rows of
+    # a strided view); the slots of every row zeroed, the columns outside lo..hi left alone
+    from deamoe.kernels.fp8_absmax import ZeroSlots
+    from deamoe.kernels.fp8_quant import QUANT_ROWS
+
+    torch.manual_seed(2)
+    rows = 2 * QUANT_ROWS + 5
+    wide = torch.randn(rows, 160) * torch.logspace(-3, 2, rows)[:, None]
+    a = wide[:, :136]  # row stride 160, a partial last group
+    slots = torch.full((rows, 12), 7.0)
+    q, s = quantize_groups(a, 64, zero=ZeroSlots(slots, 2, 11))
+    ref_q, ref_s = quantize_activations(a, 64)
+    assert s.shape == (rows, 3) and torch.equal(s, ref_s)
+    assert torch.equal(q.view(torch.uint8), ref_q.view(torch.uint8))
+    assert (slots[:, 2:11] == 0).all() and (slots[:, :2] == 7).all() and (slots[:, 11] == 7).all()
+
+
 # -- '-qo' in groups finer than the weights' K block: a 64-column up-projection tile stores its
 # output in groups of its own 64 columns, and the GEMM reading it steps K by <= 64 (the weights'
 # scales still one per 128 x 128 block)
