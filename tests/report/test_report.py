@@ -83,6 +83,19 @@ def test_missing_stage_is_not_run_with_reason_and_paper_values(tmp_path, measure
     assert "tpot.csv does not exist" in index
 
 
+def test_a_stage_table_with_a_header_alone_is_not_run_not_reproduced(tmp_path, measured,
+                                                                    make_results):
+    # a header-only tpot.csv measured nothing: Figure 3 says so instead of "reproduced" over an
+    # empty table
+    results = make_results(tmp_path / "a")
+    tpot = results / "serve" / "tpot.csv"
+    tpot.write_text(tpot.read_text().splitlines()[0] + "\n")
+    _build(results, measured, tmp_path / "r")
+    md = (tmp_path / "r" / "tables" / "figure3.md").read_text()
+    assert "**not run**" in md and "tpot.csv has no rows" in md
+    assert "reproduced" not in md.split("\n")[2]
+
+
 def test_no_gpu_uses_committed_measurements_and_says_so(results, measured, tmp_path):
     _build(results, measured, tmp_path / "r")
     md = (tmp_path / "r" / "tables" / "figure4_5.md").read_text()

@@ -130,7 +130,8 @@ def not_run(path: Path, reason: str) -> Loaded:
 
 def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = None,
              scale_records: list[dict] | None = None, scale: dict | None = None) -> Loaded:
-    """A stage's CSV, or "not run" if it is absent; missing required columns are a DataError.
+    """A stage's CSV, or "not run" if it is absent or has no rows (a header alone measured
+    nothing, and is not shown as reproduced); missing required columns are a DataError.
 
     Model size and tokens come from `scale_records` when given (the training runs behind the
     numbers), else from the rows; `scale` states them outright (e.g. analytic results).
@@ -145,6 +146,8 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     spec = table_spec(path)
     frame = read_table(path, TableSpec(tuple(dict.fromkeys(required + spec.required)), spec.numbers,
                                        spec.finite, key=spec.key, rows=spec.rows), path.name)
+    if frame.empty:
+        return not_run(path, f"{path} has no rows (its stage measured nothing)")
     records = frame.to_dict("records")
     prov = provenance_of(records, profile, scale_records)
     for key, value in (scale or {}).items():
