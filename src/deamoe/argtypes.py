@@ -148,18 +148,31 @@ def checkpoint_command(sub, name: str, help: str, section: str, out: str):
     return p
 
 
-def check_checkpoint_model(checkpoint, model: str) -> None:
-    """A DataError, before any work, when --model names the other model than the checkpoint holds
-    (its config.json's ffn_type): its numbers would fill that model's rows of Tables 2-3 or
-    Figure 3 without a word.  A checkpoint of another causal LM (no ffn_type) is taken as named;
-    one lacking config.json is named by the command's own check."""
+def checkpoint_dir(checkpoint):
+    """`checkpoint` as a Path, or a DataError when it is no checkpoint directory (no
+    config.json), naming the checkpoint inside it where it is a training run's folder."""
     from pathlib import Path
 
     from deamoe.errors import DataError
+
+    path = Path(checkpoint)
+    if not (path / "config.json").is_file():
+        inside = path / "checkpoint"  # a training run's folder holds its checkpoint there
+        hint = f"; the run's checkpoint is {inside}" if (inside / "config.json").is_file() else ""
+        raise DataError(f"{path}: not a checkpoint directory (no config.json){hint}")
+    return path
+
+
+def check_checkpoint_model(checkpoint, model: str) -> None:
+    """A DataError, before any work, when `checkpoint` is no checkpoint directory
+    (checkpoint_dir), or when --model names the other model than the checkpoint holds (its
+    config.json's ffn_type): its numbers would fill that model's rows of Tables 2-3 or Figure 3
+    without a word.  A checkpoint of another causal LM (no ffn_type) is taken as named."""
+    from deamoe.errors import DataError
     from deamoe.readers import read_json
 
-    config = Path(checkpoint) / "config.json"
-    ffn = read_json(config, "checkpoint config").get("ffn_type") if config.is_file() else None
+    config = checkpoint_dir(checkpoint) / "config.json"
+    ffn = read_json(config, "checkpoint config").get("ffn_type")
     if ffn is not None and ffn != FFN_TYPES[model]:
         held = next((m for m, t in FFN_TYPES.items() if t == ffn), None)
         fix = (f"the {held}'s FFN: give --model {held}, or the {model}'s checkpoint" if held

@@ -110,7 +110,8 @@ def test_missing_checkpoint_is_a_data_error(tmp_path):
     (tmp_path / "run" / "checkpoint").mkdir(parents=True)
     (tmp_path / "run" / "checkpoint" / "config.json").write_text("{}")
     with pytest.raises(DeaMoEError, match=r"no config.json\); the run's checkpoint is .*run/checkpoint$"):
-        runner.checkpoint_dir(tmp_path / "run")
+        runner.run_eval(settings(tmp_path, tasks=("boolq",)), tmp_path / "run", "deamoe",
+                        tmp_path / "o")
 
 
 def test_cli_bad_config_key_exits_2_with_one_line(tmp_path):

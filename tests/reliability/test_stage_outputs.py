@@ -97,6 +97,18 @@ def test_a_checkpoint_of_the_other_model_is_refused_before_any_work(work, failin
             "--model baseline", f"{checkpoint}/config.json", "ffn_type='deamoe'", "give --model deamoe")
 
 
+@pytest.mark.parametrize("command", ["eval", "serve"])
+def test_a_training_runs_folder_given_as_the_checkpoint_names_the_checkpoint_inside(
+        work, failing, checkpoint, command):
+    """serve said only that the folder had no config.json; both commands now name the run's
+    checkpoint one level down, before any work."""
+    write_config(work / "c.yaml")
+    run = checkpoint.parent
+    failing([command, "--config", "c.yaml", "--checkpoint", str(run), "--model", "deamoe", "--out", "o"],
+            f"{run}: not a checkpoint directory", f"the run's checkpoint is {checkpoint}")
+    assert not (work / "o").exists()
+
+
 def test_a_file_where_the_evaluation_cache_goes_is_named_before_any_work(work, failing):
     write_config(work / "c.yaml", eval={"hf_home": "cache/hf"})
     (work / "cache").write_text("mine")

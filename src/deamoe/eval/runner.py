@@ -21,6 +21,7 @@ from pathlib import Path
 
 import yaml
 
+from deamoe.argtypes import checkpoint_dir
 from deamoe.errors import ConfigError, DataError, DeaMoEError
 from deamoe.eval import corpus, data
 from deamoe.eval.settings import DOWNSTREAM_TASKS, PERPLEXITY_TASKS, EvalSettings
@@ -158,16 +159,6 @@ def resolve_device(device: str) -> str:
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"eval.device is {device!r} but no CUDA GPU is visible; set eval.device: cpu")
     return device
-
-
-def checkpoint_dir(checkpoint: str | Path) -> Path:
-    """`checkpoint` as a Path, or a DataError when it is no checkpoint directory (no config.json)."""
-    path = Path(checkpoint)
-    if not (path / "config.json").is_file():
-        inside = path / "checkpoint"  # a training run's folder holds its checkpoint there
-        hint = f"; the run's checkpoint is {inside}" if (inside / "config.json").is_file() else ""
-        raise DataError(f"{path}: not a checkpoint directory (no config.json){hint}")
-    return path
 
 
 def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from deamoe.argtypes import checkpoint_dir
 from deamoe.errors import DataError
 from deamoe.io import atomic_dir
 from deamoe.provenance import device_name, provenance, version
@@ -31,9 +32,7 @@ def backend_name() -> str:
 
 
 def _checkpoint_config(checkpoint: Path) -> dict:
-    cfg = checkpoint / "config.json"
-    if not cfg.is_file():
-        raise DataError(f"checkpoint {checkpoint} has no config.json (expected an HF checkpoint dir)")
+    cfg = checkpoint_dir(checkpoint) / "config.json"
     try:
         config = json.loads(cfg.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
