@@ -223,7 +223,7 @@ MOE_SMALL, DEAMOE_ODD = small_shapes()["moe-small"], small_shapes()["deamoe-oddk
     (MOE_SMALL, dict(w2=P("n32-k32-w4-s1-pq-qs")),
      "tile n32-k32-w4-s1-pq-qs: '-qs' .* is for a GEMM on w8a8 FP8 weights"),
     (small_shapes()["deamoe-small"], dict(expert_down=P("n32-k32-w4-s1-pq-qs")),
-     "'-qs' .* is for a GEMM on w8a8"),
+     "expert_down tile n32-k32-w4-s1-pq-qs: it sums its output into S"),  # when the tiles are made
     # the department output's gate and up halves (h_ffn 48) against 32-column groups: a 32-wide
     # writer tile straddles them; a 16-wide one does not, but its reader's K steps would
     (DEAMOE_ODD, dict(dept_up=P("n32-k32-w4-s1-pq-qs")),

@@ -144,7 +144,8 @@ P = TileConfig.parse
 @pytest.mark.parametrize("shape, tiles, message", [
     # a GEMM that sums its output (w2, expert_down) cannot store it quantised
     (MOE, dict(w2=P("n64-k128-w4-s1-pq-qo")), "'-qo' .* is for a GEMM on w8a8 FP8 weights"),
-    (DEAMOE96, dict(expert_down=P("n64-k64-w4-s1-pq-qo")), "'-qo' .* is for a GEMM on w8a8"),
+    (DEAMOE96, dict(expert_down=P("n64-k64-w4-s1-pq-qo")),
+     "expert_down tile .*: it sums its output into S"),  # when the tiles are made
     # groups coarser than the weights' 128-column blocks (vLLM's): refused
     (MOE, dict(w13=P("n256-k128-w4-s1-pq-qo"), w2=P("n64-k128-w4-s1-pq")),
      r"'-qo' needs BLOCK_N and c_up_off \(0\) .* 256 columns"),

@@ -7,6 +7,10 @@ once, however many of its experts the token picked) and (token, expert) pairs by
                                                                            input row (t, dept(e)))
   3. expert GEMM   S[t,j] += w_p * sigma(Ad[e] Y[p])                     (atomic: sum within dept)
   4. dept GEMM     out[t] += Wd[j] S[t,j]                                (atomic: sum over depts)
+With pair_dept_down, 3 stores Z[p] = w_p * sigma(Ad[e] Y[p]) per pair (no S) and 4 sums
+out[t] += Wd[dept(p)] Z[p] over the pairs grouped by department (the same sum, Wd being linear):
+rows a GEMM writes whole, so on w8a8 weights expert_down can store them quantised ('-qo') for
+dept_down instead of a quantiser launch over the summed S between them.
 Launches: align (1, its spare programs zero S and out, and the absmax slots of the expert
 up-projection's output on a w8a8 '-qs' tile), four GEMMs (4), a cast (1) only where out
 is summed in fp32 (`DeaMoETiles.out_bf16`) -- two more GEMMs than the baseline, the only
@@ -62,6 +66,9 @@ EXPERT_UP = GemmSpec(a_mode=ROW_TOKDEPT, c_mode=ROW_PAIR, epi=EPI_SWIGLU)
 EXPERT_DOWN = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_TOKDEPT, epi=EPI_ACT, atomic=True)
 EXPERT_DOWN_RAW = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_PAIR, epi=EPI_ACT)
 DEPT_DOWN = GemmSpec(a_mode=ROW_TOKDEPT, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True)
+# pair_dept_down: dept_down over pair rows is the baseline's w2 (unweighted: expert_down
+# weighted them), grouped by department
+DEPT_DOWN_PAIRS = GemmSpec(a_mode=ROW_PAIR, c_mode=ROW_TOKEN, epi=EPI_ACT, atomic=True)
 
 
 class DeaMoEWeights(NamedTuple):
@@ -113,9 +120,26 @@ class DeaMoETiles:
     # atomics: dept_down reads half the S bytes per N tile (up to 15 us faster per layer at
     # 96-128 tokens, rel err 4.1-4.6e-3 against 3.7-3.9e-3); off: fp32 S
     s_bf16: bool = True
+    # True: expert_down stores each (token, expert) pair's weighted output instead of summing
+    # it into S, and dept_down sums those rows, grouped by department (no dedup), into out --
+    # the same sum without S, so on w8a8 weights expert_down may store its output quantised
+    # ('-qo') for dept_down, which then needs no quantiser launch; dept_down reads k_expert
+    # rows a token where it read at most k_dept, and a routed dept_up runs on the same
+    # grouping (a (token, department) row written once per pair, the same values).  Fused
+    # operators only
+    pair_dept_down: bool = False
 
     def __post_init__(self):
         check_layer_knobs(self)
+        for name in ("expert_down",) if not self.pair_dept_down else ():
+            t = getattr(self, name)
+            if t.qout or t.qscale:
+                raise ValueError(f"expert_down tile {t.name}: it sums its output into S, which "
+                                 "no tile can store quantised or with its absmax; give "
+                                 "pair_dept_down=1 (its rows stored whole) or a plain tile")
+        if self.pair_dept_down and self.expert_down.qscale:
+            raise ValueError(f"expert_down tile {self.expert_down.name}: '-qs' with "
+                             "pair_dept_down is not built; give '-qo' or a plain tile")
         check_qout_reads(self)
         check_qscale_writes(self)
 
@@ -184,17 +208,23 @@ class _Step:
         common = dict(n_dept=self.n_dept, per_group=self.per)
         self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
                       "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
+                      "expert_down_pairs": EXPERT_DOWN_RAW.on(tiles.expert_down, act=self.sig,
+                                                              **common),
                       "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
         if (tiles.dept_up.qout or tiles.dept_up.qscale) and not self.fused:
             how = "quantised ('-qo')" if tiles.dept_up.qout else "with its absmax ('-qs')"
             raise ValueError(f"deamoe_forward: operator {operator} is applied to the department "
                              f"output outside the kernel, so dept_up cannot store it {how}")
+        if tiles.pair_dept_down and not self.fused:
+            raise ValueError(f"deamoe_forward: pair_dept_down needs a fused operator "
+                             f"({', '.join(FUSED_OPERATORS)}), not {operator}")
         self.a1 = gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
-        s_words = T * self.n_dept * f // 2 if s_bf16 else T * self.n_dept * f
+        s_words = (0 if tiles.pair_dept_down else T * self.n_dept * f // 2 if s_bf16
+                   else T * self.n_dept * f)
         self.acc, self.out = layer_output(self.x, s_words, tiles.out_bf16)
         s = self.acc[:s_words]
-        self.s = (s.view(torch.bfloat16) if s_bf16 else s).view(T * self.n_dept, f)
+        self.s = (s.view(torch.bfloat16) if s_bf16 else s).view(-1, f)
         self.st = {}  # the routing and what depends on its size, set by take_routing
 
     def weights(self) -> tuple:
@@ -208,12 +238,15 @@ class _Step:
         self.st.update(ids=ids, weights=weights.contiguous(),
                        y=gemm_output(ids.numel(), self.f, self.x, self.tiles.expert_up,
                                      self.expert_gate))
+        if self.tiles.pair_dept_down:  # expert_down's rows, one per pair, read by dept_down
+            self.st["z"] = gemm_output(ids.numel(), self.f, self.x, self.tiles.expert_down,
+                                       self.expert_down_w)
 
     def align(self):  # both groupings in one launch, which also zeroes S and out
         t, y = self.tiles, self.st["y"]  # (and the absmax slots of y on a '-qs' expert_up)
         self.st["al"] = align(
             self.st["ids"],
-            AlignSpec(n_groups=self.n_dept, per_group=self.per, dedup=True,
+            AlignSpec(n_groups=self.n_dept, per_group=self.per, dedup=not t.pair_dept_down,
                       block_m=t.dept_block_m),
             AlignSpec(n_groups=self.n_expert, block_m=t.expert_block_m),
             zero=(self.acc, y.absmax) if isinstance(y, AbsmaxRows) else self.acc,
@@ -234,10 +267,18 @@ class _Step:
                      self.specs["expert_up"], bu=self.expert_up_w, groups=groups)
 
     def expert_down(self, groups=None):
-        grouped_gemm(self.st["y"], self.expert_down_w, self.s, self.st["al"][1], self.st["ids"],
-                     self.specs["expert_down"], weights=self.st["weights"], groups=groups)
+        pairs = self.tiles.pair_dept_down
+        grouped_gemm(self.st["y"], self.expert_down_w, self.st["z"] if pairs else self.s,
+                     self.st["al"][1], self.st["ids"],
+                     self.specs["expert_down_pairs" if pairs else "expert_down"],
+                     weights=self.st["weights"], groups=groups)
 
     def dept_down(self, groups=None):
+        if self.tiles.pair_dept_down:
+            spec = DEPT_DOWN_PAIRS.on(self.tiles.dept_down, n_dept=self.n_dept, per_group=self.per)
+            grouped_gemm(self.st["z"], self.dept_down_w, self.out, self.st["al"][0],
+                         self.st["ids"], spec, groups=groups)
+            return
         dept_down_gemm(self.s, self.dept_down_w, self.out, self.st["al"][0], self.st["ids"],
                        self.per, self.tiles.dept_down, groups)
 

@@ -147,12 +147,20 @@ def with_qout(tiles, fmt: "Fp8Format", ups=UP_PROJECTIONS, group: int | None = N
     return dataclasses.replace(tiles, **stored)
 
 
+def qout_readers(tiles) -> dict[str, str]:
+    """The GEMMs of a layer's tiles whose output the next GEMM reads whole (writer -> reader):
+    the up-projections, and DeaMoE's expert down-projection where dept_down reads its rows
+    (DeaMoETiles.pair_dept_down)."""
+    pairs = getattr(tiles, "pair_dept_down", False)
+    return {**QOUT_READERS, **({"expert_down": "dept_down"} if pairs else {})}
+
+
 def check_qout_reads(tiles) -> None:
     """A ValueError where a layer's tiles (MoETiles, DeaMoETiles) have a GEMM read a '-qo'
     output (quantised in groups of its writer's BLOCK_N columns) on K steps wider than one
     group: each K step takes one scale per row.  The launch refuses it too; this says so when
     the tiles are made, before any kernel runs."""
-    for up, reader in QOUT_READERS.items():
+    for up, reader in qout_readers(tiles).items():
         w, r = getattr(tiles, up, None), getattr(tiles, reader, None)
         if w is not None and w.qout and r is not None and w.block_n % r.block_k:
             raise ValueError(f"{reader} tile {r.name} reads {up}'s '-qo' output (tile {w.name}: "
