@@ -415,5 +415,12 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def write_csv(path: str | os.PathLike, frame, replace_committed: bool = False) -> None:
     """Write a pandas DataFrame as CSV atomically (no index column)."""
-    with atomic_path(path, replace_committed) as tmp:
-        frame.to_csv(tmp, index=False)
+    write_csvs({path: frame}, replace_committed)
+
+
+def write_csvs(frames: dict, replace_committed: bool = False) -> None:
+    """Write several DataFrames ({path: frame}) as CSV, published together (`atomic_outputs`): a
+    failed or stopped write leaves every old table or every new one, never a mix."""
+    with atomic_outputs() as outputs:
+        for path, frame in frames.items():
+            frame.to_csv(outputs.enter_context(atomic_path(path, replace_committed)), index=False)

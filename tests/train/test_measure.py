@@ -53,3 +53,19 @@ def test_a_users_file_where_it_writes_is_kept(tmp_path, capsys):
     assert "train_curves.csv exists and was not written by deamoe" in capsys.readouterr().err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["train_curves.csv"]
     assert (tmp_path / "out" / "train_curves.csv").read_text() == "mine\n"
+
+
+def test_a_bad_fsdp_log_writes_no_table(tmp_path, capsys):
+    """The FSDP pair's logs are read before any table is written: a malformed one is named and
+    leaves no train_gpu.csv or train_curves.csv behind (nor replaces earlier ones)."""
+    _run(tmp_path / "runs" / "a")
+    for name in ("one40", "two40"):
+        _run(tmp_path / "runs" / name)  # logs without grad_norm / tokens_per_s
+    assert main([str(tmp_path / "runs"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "one40/log.csv: missing column grad_norm" in err, err
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "runs" / "one40" / "log.csv").write_text("step,loss\n1,abc\n")
+    assert main([str(tmp_path / "runs"), str(tmp_path / "out")]) == 2
+    assert "one40/log.csv" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -21,7 +21,7 @@ def collect(runs: Path, out: Path) -> None:
     import pandas as pd
 
     from deamoe.errors import DataError
-    from deamoe.io import check_outputs, write_csv
+    from deamoe.io import check_outputs, write_csvs
     from deamoe.readers import input_folder, read_json, read_training_log
 
     input_folder(runs, "the finished runs' folder")
@@ -48,16 +48,22 @@ def collect(runs: Path, out: Path) -> None:
     times = dict(zip(pre["ffn_type"], pre["median_step_time_s"]))  # the pair: moe and deamoe
     if {"moe", "deamoe"} <= set(times):
         table["deamoe_over_baseline_step_time"] = times["deamoe"] / times["moe"]
-    write_csv(out / "train_gpu.csv", table)
-    write_csv(out / "train_curves.csv", pd.concat(curves))
+    tables = {"train_gpu.csv": table, "train_curves.csv": pd.concat(curves)}
     pair = [runs / n for n in ("one40", "two40")]
     if all((p / "log.csv").is_file() for p in pair):
         a, b = (read_training_log(p / "log.csv") for p in pair)
-        fsdp = pd.DataFrame({"step": a["step"], "loss_1gpu": a["loss"], "loss_fsdp2_2gpu": b["loss"],
-                             "abs_diff": (a["loss"] - b["loss"]).abs(),
-                             "grad_norm_1gpu": a["grad_norm"], "grad_norm_fsdp2_2gpu": b["grad_norm"],
-                             "tokens_per_s_1gpu": a["tokens_per_s"], "tokens_per_s_fsdp2_2gpu": b["tokens_per_s"]})
-        write_csv(out / "train_fsdp.csv", fsdp)
+        lacking = next((f"{p / 'log.csv'}: missing column {c} of the FSDP comparison" for p, log in
+                        zip(pair, (a, b)) for c in ("grad_norm", "tokens_per_s") if c not in log), None)
+        if lacking:
+            raise DataError(lacking)
+        tables["train_fsdp.csv"] = pd.DataFrame({
+            "step": a["step"], "loss_1gpu": a["loss"], "loss_fsdp2_2gpu": b["loss"],
+            "abs_diff": (a["loss"] - b["loss"]).abs(),
+            "grad_norm_1gpu": a["grad_norm"], "grad_norm_fsdp2_2gpu": b["grad_norm"],
+            "tokens_per_s_1gpu": a["tokens_per_s"], "tokens_per_s_fsdp2_2gpu": b["tokens_per_s"]})
+    # every input read before the first table is written, and the tables published together: a
+    # malformed FSDP log (or a stop) left the first two tables new beside an old third one
+    write_csvs({out / name: frame for name, frame in tables.items()})
     print(table.to_string(index=False))
 
 
