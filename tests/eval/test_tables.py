@@ -59,6 +59,20 @@ def test_no_results_is_a_clear_error(tmp_path):
         build_tables(tmp_path)
 
 
+@pytest.mark.parametrize("block", [("n-samples",), ("deamoe",), ("deamoe", "corpora")])
+def test_a_null_optional_block_reads_as_absent(tmp_path, block):
+    """lm_eval.json's optional blocks (n-samples, deamoe, deamoe.corpora) given as null pass the
+    reader as absent; the tables read them so too (they failed with an AttributeError)."""
+    doc = fake_result("deamoe")
+    doc["deamoe"]["corpora"] = {"ptb": {"words": 10, "tokens": 20}}
+    (doc if len(block) == 1 else doc[block[0]])[block[-1]] = None
+    (tmp_path / "deamoe").mkdir()
+    (tmp_path / "deamoe" / "lm_eval.json").write_text(json.dumps(doc))
+    down, ppl = build_tables(tmp_path)
+    assert len(down) == 3 and ppl.word_perplexity.tolist() == [70.0]
+    assert down.n.isna().all() == (block == ("n-samples",))
+
+
 def test_paper_values_match_the_paper_text():
     """Every number of Tables 2 and 3 appears in the extracted paper text, DeaMoE then baseline."""
     seed = REPO.parent / "shared" / "seeds" / "000_104e20784e71d0e0.txt"

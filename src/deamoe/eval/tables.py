@@ -68,8 +68,16 @@ def load_results(in_dir: str | Path, settings=None) -> dict[str, dict]:
     return found
 
 
+def _block(doc: dict, *keys: str) -> dict:
+    """doc[k1][k2]..., each an object, or {}: read_lm_eval lets an optional block be null (as
+    absent), which .get(key, {}) would hand on as None."""
+    for key in keys:
+        doc = doc.get(key) or {}
+    return doc
+
+
 def _provenance(doc: dict) -> dict:
-    meta = doc.get("deamoe", {})
+    meta = _block(doc, "deamoe")
     return {k: meta.get(k) for k in PROVENANCE}
 
 
@@ -81,7 +89,7 @@ def _results(doc: dict, tasks) -> list[tuple[str, dict]]:
 def downstream_rows(model: str, doc: dict) -> list[dict]:
     rows = []
     for task, res in _results(doc, TABLE2_HARNESS):
-        n = doc.get("n-samples", {}).get(task, {}).get("effective")
+        n = _block(doc, "n-samples", task).get("effective")
         for metric in ("acc", "acc_norm"):
             if f"{metric},none" not in res:
                 continue
@@ -100,7 +108,7 @@ def perplexity_rows(model: str, doc: dict) -> list[dict]:
     rows = []
     for task, res in _results(doc, TABLE3_HARNESS):
         word_ppl = _number(res.get("word_perplexity,none"))
-        counts = doc.get("deamoe", {}).get("corpora", {}).get(task) or {}
+        counts = _block(doc, "deamoe", "corpora", task)
         words, tokens = counts.get("words"), counts.get("tokens")
         per_token = math.exp(math.log(word_ppl) * words / tokens) if words and tokens and word_ppl > 0 else math.nan
         rows.append({
@@ -108,7 +116,7 @@ def perplexity_rows(model: str, doc: dict) -> list[dict]:
             "word_perplexity": word_ppl,
             "byte_perplexity": _number(res.get("byte_perplexity,none")),
             "bits_per_byte": _number(res.get("bits_per_byte,none")),
-            "n": doc.get("n-samples", {}).get(task, {}).get("effective"),
+            "n": _block(doc, "n-samples", task).get("effective"),
             "paper_value": table3_value(task, model),
             "tokens_per_word": tokens / words if words and tokens else math.nan,
             "token_perplexity": per_token,
@@ -139,7 +147,7 @@ def run_eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[
             cols[f"acc_{r['task']}"] = r["value"]
         long.append({"run": name, "kind": "downstream", "task": r["task"], "metric": r["metric"],
                      "value": r["value"], "stderr": r["stderr"], "n": r["n"], "paper_value": r["paper_value"]})
-    meta = doc.get("deamoe", {})
+    meta = _block(doc, "deamoe")
     cols.update(eval_limit_per_task=meta.get("limit_per_task"), eval_ppl_max_chars=meta.get("ppl_max_chars"),
                 lm_eval=meta.get("lm_eval"))
     return cols, long
@@ -162,7 +170,7 @@ def build_tables(in_dir: str | Path, settings=None):
     results = load_results(in_dir, settings)
     down, ppl = [], []
     for run, doc in results.items():
-        model = doc.get("deamoe", {}).get("model") or run
+        model = _block(doc, "deamoe").get("model") or run
         where = _run_fields(run)
         down += [{**r, **where} for r in downstream_rows(model, doc)]
         ppl += [{**r, **where} for r in perplexity_rows(model, doc)]
