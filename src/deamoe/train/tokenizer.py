@@ -42,15 +42,20 @@ def load_named(name: str):
 
     try:
         tok = AutoTokenizer.from_pretrained(name)
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - as `load`: a malformed tokenizer.json is a KeyError
         raise DataError(
-            f"data.tokenizer={name!r} could not be loaded ({str(exc).splitlines()[0][:160]}); "
+            f"data.tokenizer={name!r} could not be loaded ({_first_line(exc)}); "
             "offline it must be a local directory or already in the Hugging Face cache; "
             "use data.tokenizer: bpe to train one here"
         ) from None
     if tok.eos_token is None:
         tok.eos_token = EOS
     return tok
+
+
+def _first_line(exc: Exception) -> str:
+    """A loader's exception as one short line: its type and its message's first line."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:160]}"
 
 
 def build(kind: str, texts: Iterable[str], vocab_size: int):
@@ -69,8 +74,7 @@ def load(directory: str | Path, vocab_size: int | None = None):
     try:
         tok = AutoTokenizer.from_pretrained(str(directory))
     except Exception as exc:  # noqa: BLE001 - JSON, OSError, ValueError, the Rust loader's own
-        first = (str(exc).splitlines() or [""])[0][:160]
-        raise DataError(f"{directory}: the tokenizer cannot be loaded ({type(exc).__name__}: {first}); "
+        raise DataError(f"{directory}: the tokenizer cannot be loaded ({_first_line(exc)}); "
                         "rerun `python -m deamoe data`") from None
     if vocab_size is not None and len(tok) != vocab_size:
         raise DataError(f"{directory} holds {len(tok)} tokens, but meta.json beside it says vocab_size "
