@@ -98,6 +98,17 @@ def test_points_of_other_settings_are_refused_naming_the_setting(tmp_path, monke
         PointStore.open(tmp_path, S)
 
 
+@pytest.mark.parametrize("stages", ["model,batch\nx,1\n", "model,kind,batch\nBaseline-7B,moe,four\n", ""])
+def test_a_malformed_stages_table_is_named(tmp_path, monkeypatch, stages):
+    """stages.csv beside the points is read back as they are: a missing column or a batch that
+    is no number is a DataError naming it (they failed with a KeyError / ValueError)."""
+    monkeypatch.setattr(microbench, "bench_impl", fake_bench_impl([]))
+    microbench.run_microbench(S, 4.0, device="cpu", store=PointStore.open(tmp_path, S))
+    (tmp_path / "stages.csv").write_text(stages)
+    with pytest.raises(DataError, match=r"stages.csv: not a microbench stages table .*delete it"):
+        PointStore.open(tmp_path, S)
+
+
 def test_a_points_table_read_back_gives_the_same_rows(tmp_path):
     store = PointStore.open(tmp_path, S)
     for layer, stream in (("baseline", True), ("deamoe", None)):

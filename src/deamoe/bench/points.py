@@ -88,14 +88,19 @@ class PointStore:
         path = store.out / POINTS_FILE
         if not path.is_file():
             return store
-        try:
-            rows = pd.read_csv(path, dtype=TEXT_COLUMNS).to_dict("records")
-            keyed = {(r["model"], r["layer"], int(r["batch"])): r for r in rows}
-            settings = [json.loads(r["settings"]) for r in rows]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise DataError(f"{path}: not a microbench points table ({type(exc).__name__}: "
-                            f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to "
-                            "measure its points again") from None
+
+        def parsed(table: Path, parse, what: str):
+            """parse(rows) of CSV `table`; a DataError naming it when it is no such table."""
+            try:
+                return parse(pd.read_csv(table, dtype=TEXT_COLUMNS).to_dict("records"))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise DataError(f"{table}: not a microbench {what} table ({type(exc).__name__}: "
+                                f"{str(exc).splitlines()[0] if str(exc) else ''}); delete it to "
+                                "measure its points again") from None
+
+        rows, keyed, settings = parsed(path, lambda rows: (
+            rows, {(r["model"], r["layer"], int(r["batch"])): r for r in rows},
+            [json.loads(r["settings"]) for r in rows]), "points")
         other = [then for then in settings if then != store.settings]
         if other:
             raise ConfigError(f"{path}: {len(other)} of its {len(rows)} points were measured "
@@ -107,9 +112,10 @@ class PointStore:
             # stages.csv names a layer by its shape's kind (a checkpoint's ffn_type)
             done = {(m, FFN_TYPES.get(split_label(layer)[0]), b, split_label(layer)[1])
                     for m, layer, b in store.points}
-            stages = pd.read_csv(store.out / "stages.csv", dtype=TEXT_COLUMNS).to_dict("records")
-            store.stages = [r for r in stages
-                            if (r["model"], r["kind"], int(r["batch"]), _precision_of(r)) in done]
+            # checked as the points are: a malformed one is named before any GPU work
+            store.stages = parsed(store.out / "stages.csv", lambda stages: [
+                r for r in stages if (r["model"], r["kind"], int(r["batch"]), _precision_of(r)) in done],
+                "stages")
         return store
 
     def add(self, point: dict, stage_rows: list[dict]) -> None:
