@@ -36,6 +36,7 @@ def _profile(config: str | None) -> str:
 def cmd_eval(args) -> int:
     from pathlib import Path
 
+    from deamoe.errors import ConfigError
     from deamoe.eval.runner import run_eval
     from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.settings import load_eval_settings
@@ -48,21 +49,24 @@ def cmd_eval(args) -> int:
 
         s = dataclasses.replace(s, tasks=tuple(t for t in s.tasks if t in PERPLEXITY_TASKS))
         if not s.tasks:  # named now: lm-eval would stop on it after the model is loaded
-            from deamoe.errors import ConfigError
-
             raise ConfigError(f"--perplexity-only: eval.tasks has no perplexity corpus "
                               f"({', '.join(PERPLEXITY_TASKS)}); nothing to evaluate")
     result = Path(args.out) / "lm_eval.json"
     check_checkpoint_model(args.checkpoint, args.model)
     check_apart([("--out", args.out)], [("--checkpoint", args.checkpoint)])
     check_outputs(files=[result], folders=[args.out])
-    from deamoe.ownership import file_in_the_way
+    from deamoe.ownership import file_in_the_way, whole_folder_above, written_whole
 
     hf_home = Path(s.hf_home)  # the harness's dataset cache: named now, not after loading the model
     if (hf_home.exists() and not hf_home.is_dir()) or file_in_the_way(hf_home):
-        from deamoe.errors import ConfigError
-
         raise ConfigError(f"eval.hf_home={s.hf_home}: a file is where this cache folder goes; give a folder")
+    # the harness writes its cache there: inside the checkpoint, or another output written as a
+    # whole, it would change that output (files its marker does not list)
+    check_apart([("eval.hf_home", hf_home)], [("--checkpoint", args.checkpoint)])
+    whole = hf_home if written_whole(hf_home) else whole_folder_above(hf_home)
+    if whole is not None:
+        raise ConfigError(f"eval.hf_home={s.hf_home} is or lies inside {whole}, an output a deamoe "
+                          "command wrote as a whole (a checkpoint or tokenizer); give a cache folder outside it")
     if result.is_file():  # this project's: replaced only by the same model's evaluation
         from deamoe.readers import read_lm_eval
 
