@@ -109,10 +109,10 @@ def test_a_training_runs_folder_given_as_the_checkpoint_names_the_checkpoint_ins
     assert not (work / "o").exists()
 
 
-def test_a_file_where_the_evaluation_cache_goes_is_named_before_any_work(work, failing):
+def test_a_file_where_the_evaluation_cache_goes_is_named_before_any_work(work, failing, checkpoint):
     write_config(work / "c.yaml", eval={"hf_home": "cache/hf"})
     (work / "cache").write_text("mine")
-    failing(["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e"],
+    failing(["eval", "--config", "c.yaml", "--checkpoint", str(checkpoint), "--model", "deamoe", "--out", "e"],
             "eval.hf_home=cache/hf", "a file is where")
 
 
