@@ -164,15 +164,18 @@ def checkpoint_dir(checkpoint):
 
 
 def check_checkpoint_model(checkpoint, model: str) -> None:
-    """A DataError, before any work, when `checkpoint` is no checkpoint directory
-    (checkpoint_dir), or when --model names the other model than the checkpoint holds (its
-    config.json's ffn_type): its numbers would fill that model's rows of Tables 2-3 or Figure 3
-    without a word.  A checkpoint of another causal LM (no ffn_type) is taken as named."""
+    """A DataError, before any work, when --model names the other model than the checkpoint holds
+    (its config.json's ffn_type): its numbers would fill that model's rows of Tables 2-3 or
+    Figure 3 without a word.  A checkpoint of another causal LM (no ffn_type) is taken as named;
+    one lacking config.json is named by checkpoint_dir where the command reads it (after its
+    outputs are checked)."""
+    from pathlib import Path
+
     from deamoe.errors import DataError
     from deamoe.readers import read_json
 
-    config = checkpoint_dir(checkpoint) / "config.json"
-    ffn = read_json(config, "checkpoint config").get("ffn_type")
+    config = Path(checkpoint) / "config.json"
+    ffn = read_json(config, "checkpoint config").get("ffn_type") if config.is_file() else None
     if ffn is not None and ffn != FFN_TYPES[model]:
         held = next((m for m, t in FFN_TYPES.items() if t == ffn), None)
         fix = (f"the {held}'s FFN: give --model {held}, or the {model}'s checkpoint" if held
