@@ -311,3 +311,19 @@ def test_level_with_failed_requests_is_retried_once(tmp_path, monkeypatch, failu
         with pytest.raises(server.ServerError, match="twice"):
             bench.run(ckpt, "deamoe", s, out, tmp_path / "log.txt")
         assert calls == [1, 1] and not out.exists()
+
+
+@pytest.mark.parametrize("config, names", [
+    ({"vocab_size": "abc", "ffn_type": "deamoe"}, "key 'vocab_size' must be an integer"),
+    ({"vocab_size": 0}, "key 'vocab_size'"),
+    ({"ffn_type": "deamoe"}, "missing key 'vocab_size'"),
+    ([1, 2], "holds a JSON list"),
+])
+def test_a_checkpoint_config_without_a_usable_vocab_size_is_named_before_the_server_starts(
+        tmp_path, config, names):
+    # a string vocab_size passed the key's presence check; vLLM then started and died in its
+    # start-up, naming nothing
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
+    with pytest.raises(DataError, match=names):
+        bench._checkpoint_config(tmp_path / "ck")

@@ -32,13 +32,13 @@ def backend_name() -> str:
 
 
 def _checkpoint_config(checkpoint: Path) -> dict:
+    """The checkpoint's config.json, checked before the server starts: a vocab_size that is no
+    whole number >= 1 let vLLM start and die in its start-up, naming nothing."""
+    from deamoe.readers import need, read_json
+
     cfg = checkpoint_dir(checkpoint) / "config.json"
-    try:
-        config = json.loads(cfg.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{cfg}: not a valid config.json ({type(exc).__name__}: {exc})") from None
-    if not isinstance(config, dict) or "vocab_size" not in config:
-        raise DataError(f"{cfg}: no vocab_size (not a causal LM checkpoint config)")
+    config = read_json(cfg, "checkpoint config")
+    need(config, cfg, "vocab_size", "int", low=1)
     return config
 
 
