@@ -418,9 +418,12 @@ def write_csv(path: str | os.PathLike, frame, replace_committed: bool = False) -
     write_csvs({path: frame}, replace_committed)
 
 
-def write_csvs(frames: dict, replace_committed: bool = False) -> None:
+def write_csvs(frames: dict, replace_committed=False) -> None:
     """Write several DataFrames ({path: frame}) as CSV, published together (`atomic_outputs`): a
-    failed or stopped write leaves every old table or every new one, never a mix."""
+    failed or stopped write leaves every old table or every new one, never a mix.
+    replace_committed: for every path, or the collection of the paths it holds for."""
     with atomic_outputs() as outputs:
         for path, frame in frames.items():
-            frame.to_csv(outputs.enter_context(atomic_path(path, replace_committed)), index=False)
+            committed = (replace_committed if isinstance(replace_committed, bool)
+                         else path in replace_committed)
+            frame.to_csv(outputs.enter_context(atomic_path(path, committed)), index=False)

@@ -101,3 +101,28 @@ def test_import_files_an_fp8_table_beside_the_main_one(tmp_path):
     got = pd.read_csv(tmp_path / "d" / "microbench_fp8.csv")
     assert got["git_sha"].tolist() == ["abc1234"] and got["weight_dtype"].tolist() == ["fp8"]
     assert not (tmp_path / "d" / "microbench.csv").exists()
+
+
+def test_import_publishes_its_tables_together(tmp_path, monkeypatch):
+    # a write that fails on the second table leaves the first one as it was, not new beside an
+    # old second one
+    a, dest = tmp_path / "a", tmp_path / "dest"
+    a.mkdir()
+    pd.DataFrame({"model": ["DeepSeek-V3"], "batch": [4], "git_sha": ["unknown"], **LAYER}).to_csv(
+        a / "microbench.csv", index=False)
+    pd.DataFrame({"model": ["Baseline-7B"], "batch": [8], "git_sha": ["unknown"], **STEP}).to_csv(
+        a / "decode_tpot.csv", index=False)
+    assert main(["bench", "import", str(a), "--sha", "541eb69", "--dest", str(dest)]) == 0
+    before = {p.name: p.read_text() for p in dest.glob("*.csv")}
+    pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [16], "git_sha": ["unknown"], **LAYER}).to_csv(
+        a / "microbench.csv", index=False)
+    written, to_csv = [], pd.DataFrame.to_csv
+
+    def fails_second(self, *args, **kw):
+        written.append(1)
+        if len(written) == 2:
+            raise OSError(28, "No space left on device")
+        return to_csv(self, *args, **kw)
+    monkeypatch.setattr(pd.DataFrame, "to_csv", fails_second)
+    assert main(["bench", "import", str(a), "--sha", "541eb69", "--dest", str(dest)]) != 0
+    assert {p.name: p.read_text() for p in dest.glob("*.csv")} == before

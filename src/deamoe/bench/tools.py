@@ -379,7 +379,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
 
     from deamoe.bench.shared import SHARED_FILE, is_shared
     from deamoe.errors import ConfigError, DataError
-    from deamoe.io import check_outputs, is_committed, write_csv
+    from deamoe.io import check_outputs, is_committed, write_csvs
     from deamoe.readers import check_unique, read_table, table_spec
 
     twice = next((d for i, d in enumerate(dirs) if Path(d).resolve() in {Path(e).resolve() for e in dirs[:i]}),
@@ -422,8 +422,9 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     owner = {name: is_committed(path) for name, path in paths.items()}
     for name, path in paths.items():  # every one before the first is written
         check_outputs(files=[path], replace_committed=owner[name], folders=[dest])
-    for name, df in tables.items():
-        write_csv(paths[name], df, replace_committed=owner[name])
+    # published together: a failed write leaves every old table or every new one
+    write_csvs({paths[name]: df for name, df in tables.items()},
+               replace_committed={paths[name] for name in tables if owner[name]})
     written = list(tables)
     print(f"imported {', '.join(written)} into {dest}")
     return 0
