@@ -180,10 +180,9 @@ def build_tables(in_dir: str | Path, settings=None):
 
 
 def write_tables(in_dir: str | Path, out_dir: str | Path, settings=None) -> tuple[Path, Path]:
-    from deamoe.io import write_csv
+    from deamoe.io import write_csvs
 
     down, ppl = build_tables(in_dir, settings)
     out_dir = Path(out_dir)
-    write_csv(out_dir / "downstream.csv", down)
-    write_csv(out_dir / "perplexity.csv", ppl)
+    write_csvs({out_dir / "downstream.csv": down, out_dir / "perplexity.csv": ppl})  # both or neither
     return out_dir / "downstream.csv", out_dir / "perplexity.csv"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe.errors import DataError
-from deamoe.io import write_csv
+from deamoe.io import write_csvs
 from deamoe.provenance import provenance, version
 from deamoe.serve.settings import ServeSettings
 from deamoe.shapes import MODELS
@@ -144,6 +144,5 @@ def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tupl
     tpot["vllm"] = _vllm_version()
     slo = slo_table(df, s.tpot_budgets_ms, s.slo_metric, profile)
     out = Path(out)
-    write_csv(out / "tpot.csv", tpot)
-    write_csv(out / "slo.csv", slo)
+    write_csvs({out / "tpot.csv": tpot, out / "slo.csv": slo})  # both or neither
     return out / "tpot.csv", out / "slo.csv"
