@@ -150,3 +150,21 @@ def tiny_run(session_pipeline) -> PipelineRun:
 def tiny_pipeline(tiny_run) -> Path:
     """The scratch root after the session's tiny pipeline run (`tiny_run`)."""
     return tiny_run.root
+
+
+@pytest.fixture
+def csv_write_fails(monkeypatch):
+    """arm(n): from now on, the n-th DataFrame.to_csv raises OSError (a full disk) -- the tables a
+    command publishes together must all stay as they were."""
+    import pandas as pd
+
+    def arm(n: int) -> None:
+        written, to_csv = [], pd.DataFrame.to_csv
+
+        def failing(self, *args, **kw):
+            written.append(1)
+            if len(written) == n:
+                raise OSError(28, "No space left on device")
+            return to_csv(self, *args, **kw)
+        monkeypatch.setattr(pd.DataFrame, "to_csv", failing)
+    return arm

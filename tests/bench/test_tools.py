@@ -103,7 +103,7 @@ def test_import_files_an_fp8_table_beside_the_main_one(tmp_path):
     assert not (tmp_path / "d" / "microbench.csv").exists()
 
 
-def test_import_publishes_its_tables_together(tmp_path, monkeypatch):
+def test_import_publishes_its_tables_together(tmp_path, csv_write_fails):
     # a write that fails on the second table leaves the first one as it was, not new beside an
     # old second one
     a, dest = tmp_path / "a", tmp_path / "dest"
@@ -116,13 +116,6 @@ def test_import_publishes_its_tables_together(tmp_path, monkeypatch):
     before = {p.name: p.read_text() for p in dest.glob("*.csv")}
     pd.DataFrame({"model": ["Qwen3-235B-A22B"], "batch": [16], "git_sha": ["unknown"], **LAYER}).to_csv(
         a / "microbench.csv", index=False)
-    written, to_csv = [], pd.DataFrame.to_csv
-
-    def fails_second(self, *args, **kw):
-        written.append(1)
-        if len(written) == 2:
-            raise OSError(28, "No space left on device")
-        return to_csv(self, *args, **kw)
-    monkeypatch.setattr(pd.DataFrame, "to_csv", fails_second)
+    csv_write_fails(2)
     assert main(["bench", "import", str(a), "--sha", "541eb69", "--dest", str(dest)]) != 0
     assert {p.name: p.read_text() for p in dest.glob("*.csv")} == before

@@ -50,11 +50,9 @@ def test_tables_put_paper_values_on_the_table_metric(tmp_path):
     assert d.read_text().startswith("model,task,metric,value,stderr,n,paper_value")
 
 
-def test_the_two_tables_are_written_together(tmp_path, monkeypatch):
+def test_the_two_tables_are_written_together(tmp_path, csv_write_fails):
     # perplexity.csv failing to be written leaves downstream.csv as it was, not new beside an
     # old perplexity table
-    import pandas as pd
-
     for m in ("deamoe", "baseline"):
         (tmp_path / m).mkdir()
         (tmp_path / m / "lm_eval.json").write_text(json.dumps(fake_result(m)))
@@ -63,14 +61,7 @@ def test_the_two_tables_are_written_together(tmp_path, monkeypatch):
     doc = fake_result("deamoe")
     doc["results"]["piqa"]["acc,none"] = 0.25
     (tmp_path / "deamoe" / "lm_eval.json").write_text(json.dumps(doc))
-    written, to_csv = [], pd.DataFrame.to_csv
-
-    def fails_second(self, *args, **kw):
-        written.append(1)
-        if len(written) == 2:
-            raise OSError(28, "No space left on device")
-        return to_csv(self, *args, **kw)
-    monkeypatch.setattr(pd.DataFrame, "to_csv", fails_second)
+    csv_write_fails(2)
     with pytest.raises(OSError):
         write_tables(tmp_path, tmp_path / "out")
     assert {p.name: p.read_text() for p in (tmp_path / "out").glob("*.csv")} == before
