@@ -19,7 +19,7 @@ import pytest
 
 from deamoe.decode.knobs import make_tiles, parse_knobs
 from deamoe.bench.smem import gemm_specs
-from deamoe.kernels.deamoe_decode import DEPT_UP
+from deamoe.kernels.deamoe_decode import DEPT_DOWN_PAIRS, DEPT_UP, EXPERT_DOWN_RAW
 from deamoe.kernels.fp8 import Fp8Format
 from deamoe.kernels.gemm_spec import ACTS
 from deamoe.kernels.tile_config import TileConfig
@@ -38,7 +38,10 @@ ALIGNED = ("a_ptr", "bg_ptr", "bu_ptr", "c_ptr", "sorted_ptr", "block_group_ptr"
            "stride_cm", "a_up_off", "c_up_off")
 
 
-SPECS = gemm_specs()  # {GEMM name: GemmSpec} of both layers
+# {GEMM name: GemmSpec} of both layers, and DeaMoE's two GEMMs of pair rows (pair_dept_down):
+# expert_down storing each pair's weighted rows, dept_down summing pair rows into out
+SPECS = {**gemm_specs(), "expert_down_pairs": EXPERT_DOWN_RAW, "dept_down_pairs": DEPT_DOWN_PAIRS}
+WEIGHTED = {"w2", "expert_down", "expert_down_pairs"}  # the launches given routing weights
 CASES = [
     ("w2", "n64-k128-w4-s3", 16),          # mma.sync: A pipelined in num_stages - 1 copies
     ("w2", "n128-k128-w4-s3", 64),         # wgmma: one more copy
@@ -71,6 +74,10 @@ CASES = [
     ("expert_up", "n64-k64-w4-s8-tma-swap-pq-qo", 16, "fp8-w8a8"),
     ("expert_down", "n128-k64-w4-s8-tma-swap-pq", 16, "fp8-w8a8"),
     ("w2", "n64-k64-w4-s6-pq", 64, "fp8-w8a8"),
+    # pair_dept_down: expert_down's weighted pair rows stored quantised (Qwen3 @4's pick '+qo'),
+    # and dept_down reading them as it reads a '-pq' A
+    ("expert_down_pairs", "n128-k128-w4-s4-tma-swap-pq-qo-nf", 16, "fp8-w8a8"),
+    ("dept_down_pairs", "n128-k128-w4-s5-tma-swap-pq", 16, "fp8-w8a8"),
     # '-qs': the up-projections store their output as it is and gather its absmax per row and
     # 128-column group (atomic max): n64 tiles inside one group, n256 over two, a TMA-swapped
     # writer; and the GEMMs reading it ("a-absmax"): bf16 A quantised in the main loop with the
@@ -106,7 +113,7 @@ def triton_shared_memory(cases) -> list[dict]:
         fp8 = precision[:1] in (["fp8"], ["fp8-w8a8"])
         absmax_a, precision = precision[1:] == ["a-absmax"], precision[:1]
         consts = dict(A_MODE=spec.a_mode, C_MODE=spec.c_mode, EPI=spec.epi, ACT=ACTS[spec.act],
-                      WEIGHTED=spec.atomic, ATOMIC=spec.atomic, EVEN_K=True, DOT_F32=False,
+                      WEIGHTED=name in WEIGHTED, ATOMIC=spec.atomic, EVEN_K=True, DOT_F32=False,
                       BLOCK_M=block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, B_DESC=t.tma,
                       SWAP_AB=t.swap, N_FASTEST=t.nfast, W_FP8=fp8,
                       A_FP8=precision == ["fp8-w8a8"], GROUP_N=128 if fp8 else 1,
