@@ -415,15 +415,13 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def write_csv(path: str | os.PathLike, frame, replace_committed: bool = False) -> None:
     """Write a pandas DataFrame as CSV atomically (no index column)."""
-    write_csvs({path: frame}, replace_committed)
+    write_csvs({path: frame}, committed=(path,) if replace_committed else ())
 
 
-def write_csvs(frames: dict, replace_committed=False) -> None:
+def write_csvs(frames: dict, committed=()) -> None:
     """Write several DataFrames ({path: frame}) as CSV, published together (`atomic_outputs`): a
-    failed or stopped write leaves every old table or every new one, never a mix.
-    replace_committed: for every path, or the collection of the paths it holds for."""
+    failed or stopped write leaves every old table or every new one, never a mix.  committed:
+    the paths whose committed table may be replaced (atomic_path's replace_committed)."""
     with atomic_outputs() as outputs:
         for path, frame in frames.items():
-            committed = (replace_committed if isinstance(replace_committed, bool)
-                         else path in replace_committed)
-            frame.to_csv(outputs.enter_context(atomic_path(path, committed)), index=False)
+            frame.to_csv(outputs.enter_context(atomic_path(path, path in committed)), index=False)

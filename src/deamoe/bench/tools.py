@@ -424,7 +424,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
         check_outputs(files=[path], replace_committed=owner[name], folders=[dest])
     # published together: a failed write leaves every old table or every new one
     write_csvs({paths[name]: df for name, df in tables.items()},
-               replace_committed={paths[name] for name in tables if owner[name]})
+               committed={paths[name] for name in tables if owner[name]})
     written = list(tables)
     print(f"imported {', '.join(written)} into {dest}")
     return 0

@@ -131,14 +131,13 @@ class DeaMoETiles:
 
     def __post_init__(self):
         check_layer_knobs(self)
-        for name in ("expert_down",) if not self.pair_dept_down else ():
-            t = getattr(self, name)
-            if t.qout or t.qscale:
-                raise ValueError(f"expert_down tile {t.name}: it sums its output into S, which "
-                                 "no tile can store quantised or with its absmax; give "
-                                 "pair_dept_down=1 (its rows stored whole) or a plain tile")
-        if self.pair_dept_down and self.expert_down.qscale:
-            raise ValueError(f"expert_down tile {self.expert_down.name}: '-qs' with "
+        t = self.expert_down
+        if not self.pair_dept_down and (t.qout or t.qscale):
+            raise ValueError(f"expert_down tile {t.name}: it sums its output into S, which no "
+                             "tile can store quantised or with its absmax; give "
+                             "pair_dept_down=1 (its rows stored whole) or a plain tile")
+        if self.pair_dept_down and t.qscale:
+            raise ValueError(f"expert_down tile {t.name}: '-qs' with "
                              "pair_dept_down is not built; give '-qo' or a plain tile")
         check_qout_reads(self)
         check_qscale_writes(self)
@@ -210,6 +209,7 @@ class _Step:
                       "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
                       "expert_down_pairs": EXPERT_DOWN_RAW.on(tiles.expert_down, act=self.sig,
                                                               **common),
+                      "dept_down_pairs": DEPT_DOWN_PAIRS.on(tiles.dept_down, **common),
                       "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
         if (tiles.dept_up.qout or tiles.dept_up.qscale) and not self.fused:
             how = "quantised ('-qo')" if tiles.dept_up.qout else "with its absmax ('-qs')"
@@ -275,9 +275,8 @@ class _Step:
 
     def dept_down(self, groups=None):
         if self.tiles.pair_dept_down:
-            spec = DEPT_DOWN_PAIRS.on(self.tiles.dept_down, n_dept=self.n_dept, per_group=self.per)
             grouped_gemm(self.st["z"], self.dept_down_w, self.out, self.st["al"][0],
-                         self.st["ids"], spec, groups=groups)
+                         self.st["ids"], self.specs["dept_down_pairs"], groups=groups)
             return
         dept_down_gemm(self.s, self.dept_down_w, self.out, self.st["al"][0], self.st["ids"],
                        self.per, self.tiles.dept_down, groups)
