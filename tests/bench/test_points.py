@@ -126,7 +126,7 @@ def test_a_points_table_read_back_gives_the_same_rows(tmp_path):
                                    DeaMoEShape(h=64, h_ffn=32, n_dept=4, n_expert=16, k_dept=2,
                                                k_expert=5)], ids=["moe", "deamoe"])
 def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, monkeypatch):
-    from deamoe.decode.knobs import make_tiles, parse_knobs
+    from deamoe.decode.knobs import GEMM_STAGES, make_tiles, parse_knobs
 
     # at 16 rows, by the estimate: 6144 B and 24576 B (GemmSpec.shared_memory; SwiGLU's GEMM)
     small, large = "n32-k32-w4-s1", "n32-k64-w4-s3"
@@ -143,10 +143,10 @@ def test_the_search_skips_knob_sets_over_the_shared_memory_uncompiled(shape, mon
     monkeypatch.setattr(microbench, "shared_memory_limit", lambda device: 10000)
     (row,) = microbench.bench_impl(shape, [3], s, device="cpu")
     knobs = parse_knobs(row["tile"])
-    assert all(v == small for k, v in knobs.items() if "block_m" not in k)
+    gemms = GEMM_STAGES[shape.kind]
+    assert all(knobs[g] == small for g in gemms)
     assert row["smem_skipped"] == 1 and row["us"] > 0
-    assert make_tiles(shape, {k: large if "block_m" not in k else v
-                              for k, v in knobs.items()}) not in ran
+    assert make_tiles(shape, {k: large if k in gemms else v for k, v in knobs.items()}) not in ran
     assert all(t is not None and t.shared_memory() <= 10000 for t in ran)
 
 

@@ -182,7 +182,7 @@ def test_dense_parts_of_the_pick_are_timed_by_the_final_measure():
 
     a = "n64-k64-w4-s1"
     s = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1, 4],
-                           final_tile_pass=False)
+                           final_tile_pass=False, pair_dept_down=False)
     finals = []
 
     def measure(k, replays=1):
@@ -196,11 +196,51 @@ def test_dense_parts_of_the_pick_are_timed_by_the_final_measure():
     assert sorted(finals) == [0, 1, 2, 3]  # the pick (sole finalist, so not re-timed) + 3 counts
     finals.clear()
     off = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1, 4],
-                             final_tile_pass=False, dense_parts=False)
+                             final_tile_pass=False, dense_parts=False, pair_dept_down=False)
     assert "dense_parts" not in search_point(DEA, measure, off, 4, final_measure=final_measure)
     assert finals == []
     finals.clear()
     assert "dense_parts" not in search_point(MOE, measure, s, 4, final_measure=final_measure)
+
+
+def test_pair_dept_down_of_the_pick_is_timed_by_the_final_measure():
+    # the pick, with pair_dept_down, and on w8a8 with expert_down '-qo' where dept_down's BLOCK_K
+    # divides its BLOCK_N: each timed once the reported way, the fastest kept; not for the
+    # baseline, not with the setting off; a '-qo' the tiles cannot take is not tried
+    from deamoe.bench.search import pair_dept_down_pass, search_point
+
+    a, narrow = "n64-k64-w4-s1", "n32-k64-w4-s1"
+    s = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1],
+                           dense_dept_up=[False], final_tile_pass=False)
+    finals = []
+
+    def final_measure(k):
+        finals.append(knobs_name(k))
+        return {(1, a + "-qo"): -2.0, (1, a): -1.0}.get(
+            (k.get("pair_dept_down", 0), k["expert_down"]), 0.0)
+    pick = search_point(DEA, lambda k, replays=1: 0.0, s, 4, final_measure=final_measure)
+    assert pick["pair_dept_down"] == 1 and pick["expert_down"] == a and len(finals) == 2
+    assert make_tiles(DEA, pick).pair_dept_down is True
+    finals.clear()
+    pick = search_point(DEA, lambda k, replays=1: 0.0, s, 4, final_measure=final_measure,
+                        qout=True)
+    assert pick["expert_down"] == a + "-qo" and len(finals) == 3 == len(set(finals))
+    finals.clear()  # expert_down's 32-column groups: dept_down's 64-deep K steps cannot read them
+    narrow_pick = {"dept_up": a, "expert_up": a, "expert_down": narrow, "dept_down": a,
+                   "dept_block_m": 16, "expert_block_m": 16}
+    pass_pick = pair_dept_down_pass(DEA, narrow_pick, final_measure, s, qout=True)
+    assert len(finals) == 2 and not any("-qo" in f for f in finals)
+    assert pass_pick == narrow_pick  # both score 0.0: the plain pick, first, kept
+    finals.clear()
+    off = MicrobenchSettings(tiles=[a], finalists=1, grid_order=False, split_launches=[1],
+                             dense_dept_up=[False], final_tile_pass=False, pair_dept_down=False)
+    assert "pair_dept_down" not in search_point(DEA, lambda k, replays=1: 0.0, off, 4,
+                                                final_measure=final_measure, qout=True)
+    assert finals == []
+    assert "pair_dept_down" not in search_point(MOE, lambda k, replays=1: 0.0, s, 4,
+                                                final_measure=final_measure, qout=True)
+    with pytest.raises(ConfigError, match="pair_dept_down"):
+        MicrobenchSettings(pair_dept_down=1)
 
 
 def test_previous_pick_is_always_a_finalist(tmp_path):

@@ -197,7 +197,7 @@ def tile_pass(shape, measure, s: "MicrobenchSettings", best: dict, best_t: float
 
 
 def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = None,
-                 prior: list[dict] | None = None, final_measure=None):
+                 prior: list[dict] | None = None, final_measure=None, qout: bool = False):
     """The knobs one point reports: search_tiles, then the best of its finalists re-timed
     (measure(knobs, replays=s.select_replays) -> median us or None).  final_measure(knobs) ->
     us or None times the finalists; by default measure(knobs, s.replays).  The microbenchmark
@@ -205,7 +205,8 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     (on Qwen3 the search's one-layer graphs ranked two dense department tiles the other
     way round).  prior: the knobs earlier runs picked for this point, each always a finalist
     (a search can lose a pick it had to a candidate that won its few-replay trials by
-    noise)."""
+    noise).  qout: the layer's activations are quantised (w8a8), so pair_dept_down_pass also
+    tries expert_down storing its rows quantised."""
     tried = []
 
     def logged(knobs):
@@ -217,9 +218,11 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     knobs = search_tiles(shape, logged, s, batch)
     # a previous pick that no longer runs is no candidate
     must = [k for k in prior or [] if logged(k) is not None]
-    final = final_measure or (lambda k: measure(k, s.replays))
+    # each knob set once: the passes after the finalists start from the pick they timed
+    final = _timed_once(final_measure or (lambda k: measure(k, s.replays)))
     pick = pick_finalist(tried, s.finalists, final, must) or knobs
-    return dense_parts_pass(shape, pick, final, s)
+    pick = dense_parts_pass(shape, pick, final, s)
+    return pair_dept_down_pass(shape, pick, final, s, qout)
 
 
 def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings"):
@@ -233,6 +236,32 @@ def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings")
         return pick
     plain = {k: v for k, v in pick.items() if k != "dense_parts"}
     candidates = [plain] + [{**plain, "dense_parts": n} for n in range(1, split)]
+    timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
+    return candidates[min(timed)[1]] if timed else pick
+
+
+def pair_dept_down_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings",
+                        qout: bool = False):
+    """DeaMoE: the pick, the pick with pair_dept_down, and (qout) with it and expert_down's rows
+    stored quantised ('-qo', where the pick's tiles can take it), timed by the final measure: the
+    fastest.  The point is w8a8's quantiser launch over S before dept_down, which '-qo' removes
+    (an H100 A/B on the FP8 picks: Qwen3 @4 1.1% faster; 0.4-2.4% slower at >= 64 tokens,
+    where dept_down reads k_expert rows a token instead of k_dept), so it is tried per point."""
+    if not (s.pair_dept_down and shape.kind == "deamoe" and pick):
+        return pick
+    from deamoe.decode.knobs import make_tiles
+
+    plain = {k: v for k, v in pick.items() if k != "pair_dept_down"}
+    paired = {**plain, "pair_dept_down": 1}
+    candidates = [plain, paired]
+    if qout:
+        tile = dataclasses.replace(TileConfig.parse(plain["expert_down"]), qout=True).name
+        quantised = {**paired, "expert_down": tile}
+        try:  # dept_down's BLOCK_K must divide the groups expert_down stores (its BLOCK_N)
+            make_tiles(shape, quantised)
+            candidates.append(quantised)
+        except ValueError:
+            pass
     timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
     return candidates[min(timed)[1]] if timed else pick
 
