@@ -66,3 +66,38 @@ def test_figure2_notes_the_fp8_bytes(results):
     notes = " ".join(tables.figure2(results, "tiny").notes)
     assert "in FP8 (e4m3 values and a float32 scale per 128 x 128 block" in notes
     assert "FP8 bytes 0.50" in notes
+
+
+def test_other_chips_fp8_tables_follow_as_rows_naming_their_chip(results, measured):
+    # a committed FP8 table of another GPU (a sibling folder: h100/) adds its rows, each naming
+    # its chip, with the vLLM rows of its own folder and no bf16 speedup (another chip's table)
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8-w8a8"}]).to_csv(
+        measured / "h200" / "microbench_fp8.csv", index=False)
+    other = measured / "h100"
+    other.mkdir()
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8-w8a8", "deamoe_us": 520.0,
+                   "gpu": "NVIDIA H100 80GB HBM3"}]).to_csv(other / "microbench_fp8.csv",
+                                                           index=False)
+    peer = {"model": "DeepSeek-V3", "batch": 16, "bytes": 4.5e9, "peak_read_tbps": 3.2,
+            "tile": "x", "peer_rel_err": 0.03, "gpu": "NVIDIA H100 80GB HBM3",
+            "date": "2026-12-06", "git_sha": "a", "weight_dtype": "fp8-w8a8",
+            "vllm_path": "fused_moe fp8_w8a8 block"}
+    pd.DataFrame([{**peer, "variant": v, "us": us} for v, us in
+                  (("ours routed", 1000.0), ("vllm routed", 1250.0))]).to_csv(
+        other / "vllm_peer.csv", index=False)
+    art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    t = art.table.set_index("gpu")
+    assert list(t.index) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    h100 = t.loc["NVIDIA H100 80GB HBM3"]
+    assert h100["speedup"] == pytest.approx(1000 / 520)
+    assert h100["ours routed speed vs vLLM FP8"] == pytest.approx(1.25)
+    assert pd.isna(h100["bf16 speedup"]) and not pd.isna(t.loc["NVIDIA H200", "bf16 speedup"])
+    assert pd.isna(t.loc["NVIDIA H200"].get("vLLM FP8 routed_us"))  # none in h200/'s peer table
+    assert any(str(other / "microbench_fp8.csv") in n for n in art.notes)
+    shown = {ax.get_title(): ax for ax in fp8_panel.figure(art).axes}
+    labels = [ln.get_label() for ln in shown["DeepSeek-V3"].lines]
+    assert any(lb.endswith("NVIDIA H100 80GB HBM3") for lb in labels)
+    # a sibling folder's table that is no FP8 table is a clear error, not a silent skip
+    pd.DataFrame([{"model": "DeepSeek-V3"}]).to_csv(other / "microbench_fp8.csv", index=False)
+    with pytest.raises(Exception, match="microbench_fp8.csv"):
+        fp8_panel.figure45_fp8(results, measured / "h200", "tiny")

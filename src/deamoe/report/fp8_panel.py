@@ -6,7 +6,9 @@ and batch, the columns of microbench.csv) -- this run's, else the committed H200
 run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
 vllm_peer.csv where a peer run made them.  Per row: time of both layers, DeaMoE's speedup, the
 ideal (bytes) speedup of the same routings in FP8 (values + block scales), the fraction of it
-reached, and each layer's fraction of the read roofline.
+reached, and each layer's fraction of the read roofline.  The FP8 tables committed from other
+GPUs (the sibling folders of the committed one, e.g. reports/measured/h100/) follow as rows of
+their own, each row naming its chip, with their own vLLM rows.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ def _bf16_speedups(results: Path, measured: Path, profile) -> dict:
     return {(m, int(b)): (s, s / i) for m, b, s, i in zip(f.model, f.batch, speed, f.ideal_speedup)}
 
 
-def _vllm_fp8(results: Path, measured: Path) -> dict:
-    """{(model, batch, precision): (vLLM routed us, ours routed us)} of the peer's FP8 rows."""
-    for path in (results / "microbench" / "vllm_peer.csv", measured / "vllm_peer.csv"):
+def _vllm_fp8(*paths: Path) -> dict:
+    """{(model, batch, precision): (vLLM routed us, ours routed us)} of the FP8 rows of the first
+    of these peer tables that has them."""
+    for path in paths:
         src = read_csv(path, required=("model", "batch", "variant", "us"))
         if src.ok and "weight_dtype" in src.frame:
             f = src.frame[src.frame["weight_dtype"].notna()]
@@ -50,22 +53,27 @@ def _vllm_fp8(results: Path, measured: Path) -> dict:
     return {}
 
 
-def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile, KERNEL_FP8)
-    goals = ("goals on one H200: DeaMoE FP8 speedup >= 0.95 of the ideal (bytes) speedup for "
-             "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
-             "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
-             "the read roofline for DeepSeek-V3 at >= 16 tokens")
-    if not src.ok:
-        table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
-        return Artifact(KEY, TITLE, table, [src], [goals])
-    bf16 = _bf16_speedups(results, measured, profile)
-    peer = _vllm_fp8(results, measured)
+def _other_chips(measured: Path) -> list:
+    """The FP8 tables committed from other GPUs: (table, its folder) of each sibling folder of
+    `measured` that holds one."""
+    root = Path(measured).parent
+    if not Path(measured).is_dir() or not root.is_dir():
+        return []
+    found = []
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p != Path(measured)):
+        if (folder / "microbench_fp8.csv").exists():
+            found.append((read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8),
+                          folder))
+    return [(src, folder) for src, folder in found if src.ok]
+
+
+def _rows(frame: pd.DataFrame, bf16: dict, peer: dict) -> list[dict]:
     rows = []
-    for r in src.frame.to_dict("records"):
+    for r in frame.to_dict("records"):
         key = (r["model"], int(r["batch"]))
         speedup = r["baseline_us"] / r["deamoe_us"]
-        row = {"model": r["model"], "weight_dtype": r["weight_dtype"], "batch": key[1],
+        row = {"model": r["model"], "gpu": r.get("gpu", "not recorded"),
+               "weight_dtype": r["weight_dtype"], "batch": key[1],
                "baseline_us": r["baseline_us"], "deamoe_us": r["deamoe_us"], "speedup": speedup}
         if "ideal_speedup" in r:
             row.update({"ideal_speedup": r["ideal_speedup"],
@@ -80,6 +88,24 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
             row.update({"vLLM FP8 routed_us": vllm, "ours routed_us": ours,
                         "ours routed speed vs vLLM FP8": vllm / ours})
         rows.append(row)
+    return rows
+
+
+def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact:
+    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile, KERNEL_FP8)
+    goals = ("goals on one H200: DeaMoE FP8 speedup >= 0.95 of the ideal (bytes) speedup for "
+             "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
+             "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
+             "the read roofline for DeepSeek-V3 at >= 16 tokens")
+    if not src.ok:
+        table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
+        return Artifact(KEY, TITLE, table, [src], [goals])
+    bf16 = _bf16_speedups(results, measured, profile)
+    rows = _rows(src.frame, bf16,
+                 _vllm_fp8(results / "microbench" / "vllm_peer.csv", measured / "vllm_peer.csv"))
+    others = _other_chips(measured)
+    for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
+        rows += _rows(other.frame, {}, _vllm_fp8(folder / "vllm_peer.csv"))
     notes = ([src.reason] if src.reason else []) + [
         "FP8: e4m3 values with one float32 scale per 128 x 128 block (DeepSeek-V3's format) for "
         "every FFN matrix of both layers (experts, departments, private experts, shared "
@@ -93,7 +119,12 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
         "[128, 128], its per-token-group quantiser before each GEMM) on the same GPU, weights "
         "and routings (the vllm_peer table's FP8 rows); speed vs vLLM > 1: ours is faster",
         goals]
-    return Artifact(KEY, TITLE, pd.DataFrame(rows), [src], notes, data=src.frame)
+    notes += [f"rows of {', '.join(sorted(set(o.frame['gpu'].astype(str))))} from the committed "
+              f"{o.path} (the vLLM rows from the peer table beside it); its bf16 speedups are "
+              "not shown (the bf16 table is another chip's)" for o, _ in others]
+    data = pd.concat([src.frame, *(o.frame for o, _ in others)], ignore_index=True)
+    return Artifact(KEY, TITLE, pd.DataFrame(rows), [src, *(o for o, _ in others)], notes,
+                    data=data)
 
 
 def figure(art: Artifact):
@@ -109,15 +140,17 @@ def figure(art: Artifact):
             ax.set_xticks([])
         elif t is not None:
             d = t[t["model"] == model]
-            for i, (precision, g) in enumerate(d.groupby("weight_dtype", sort=True)):
+            groups = d.groupby(["gpu", "weight_dtype"], sort=False)
+            for i, ((gpu, precision), g) in enumerate(groups):
                 g = g.sort_values("batch")
+                chip = f", {gpu}" if groups.ngroups > 1 else ""
                 ax.plot(g["batch"], g["speedup"], "o-", color=f"C{2 * i}",
-                        label=f"reproduced, {LABELS.get(precision, precision)}")
+                        label=f"reproduced, {LABELS.get(precision, precision)}{chip}")
                 if "ideal_speedup" in g:
                     ax.plot(g["batch"], g["ideal_speedup"], "^:", color=f"C{2 * i + 1}",
-                            label=f"ideal (FP8 bytes), {precision}")
-            if "bf16 speedup" in d:
-                b = d.drop_duplicates("batch").sort_values("batch")
+                            label=f"ideal (FP8 bytes), {precision}{chip}")
+            if "bf16 speedup" in d and d["bf16 speedup"].notna().any():
+                b = d.dropna(subset=["bf16 speedup"]).drop_duplicates("batch").sort_values("batch")
                 ax.plot(b["batch"], b["bf16 speedup"], "s--", color="0.6", label="bf16 (Fig. 4/5)")
         elif model == paper.FIG45_MODELS[0]:
             not_run_panel(ax, art)
