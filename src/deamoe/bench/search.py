@@ -245,7 +245,7 @@ def pair_dept_down_pass(shape, pick: dict | None, measure, s: "MicrobenchSetting
     """DeaMoE: the pick, the pick with pair_dept_down, and (qout) with it and expert_down's rows
     stored quantised ('-qo', where the pick's tiles can take it), timed by the final measure: the
     fastest.  The point is w8a8's quantiser launch over S before dept_down, which '-qo' removes
-    (an H100 A/B on the FP8 picks: Qwen3 @4 1.1% faster; 0.4-2.4% slower at >= 64 tokens,
+    (an H100 A/B on the FP8 picks: Qwen3 @4 1.2% faster; 0.3-2.5% slower at >= 64 tokens,
     where dept_down reads k_expert rows a token instead of k_dept), so it is tried per point."""
     if not (s.pair_dept_down and shape.kind == "deamoe" and pick):
         return pick
