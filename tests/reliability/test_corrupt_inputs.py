@@ -215,6 +215,10 @@ REPORT_DAMAGE = {
     "a committed time missing": ("meas/h200/microbench.csv",
                                  "model,batch,baseline_us,deamoe_us\nDeepSeek-V3,4,,3.0\n",
                                  ["microbench.csv:2", "baseline_us is empty or NaN"]),
+    # a time of 0 passes as finite; the panels divide by it
+    "a committed time of zero": ("meas/h200/microbench_fp8.csv",
+                                 "model,batch,weight_dtype,baseline_us,deamoe_us\nDeepSeek-V3,4,fp8,3.0,0\n",
+                                 ["microbench_fp8.csv:2", "deamoe_us is 0", "> 0"]),
     "a column missing": ("res/microbench/decode_tpot.csv", "model,batch\nBaseline-7B,4\n",
                          ["decode_tpot.csv", "missing column(s) baseline_tpot_ms"]),
     "a run summary that is a list": ("res/train/pretrain-tiny-deamoe-s0/summary.json", "[]",

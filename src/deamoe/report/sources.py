@@ -141,11 +141,13 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     path = Path(path)
     if not path.exists():
         return not_run(path, f"{path} does not exist (its stage did not run)")
-    # the columns and numbers of a table of that name; a row without provenance is shown as
-    # "not recorded" (only the commands that replace a committed table require it)
+    # the columns and numbers of a table of that name (a time of 0 too: the panels divide by
+    # it); a row without provenance is shown as "not recorded" (only the commands that replace
+    # a committed table require it)
     spec = table_spec(path)
     frame = read_table(path, TableSpec(tuple(dict.fromkeys(required + spec.required)), spec.numbers,
-                                       spec.finite, key=spec.key, rows=spec.rows), path.name)
+                                       spec.finite, spec.positive, key=spec.key, rows=spec.rows),
+                       path.name)
     if frame.empty:
         return not_run(path, f"{path} has no rows (its stage measured nothing)")
     records = frame.to_dict("records")
