@@ -101,3 +101,20 @@ def test_other_chips_fp8_tables_follow_as_rows_naming_their_chip(results, measur
     pd.DataFrame([{"model": "DeepSeek-V3"}]).to_csv(other / "microbench_fp8.csv", index=False)
     with pytest.raises(Exception, match="microbench_fp8.csv"):
         fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+
+
+def test_other_chips_without_a_gpu_column_or_linked_to_this_one(results, measured):
+    # a sibling table without a gpu column is named by its folder; a sibling that is a link to
+    # the committed folder itself (latest -> h200) is that folder, not another chip's rows
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8"}]).to_csv(measured / "h200" / "microbench_fp8.csv",
+                                                          index=False)
+    (measured / "h100").mkdir()
+    no_gpu = {k: v for k, v in ROW.items() if k != "gpu"}
+    pd.DataFrame([{**no_gpu, "weight_dtype": "fp8"}]).to_csv(measured / "h100" / "microbench_fp8.csv",
+                                                             index=False)
+    (measured / "latest").symlink_to("h200")
+    art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    assert list(art.table["gpu"]) == ["NVIDIA H200", "h100"]
+    assert any(n.startswith("rows of h100 from the committed") for n in art.notes)
+    shown = {ax.get_title(): ax for ax in fp8_panel.figure(art).axes}
+    assert any(ln.get_label().endswith(", h100") for ln in shown["DeepSeek-V3"].lines)

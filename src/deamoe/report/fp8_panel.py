@@ -55,24 +55,31 @@ def _vllm_fp8(*paths: Path) -> dict:
 
 def _other_chips(measured: Path) -> list:
     """The FP8 tables committed from other GPUs: (table, its folder) of each sibling folder of
-    `measured` that holds one."""
+    `measured` that holds one.  A sibling that is a link to `measured` or to an earlier sibling
+    (latest -> h200) is that folder: its rows are not another chip's."""
     root = Path(measured).parent
     if not Path(measured).is_dir() or not root.is_dir():
         return []
-    found = []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and p != Path(measured)):
+    found, seen = [], {Path(measured).resolve()}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        if folder.resolve() in seen:
+            continue
+        seen.add(folder.resolve())
         if (folder / "microbench_fp8.csv").exists():
             found.append((read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8),
                           folder))
     return [(src, folder) for src, folder in found if src.ok]
 
 
-def _rows(frame: pd.DataFrame, bf16: dict, peer: dict) -> list[dict]:
+def _rows(frame: pd.DataFrame, bf16: dict, peer: dict, chip: str = "not recorded") -> list[dict]:
+    """The panel's rows of one FP8 table; `chip` names the GPU of a row without a gpu value
+    (another chip's table: its folder, e.g. h100)."""
     rows = []
     for r in frame.to_dict("records"):
         key = (r["model"], int(r["batch"]))
         speedup = r["baseline_us"] / r["deamoe_us"]
-        row = {"model": r["model"], "gpu": r.get("gpu", "not recorded"),
+        gpu = r.get("gpu")
+        row = {"model": r["model"], "gpu": gpu if isinstance(gpu, str) and gpu.strip() else chip,
                "weight_dtype": r["weight_dtype"], "batch": key[1],
                "baseline_us": r["baseline_us"], "deamoe_us": r["deamoe_us"], "speedup": speedup}
         if "ideal_speedup" in r:
@@ -103,9 +110,11 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
     bf16 = _bf16_speedups(results, measured, profile)
     rows = _rows(src.frame, bf16,
                  _vllm_fp8(results / "microbench" / "vllm_peer.csv", measured / "vllm_peer.csv"))
-    others = _other_chips(measured)
+    others, chips = _other_chips(measured), []
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
-        rows += _rows(other.frame, {}, _vllm_fp8(folder / "vllm_peer.csv"))
+        theirs = _rows(other.frame, {}, _vllm_fp8(folder / "vllm_peer.csv"), chip=folder.name)
+        rows += theirs
+        chips.append(", ".join(sorted({r["gpu"] for r in theirs})))
     notes = ([src.reason] if src.reason else []) + [
         "FP8: e4m3 values with one float32 scale per 128 x 128 block (DeepSeek-V3's format) for "
         "every FFN matrix of both layers (experts, departments, private experts, shared "
@@ -119,9 +128,9 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
         "[128, 128], its per-token-group quantiser before each GEMM) on the same GPU, weights "
         "and routings (the vllm_peer table's FP8 rows); speed vs vLLM > 1: ours is faster",
         goals]
-    notes += [f"rows of {', '.join(sorted(set(o.frame['gpu'].astype(str))))} from the committed "
-              f"{o.path} (the vLLM rows from the peer table beside it); its bf16 speedups are "
-              "not shown (the bf16 table is another chip's)" for o, _ in others]
+    notes += [f"rows of {chip} from the committed {o.path} (the vLLM rows from the peer table "
+              "beside it); its bf16 speedups are not shown (the bf16 table is another chip's)"
+              for (o, _), chip in zip(others, chips)]
     data = pd.concat([src.frame, *(o.frame for o, _ in others)], ignore_index=True)
     return Artifact(KEY, TITLE, pd.DataFrame(rows), [src, *(o for o, _ in others)], notes,
                     data=data)
