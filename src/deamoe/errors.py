@@ -6,6 +6,7 @@ must name the key, file, row or device at fault.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -43,4 +44,11 @@ def not_a_file(path: str | os.PathLike) -> str:
         return "a folder, not a file"
     if path.exists():
         return "not a regular file (a device, pipe or socket)"
-    return f"a link to {os.readlink(path)}, which does not exist" if path.is_symlink() else "no such file"
+    if not path.is_symlink():
+        return "no such file"
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # its target "exists" as a link: naming it would mislead
+            return "a link that leads back to itself (a loop), not a file"
+    return f"a link to {os.readlink(path)}, which does not exist"

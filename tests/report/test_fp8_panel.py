@@ -118,3 +118,22 @@ def test_other_chips_without_a_gpu_column_or_linked_to_this_one(results, measure
     assert any(n.startswith("rows of h100 from the committed") for n in art.notes)
     shown = {ax.get_title(): ax for ax in fp8_panel.figure(art).axes}
     assert any(ln.get_label().endswith(", h100") for ln in shown["DeepSeek-V3"].lines)
+
+
+@pytest.mark.parametrize("name, target, why", [
+    ("microbench_fp8.csv", "microbench_fp8.csv", "a link that leads back to itself"),
+    ("vllm_peer.csv", "moved.csv", "a link to moved.csv, which does not exist"),
+])
+def test_another_chips_table_that_is_a_broken_link_is_named(results, measured, name, target, why):
+    # a link loop or a link to nothing at a table's name is a table meant to be there, not a
+    # stage that did not run: skipping it would drop that chip's rows without a word
+    from deamoe.errors import DataError
+
+    other = measured / "h100"
+    other.mkdir()
+    for folder in (measured / "h200", other):
+        pd.DataFrame([{**ROW, "weight_dtype": "fp8"}]).to_csv(folder / "microbench_fp8.csv", index=False)
+    (other / name).unlink(missing_ok=True)
+    (other / name).symlink_to(target)
+    with pytest.raises(DataError, match=f"{other / name}: {why}"):
+        fp8_panel.figure45_fp8(results, measured / "h200", "tiny")

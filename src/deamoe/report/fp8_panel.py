@@ -65,7 +65,7 @@ def _other_chips(measured: Path) -> list:
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
-        if (folder / "microbench_fp8.csv").exists():
+        if (folder / "microbench_fp8.csv").exists() or (folder / "microbench_fp8.csv").is_symlink():
             found.append((read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8),
                           folder))
     return [(src, folder) for src, folder in found if src.ok]

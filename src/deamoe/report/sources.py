@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.errors import DataError
+from deamoe.errors import DataError, not_a_file
 
 # Columns / JSON keys that describe where a number came from rather than the number itself.
 HARDWARE_KEYS = ("device", "gpu", "backend", "python", "torch", "triton", "transformers",
@@ -139,6 +139,8 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     from deamoe.readers import TableSpec, read_table, table_spec
 
     path = Path(path)
+    if path.is_symlink() and not path.exists():  # a table meant to be there, not a stage not run
+        raise DataError(f"{path}: {not_a_file(path)}")
     if not path.exists():
         return not_run(path, f"{path} does not exist (its stage did not run)")
     # the columns and numbers of a table of that name (a time of 0 too: the panels divide by
@@ -218,7 +220,7 @@ def microbench_source(results: Path, measured: Path, name: str, required, profil
     """This run's GPU numbers if it had a GPU, else the committed ones, else not run."""
     status = read_json(results / "microbench" / "status.json") or {}
     here = results / "microbench" / name
-    if here.exists():
+    if here.exists() or here.is_symlink():  # a broken link: read_csv names it
         return read_csv(here, required=required, profile=profile, scale=scale)
     committed = read_csv(measured / name, required=required, scale=scale)
     if committed.ok:
