@@ -137,3 +137,18 @@ def test_another_chips_table_that_is_a_broken_link_is_named(results, measured, n
     (other / name).symlink_to(target)
     with pytest.raises(DataError, match=f"{other / name}: {why}"):
         fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+
+
+def test_vllm_rows_come_from_the_peer_table_beside_the_fp8_table(results, measured):
+    # the committed FP8 table (this run measured none) beside this run's FP8 peer rows, of
+    # another GPU: vLLM's times are shown only beside rows of the same run and GPU
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8"}]).to_csv(measured / "h200" / "microbench_fp8.csv",
+                                                          index=False)
+    peer = {"model": "DeepSeek-V3", "batch": 16, "bytes": 4.5e9, "peak_read_tbps": 3.2,
+            "gpu": "NVIDIA H100 80GB HBM3", "date": "2026-12-06", "git_sha": "a",
+            "weight_dtype": "fp8"}
+    pd.DataFrame([{**peer, "variant": v, "us": us} for v, us in
+                  (("ours routed", 1000.0), ("vllm routed", 1250.0))]).to_csv(
+        results / "microbench" / "vllm_peer.csv", index=False)
+    art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    assert "vLLM FP8 routed_us" not in art.table

@@ -4,9 +4,9 @@ DeepSeek-V3 ships its experts, beside their bf16 rows and vLLM's FP8 fused MoE.
 Reads the microbenchmark's FP8 table (microbench_fp8.csv: one row per model, weight precision
 and batch, the columns of microbench.csv) -- this run's, else the committed H200 one, else "not
 run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
-vllm_peer.csv where a peer run made them.  Per row: time of both layers, DeaMoE's speedup, the
-ideal (bytes) speedup of the same routings in FP8 (values + block scales), the fraction of it
-reached, and each layer's fraction of the read roofline.  The FP8 tables committed from other
+the vllm_peer.csv beside that table where its peer run made them.  Per row: time of both
+layers, DeaMoE's speedup, the ideal (bytes) speedup of the same routings in FP8 (values + block
+scales), the fraction of it reached, and each layer's fraction of the read roofline.  The FP8 tables committed from other
 GPUs (the sibling folders of the committed one, e.g. reports/measured/h100/) follow as rows of
 their own, each row naming its chip, with their own vLLM rows.
 """
@@ -39,18 +39,18 @@ def _bf16_speedups(results: Path, measured: Path, profile) -> dict:
     return {(m, int(b)): (s, s / i) for m, b, s, i in zip(f.model, f.batch, speed, f.ideal_speedup)}
 
 
-def _vllm_fp8(*paths: Path) -> dict:
-    """{(model, batch, precision): (vLLM routed us, ours routed us)} of the FP8 rows of the first
-    of these peer tables that has them."""
-    for path in paths:
-        src = read_csv(path, required=("model", "batch", "variant", "us"))
-        if src.ok and "weight_dtype" in src.frame:
-            f = src.frame[src.frame["weight_dtype"].notna()]
-            us = f.pivot_table(index=["model", "batch", "weight_dtype"], columns="variant",
-                               values="us", aggfunc="min")
-            return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed"))
-                    for (m, b, p), r in us.iterrows()}
-    return {}
+def _vllm_fp8(fp8_table: Path) -> dict:
+    """{(model, batch, precision): (vLLM routed us, ours routed us)} of the FP8 rows of the peer
+    table beside `fp8_table`: only that one ran on the same GPU in the same run (a peer table
+    elsewhere, this run's beside the committed FP8 table or the reverse, is another's)."""
+    src = read_csv(Path(fp8_table).with_name("vllm_peer.csv"),
+                   required=("model", "batch", "variant", "us"))
+    if not src.ok or "weight_dtype" not in src.frame:
+        return {}
+    f = src.frame[src.frame["weight_dtype"].notna()]
+    us = f.pivot_table(index=["model", "batch", "weight_dtype"], columns="variant", values="us",
+                       aggfunc="min")
+    return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed")) for (m, b, p), r in us.iterrows()}
 
 
 def _other_chips(measured: Path) -> list:
@@ -108,11 +108,10 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
         table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
         return Artifact(KEY, TITLE, table, [src], [goals])
     bf16 = _bf16_speedups(results, measured, profile)
-    rows = _rows(src.frame, bf16,
-                 _vllm_fp8(results / "microbench" / "vllm_peer.csv", measured / "vllm_peer.csv"))
+    rows = _rows(src.frame, bf16, _vllm_fp8(src.path))
     others, chips = _other_chips(measured), []
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
-        theirs = _rows(other.frame, {}, _vllm_fp8(folder / "vllm_peer.csv"), chip=folder.name)
+        theirs = _rows(other.frame, {}, _vllm_fp8(other.path), chip=folder.name)
         rows += theirs
         chips.append(", ".join(sorted({r["gpu"] for r in theirs})))
     notes = ([src.reason] if src.reason else []) + [
