@@ -128,6 +128,11 @@ def test_a_huge_count_is_refused(work, failing, argv, names):
     ("x:dept_block_m=24", ["'x'", "dept_block_m is 24"]),
     ("x:dense_parts=9", ["'x'", "dense_parts is 9"]),
     ("moe/x:block_m=0", ["'moe/x'", "block_m is 0"]),
+    # a switch is 0 or 1 (7 was taken as on); a knob given twice kept its last value unsaid
+    ("x:pair_dept_down=7", ["'x'", "pair_dept_down is 7", "not 0 or 1"]),
+    ("moe/x:out_bf16=2", ["'moe/x'", "out_bf16 is 2", "not 0 or 1"]),
+    ("x:split_launches=2,split_launches=4", ["'x:split_launches=2,split_launches=4'",
+                                             "'split_launches' is given twice"]),
 ])
 def test_a_variant_no_launch_can_take_is_refused_before_any_work(work, failing, variant, names):
     failing(["bench", "variants", "o", variant, "Baseline-7B:4", "--table", TABLE], *names)

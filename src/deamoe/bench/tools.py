@@ -51,6 +51,10 @@ def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
         parts = [part.partition("=") for part in spec.split(",")]
         if not sep or not name or any(not k or not eq or not v for k, eq, v in parts):
             raise ConfigError(f"variant {item!r}: expected [moe/]NAME:KNOB=VALUE[,KNOB=VALUE...]")
+        keys = [k for k, _, _ in parts]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:  # the dict below would keep its last value without a word
+            raise ConfigError(f"variant {item!r}: {twice!r} is given twice; give each knob once")
         kind = "moe" if name.startswith("moe/") else "deamoe"
         if name.removeprefix("moe/") in RESERVED or name in sets[kind]:
             why = ("is given twice" if name in sets[kind] else "is the committed picks' row")

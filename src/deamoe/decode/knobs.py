@@ -25,6 +25,9 @@ def make_tiles(shape, knobs: dict):
     if counts:  # a count or switch given as text (a tile name, '-1', '2.5')
         raise ValueError(f"{counts[0]} is {knobs[counts[0]]!r}, not a whole number")
     parsed = {k: TileConfig.parse(v) if isinstance(v, str) else v for k, v in knobs.items()}
+    on_off = [k for k in parsed if k in switches and parsed[k] not in (0, 1)]
+    if on_off:  # bool() would take 7 as on
+        raise ValueError(f"{on_off[0]} is {parsed[on_off[0]]!r}, not 0 or 1 (a switch)")
     for k in switches & set(parsed):  # written as 0 / 1 in the knob names
         parsed[k] = bool(parsed[k])
     return cls(**parsed)
