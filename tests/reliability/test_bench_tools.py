@@ -114,6 +114,14 @@ def test_a_point_given_twice_is_refused_before_any_work(work, failing, argv):
     failing(argv, "'Baseline-7B:4' is given twice")
 
 
+def test_a_point_the_table_has_only_in_another_precision_says_so(work, failing):
+    # microbench_fp8.csv has DeepSeek-V3 at 16 tokens in fp8-w8a8 only: "no row" alone sent
+    # the user looking for a missing batch
+    failing(["bench", "variants", "o", "x:split_launches=2", "DeepSeek-V3:16", "--weight-dtype",
+             "fp8", "--table", str(MEASURED / "microbench_fp8.csv")],
+            "no row for DeepSeek-V3 batch 16 of weight_dtype fp8", "it has fp8-w8a8")
+
+
 @pytest.mark.parametrize("argv, names", [
     (["bench", "trace", "o", "--table", TABLE, "--copies", "1000000000"], ["--copies", "<= 64"]),
     (["bench", "train", "o", "--tokens", str(10 ** 15)], ["--tokens", "<= 1048576"]),

@@ -74,6 +74,7 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
         raise PeerError(f"--table: {table}: {not_a_file(table)}")
     df = read_table(table, TableSpec(("model", "batch", "baseline_tile"), finite=("batch",), key=POINT),
                     "microbench.csv")
+    every = df
     df = df[df["weight_dtype"] == precision] if "weight_dtype" in df else df
     rows = {}
     for point in points:
@@ -87,7 +88,13 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
         if sel.empty:
             hint = (" (the '+shared' layers' table: reports/measured/h200/microbench_shared.csv)"
                     if model.endswith(SHARED_SUFFIX) else "")
-            raise PeerError(f"{table}: no row for {model} batch {batch}; --table names the "
+            of = ""
+            if "weight_dtype" in every:  # a row of another precision is no row of this one
+                others = every[(every["model"] == model) & (every["batch"] == int(batch))]
+                of = f" of weight_dtype {precision}" + (
+                    f" (it has {', '.join(sorted(others['weight_dtype'].astype(str)))})"
+                    if len(others) else "")
+            raise PeerError(f"{table}: no row for {model} batch {batch}{of}; --table names the "
                             f"microbench.csv that measured it{hint}")
         rows[(model, int(batch))] = sel.iloc[0].to_dict()
     return rows
