@@ -6,9 +6,10 @@ and batch, the columns of microbench.csv) -- this run's, else the committed H200
 run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
 the vllm_peer.csv beside that table where its peer run made them.  Per row: time of both
 layers, DeaMoE's speedup, the ideal (bytes) speedup of the same routings in FP8 (values + block
-scales), the fraction of it reached, and each layer's fraction of the read roofline.  The FP8 tables committed from other
-GPUs (the sibling folders of the committed one, e.g. reports/measured/h100/) follow as rows of
-their own, each row naming its chip, with their own vLLM rows.
+scales), the fraction of it reached, and each layer's fraction of the read roofline.  The FP8
+tables committed from other GPUs (the sibling folders of the committed one, e.g.
+reports/measured/h100/) follow as rows of their own, each row naming its chip, with their own
+vLLM rows.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def _vllm_fp8(fp8_table: Path) -> dict:
     f = src.frame[src.frame["weight_dtype"].notna()]
     us = f.pivot_table(index=["model", "batch", "weight_dtype"], columns="variant", values="us",
                        aggfunc="min")
-    return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed")) for (m, b, p), r in us.iterrows()}
+    return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed"))
+            for (m, b, p), r in us.iterrows()}
 
 
 def _other_chips(measured: Path) -> list:
@@ -65,9 +67,9 @@ def _other_chips(measured: Path) -> list:
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
-        if (folder / "microbench_fp8.csv").exists() or (folder / "microbench_fp8.csv").is_symlink():
-            found.append((read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8),
-                          folder))
+        table = folder / "microbench_fp8.csv"
+        if table.exists() or table.is_symlink():  # a broken link: read_csv names it
+            found.append((read_csv(table, REQUIRED, scale=KERNEL_FP8), folder))
     return [(src, folder) for src, folder in found if src.ok]
 
 
