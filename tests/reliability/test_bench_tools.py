@@ -84,6 +84,14 @@ def test_import_never_writes_into_a_folder_of_user_files(work, failing, dest):
     failing(["bench", "import", "run", "--sha", "abc1234", "--dest", dest], dest)
 
 
+@pytest.mark.parametrize("given, why", [("nope", "no such folder"), ("file", "not a folder")])
+def test_import_names_a_run_folder_that_is_none(work, failing, given, why):
+    _run_table(work)
+    (work / "file").write_text("x")
+    failing(["bench", "import", "run", given, "--sha", "abc1234", "--dest", "dest"],
+            f"{given}: {why}")
+
+
 @pytest.mark.parametrize("sha", ["", "not a sha", "abc,123\n", "zz12345"])
 def test_import_refuses_a_sha_that_is_no_commit(work, failing, sha):
     _run_table(work, git_sha="unknown")

@@ -390,6 +390,10 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
                  None)
     if twice is not None:  # its rows would be imported twice
         raise ConfigError(f"bench import: {twice} is given twice; name each part of the run once")
+    bad = next((d for d in dirs if not Path(d).is_dir()), None)
+    if bad is not None:  # not "no table in it", which hides a mistyped name
+        what = "not a folder" if Path(bad).exists() else "no such folder"
+        raise DataError(f"bench import: {bad}: {what}")
     tables = {}
     for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
