@@ -152,3 +152,19 @@ def test_vllm_rows_come_from_the_peer_table_beside_the_fp8_table(results, measur
         results / "microbench" / "vllm_peer.csv", index=False)
     art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
     assert "vLLM FP8 routed_us" not in art.table
+
+
+def test_other_chips_rows_stand_alone_where_the_committed_folder_has_no_fp8_table(results, tmp_path):
+    # the folder the report reads (measured_gpu) has no FP8 table, a sibling has one: its rows
+    # are shown, the missing table's reason noted; with neither, "not run"
+    measured = tmp_path / "measured"
+    (measured / "h200").mkdir(parents=True)
+    (measured / "h100").mkdir()
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8-w8a8", "gpu": "NVIDIA H100 80GB HBM3"}]).to_csv(
+        measured / "h100" / "microbench_fp8.csv", index=False)
+    art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
+    assert art.status == "ok" and list(art.table["gpu"]) == ["NVIDIA H100 80GB HBM3"]
+    assert any("no committed" in n and "h200/microbench_fp8.csv" in n for n in art.notes)
+    fp8_panel.figure(art)
+    (measured / "h100" / "microbench_fp8.csv").unlink()
+    assert fp8_panel.figure45_fp8(results, measured / "h200", "tiny").status != "ok"

@@ -106,12 +106,13 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
              "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
              "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
              "the read roofline for DeepSeek-V3 at >= 16 tokens")
-    if not src.ok:
+    others, chips = _other_chips(measured), []
+    if not src.ok and not others:
         table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
         return Artifact(KEY, TITLE, table, [src], [goals])
-    bf16 = _bf16_speedups(results, measured, profile)
-    rows = _rows(src.frame, bf16, _vllm_fp8(src.path))
-    others, chips = _other_chips(measured), []
+    shown = [src] if src.ok else []  # without it, the other chips' rows alone (its reason noted)
+    rows = _rows(src.frame, _bf16_speedups(results, measured, profile),
+                 _vllm_fp8(src.path)) if src.ok else []
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
         theirs = _rows(other.frame, {}, _vllm_fp8(other.path), chip=folder.name)
         rows += theirs
@@ -132,9 +133,9 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
     notes += [f"rows of {chip} from the committed {o.path} (the vLLM rows from the peer table "
               "beside it); its bf16 speedups are not shown (the bf16 table is another chip's)"
               for (o, _), chip in zip(others, chips)]
-    data = pd.concat([src.frame, *(o.frame for o, _ in others)], ignore_index=True)
-    return Artifact(KEY, TITLE, pd.DataFrame(rows), [src, *(o for o, _ in others)], notes,
-                    data=data)
+    shown += [o for o, _ in others]
+    return Artifact(KEY, TITLE, pd.DataFrame(rows), shown, notes,
+                    data=pd.concat([s.frame for s in shown], ignore_index=True))
 
 
 def figure(art: Artifact):
