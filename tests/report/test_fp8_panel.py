@@ -86,8 +86,10 @@ def test_other_chips_fp8_tables_follow_as_rows_naming_their_chip(results, measur
                   (("ours routed", 1000.0), ("vllm routed", 1250.0))]).to_csv(
         other / "vllm_peer.csv", index=False)
     art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
-    t = art.table.set_index("gpu")
+    t = art.table.set_index("chip")
     assert list(t.index) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    from deamoe.report.build import _shown
+    assert "chip" in _shown(art).columns  # the report's table tells the two chips' rows apart
     h100 = t.loc["NVIDIA H100 80GB HBM3"]
     assert h100["speedup"] == pytest.approx(1000 / 520)
     assert h100["ours routed speed vs vLLM FP8"] == pytest.approx(1.25)
@@ -114,7 +116,7 @@ def test_other_chips_without_a_gpu_column_or_linked_to_this_one(results, measure
                                                              index=False)
     (measured / "latest").symlink_to("h200")
     art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
-    assert list(art.table["gpu"]) == ["NVIDIA H200", "h100"]
+    assert list(art.table["chip"]) == ["NVIDIA H200", "h100"]
     assert any(n.startswith("rows of h100 from the committed") for n in art.notes)
     shown = {ax.get_title(): ax for ax in fp8_panel.figure(art).axes}
     assert any(ln.get_label().endswith(", h100") for ln in shown["DeepSeek-V3"].lines)
@@ -163,7 +165,7 @@ def test_other_chips_rows_stand_alone_where_the_committed_folder_has_no_fp8_tabl
     pd.DataFrame([{**ROW, "weight_dtype": "fp8-w8a8", "gpu": "NVIDIA H100 80GB HBM3"}]).to_csv(
         measured / "h100" / "microbench_fp8.csv", index=False)
     art = fp8_panel.figure45_fp8(results, measured / "h200", "tiny")
-    assert art.status == "ok" and list(art.table["gpu"]) == ["NVIDIA H100 80GB HBM3"]
+    assert art.status == "ok" and list(art.table["chip"]) == ["NVIDIA H100 80GB HBM3"]
     assert any("no committed" in n and "h200/microbench_fp8.csv" in n for n in art.notes)
     fp8_panel.figure(art)
     (measured / "h100" / "microbench_fp8.csv").unlink()

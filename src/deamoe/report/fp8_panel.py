@@ -81,7 +81,9 @@ def _rows(frame: pd.DataFrame, bf16: dict, peer: dict, chip: str = "not recorded
         key = (r["model"], int(r["batch"]))
         speedup = r["baseline_us"] / r["deamoe_us"]
         gpu = r.get("gpu")
-        row = {"model": r["model"], "gpu": gpu if isinstance(gpu, str) and gpu.strip() else chip,
+        # "chip", not "gpu": the report shows a row's gpu once, as provenance, while this column
+        # tells apart the rows of two chips in one table
+        row = {"model": r["model"], "chip": gpu if isinstance(gpu, str) and gpu.strip() else chip,
                "weight_dtype": r["weight_dtype"], "batch": key[1],
                "baseline_us": r["baseline_us"], "deamoe_us": r["deamoe_us"], "speedup": speedup}
         if "ideal_speedup" in r:
@@ -116,7 +118,7 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
         theirs = _rows(other.frame, {}, _vllm_fp8(other.path), chip=folder.name)
         rows += theirs
-        chips.append(", ".join(sorted({r["gpu"] for r in theirs})))
+        chips.append(", ".join(sorted({r["chip"] for r in theirs})))
     notes = ([src.reason] if src.reason else []) + [
         "FP8: e4m3 values with one float32 scale per 128 x 128 block (DeepSeek-V3's format) for "
         "every FFN matrix of both layers (experts, departments, private experts, shared "
@@ -151,7 +153,7 @@ def figure(art: Artifact):
             ax.set_xticks([])
         elif t is not None:
             d = t[t["model"] == model]
-            groups = d.groupby(["gpu", "weight_dtype"], sort=False)
+            groups = d.groupby(["chip", "weight_dtype"], sort=False)
             for i, ((gpu, precision), g) in enumerate(groups):
                 g = g.sort_values("batch")
                 chip = f", {gpu}" if groups.ngroups > 1 else ""
