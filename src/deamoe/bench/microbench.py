@@ -170,7 +170,7 @@ def bench_impl(shape, batches, s: MicrobenchSettings, device="cuda", impl="trito
             # graphs ranked two of Qwen3's dense department tiles the other way round)
             knobs = search_point(shape, measure, s, batch, (prior or {}).get(batch),
                                  final_measure=lambda k: measure(k, s.replays, repeats),
-                                 qout=fp8 is not None and fp8.precision == "fp8-w8a8")
+                                 qout=fp8 is not None and fp8.activations == "fp8")
             run, shared_stream = shared_schedule(shape, lambda sh: runner(
                 make_tiles(shape, knobs), repeats, sh), s, copies * repeats, inputs, knobs)
             tile = knobs_name(knobs) if knobs else "failed"

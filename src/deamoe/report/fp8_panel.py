@@ -67,10 +67,10 @@ def _other_chips(measured: Path) -> list:
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
-        table = folder / "microbench_fp8.csv"
-        if table.exists() or table.is_symlink():  # a broken link: read_csv names it
-            found.append((read_csv(table, REQUIRED, scale=KERNEL_FP8), folder))
-    return [(src, folder) for src, folder in found if src.ok]
+        src = read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8)  # absent: not ok
+        if src.ok:
+            found.append((src, folder))
+    return found
 
 
 def _rows(frame: pd.DataFrame, bf16: dict, peer: dict, chip: str = "not recorded") -> list[dict]:
@@ -108,18 +108,21 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
              "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
              "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
              "the read roofline for DeepSeek-V3 at >= 16 tokens")
-    others, chips = _other_chips(measured), []
+    others = _other_chips(measured)
     if not src.ok and not others:
         table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
         return Artifact(KEY, TITLE, table, [src], [goals])
     shown = [src] if src.ok else []  # without it, the other chips' rows alone (its reason noted)
     rows = _rows(src.frame, _bf16_speedups(results, measured, profile),
                  _vllm_fp8(src.path)) if src.ok else []
+    notes = ([src.reason] if src.reason else [])
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
         theirs = _rows(other.frame, {}, _vllm_fp8(other.path), chip=folder.name)
         rows += theirs
-        chips.append(", ".join(sorted({r["chip"] for r in theirs})))
-    notes = ([src.reason] if src.reason else []) + [
+        notes.append(f"rows of {', '.join(sorted({r['chip'] for r in theirs}))} from the "
+                     f"committed {other.path} (the vLLM rows from the peer table beside it); its "
+                     "bf16 speedups are not shown (the bf16 table is another chip's)")
+    notes += [
         "FP8: e4m3 values with one float32 scale per 128 x 128 block (DeepSeek-V3's format) for "
         "every FFN matrix of both layers (experts, departments, private experts, shared "
         "experts); the router stays bf16; activations bf16 in and out. 'fp8': weight-only, the "
@@ -132,9 +135,6 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
         "[128, 128], its per-token-group quantiser before each GEMM) on the same GPU, weights "
         "and routings (the vllm_peer table's FP8 rows); speed vs vLLM > 1: ours is faster",
         goals]
-    notes += [f"rows of {chip} from the committed {o.path} (the vLLM rows from the peer table "
-              "beside it); its bf16 speedups are not shown (the bf16 table is another chip's)"
-              for (o, _), chip in zip(others, chips)]
     shown += [o for o, _ in others]
     return Artifact(KEY, TITLE, pd.DataFrame(rows), shown, notes,
                     data=pd.concat([s.frame for s in shown], ignore_index=True))
