@@ -23,8 +23,7 @@ SHAPE = small_shapes()["deamoe-small"]  # h_ffn 32: one 32-column group, k_exper
 @pytest.mark.parametrize("knobs", [
     {}, {"split_launches": 2}, {"dense_dept_up": True},
     {"dense_dept_up": True, "split_launches": 4, "dense_parts": 1},  # a routed dept_up too
-    {"dense_dept_up": True, "split_launches": 4, "dense_parts": 2, "dense_staged": True},
-], ids=["one-launch", "split", "dense", "dense-parts", "dense-staged"])
+], ids=["one-launch", "split", "dense", "dense-parts"])
 def test_pair_rows_into_the_department_down_projection_give_the_reference(knobs, monkeypatch):
     import deamoe.kernels.deamoe_decode as decode
 

@@ -412,36 +412,6 @@ def test_dense_parts_match_reference(parts, dense_parts):
         assert row["ok"], row
 
 
-@pytest.mark.parametrize("parts,dense_parts", [(2, 0), (4, 0), (4, 2), (4, 3)])
-def test_staged_dense_parts_match_reference(parts, dense_parts, monkeypatch):
-    # one dense launch per dense part (its departments only), each part's chain after its own
-    import deamoe.kernels.deamoe_decode as decode
-    from deamoe.kernels.streams import split_ranges
-
-    groups, launch = [], decode.grouped_gemm
-    monkeypatch.setattr(decode, "grouped_gemm", lambda *a, **kw: (
-        groups.append(kw.get("groups")) if a[5].epi == decode.DEPT_UP.epi else None) or launch(*a, **kw))
-    tiles = decode.DeaMoETiles(dense_dept_up=True, split_launches=parts, dense_parts=dense_parts,
-                               dense_staged=True)
-    shape = SHAPES["deamoe-small"]
-    for seed, (tokens, pattern) in enumerate(((1, "random"), (23, "empty"), (9, "same"))):
-        groups.clear()
-        row = check_case(Case("deamoe-small", shape, tokens, pattern, seed=seed), tiles=tiles)
-        assert row["ok"], row
-        ranges = split_ranges(shape.n_dept, parts)
-        assert groups == ranges  # dense parts' launches, then the routed parts' own
-
-
-@pytest.mark.parametrize("knobs", [dict(split_launches=2),  # no dense GEMM
-                                   dict(dense_dept_up=True),  # one part
-                                   dict(dense_dept_up=True, split_launches=4, dense_parts=1)])
-def test_staged_dense_without_two_dense_parts_is_an_error(knobs):
-    from deamoe.kernels.deamoe_decode import DeaMoETiles
-
-    with pytest.raises(ValueError, match="dense_staged=1 needs dense_dept_up=1"):
-        DeaMoETiles(dense_staged=True, **knobs)
-
-
 @pytest.mark.parametrize("knobs", [dict(dense_parts=1, split_launches=2),  # no dense GEMM
                                    dict(dense_dept_up=True, dense_parts=2, split_launches=2),
                                    dict(dense_dept_up=True, dense_parts=1)])

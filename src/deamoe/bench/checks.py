@@ -36,14 +36,10 @@ STREAM_OPTIONS = {
     "deamoe": [{"split_launches": 2}, {"split_launches": 4}, {"dense_dept_up": True},
                {"dense_dept_up": True, "split_launches": 2},
                {"dense_dept_up": True, "dense_block_m": 64},
-               {"dense_dept_up": True, "split_launches": 2, "dense_parts": 1},
-               {"dense_dept_up": True, "split_launches": 2, "dense_staged": True}]}
+               {"dense_dept_up": True, "split_launches": 2, "dense_parts": 1}]}
 GRAPH_OPTIONS = ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2},
                  {"dense_dept_up": True, "split_launches": 4, "dense_parts": 1},
-                 {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3},
-                 {"dense_dept_up": True, "split_launches": 4, "dense_staged": True},
-                 {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3,
-                  "dense_staged": True})
+                 {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3})
 
 
 def stamped(rows: list[dict]):

@@ -25,8 +25,7 @@ tokens) hides behind weight streaming; the baseline's w13 needs its routing, so 
 option.  It streams every department, chosen or not (at 4 tokens 0.17-0.51 of 8 go unchosen,
 0.6-1.5% of the layer's bytes); with dense_parts only the first parts' departments are dense,
 and the other parts run a routed GEMM 1 in their chains as soon as the routing is known
-(streams.run_forked); with dense_staged the dense GEMM is one launch per part and each part's
-chain waits for its own launch only.
+(streams.run_forked).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
@@ -114,12 +113,6 @@ class DeaMoETiles:
     # of their own chain, which starts once the routing is known, beside the dense GEMM's tail
     # and without reading their unchosen departments.  0: every part is dense
     dense_parts: int = 0
-    # with dense_dept_up and split_launches = n: the dense GEMM as one launch per dense part, in
-    # part order on the side stream, and each part's chain starts once the routing and its own
-    # launch are done, not the whole dense GEMM: the first parts' expert GEMMs stream beside
-    # the later parts' dense launches (at 4 tokens the dense GEMM alone heads the critical path
-    # at below the expert GEMMs' rate).  Fused operators only; needs >= 2 dense parts
-    dense_staged: bool = False
     # sum out in bf16 where the device has bf16 atomics, without the cast launch at the end
     # (both layers 1.3-16.5 us faster per layer on the H200; max rel err 5.9e-3); off: fp32
     out_bf16: bool = True
@@ -138,11 +131,6 @@ class DeaMoETiles:
 
     def __post_init__(self):
         check_layer_knobs(self)
-        if self.dense_staged and (not self.dense_dept_up or self.split_launches < 2
-                                  or self.dense_parts == 1):
-            raise ValueError("dense_staged=1 needs dense_dept_up=1, split_launches >= 2 and "
-                             "dense_parts other than 1 (a dense launch per dense part, at "
-                             "least two of them)")
         t = self.expert_down
         if not self.pair_dept_down and (t.qout or t.qscale):
             raise ValueError(f"expert_down tile {t.name}: it sums its output into S, which no "
@@ -346,21 +334,15 @@ def deamoe_stages(x, w: DeaMoEWeights, ids, weights, operator: str = "silu",
     head = [] if route is None else [("route", lambda: step.take_routing(*route()), ())]
     head.append(("align", step.align, ()))
     _check_dense_parts(tiles, step.n_dept)
-    if (tiles.dense_parts or tiles.dense_staged) and step.fused:
-        # dense GEMM for the first parts (all of them when staged alone), routed in the others
+    if tiles.dense_parts and step.fused:  # dense GEMM for the first parts, routed in the others
         ranges = split_ranges(step.n_dept, tiles.split_launches)
-        dense_ranges = ranges[:tiles.dense_parts or len(ranges)]
-        if tiles.dense_staged:  # one launch per dense part, each part waiting for its own
-            beside = [lambda lo=lo, hi=hi: step.dept_up((lo, hi), dense=True)
-                      for lo, hi in dense_ranges]
-        else:
-            beside = [lambda: step.dept_up((0, dense_ranges[-1][1]), dense=True)]
+        n_dense = tiles.dense_parts
 
         def dense_then_parts():
-            run_forked([launch for _, launch, _ in head], beside,
-                       [step.part(lo, hi, True) for lo, hi in ranges[len(dense_ranges):]],
-                       [step.part(lo, hi, False) for lo, hi in dense_ranges], step.dev,
-                       staged=tiles.dense_staged)
+            run_forked([launch for _, launch, _ in head],
+                       [lambda: step.dept_up((0, ranges[n_dense - 1][1]), dense=True)],
+                       [step.part(lo, hi, True) for lo, hi in ranges[n_dense:]],
+                       [step.part(lo, hi, False) for lo, hi in ranges[:n_dense]], step.dev)
         return step.out, [("route+align | dense dept_up of some parts, then all parts",
                            dense_then_parts, step.weights())]
     if tiles.dense_dept_up:

@@ -53,21 +53,13 @@ def run_parallel(sequences: Sequence[Sequence[Callable[[], object]]], device) ->
 
 def run_forked(first: Sequence[Callable[[], object]], beside: Sequence[Callable[[], object]],
                after_first: Sequence[Sequence[Callable[[], object]]],
-               after_both: Sequence[Sequence[Callable[[], object]]], device,
-               staged: bool = False) -> None:
+               after_both: Sequence[Sequence[Callable[[], object]]], device) -> None:
     """`first` on the current stream and `beside` on a side stream, both from here; then each of
     `after_first` on its own stream once `first` is done (it does not wait for `beside`), and
     each of `after_both` once both are done; everything joined back into the current stream.
-    staged: beside holds one launch per sequence of after_both, and after_both[i] waits for
-    `first` and beside's i-th launch only (each on a stream of its own, so the later launches
-    of `beside` run beside the earlier sequences).
     DeaMoE's dense_parts: first = the routing, beside = the dense department GEMM
-    of some parts, after_first = the other parts, which start beside the dense GEMM's tail;
-    dense_staged: beside = one dense launch per dense part.
+    of some parts, after_first = the other parts, which start beside the dense GEMM's tail.
     Off CUDA: first, beside, after_first, after_both, one after another (the same result)."""
-    if staged and len(beside) != len(after_both):
-        raise ValueError(f"run_forked: staged needs one beside launch per after_both sequence, "
-                         f"got {len(beside)} and {len(after_both)}")
     device = torch.device(device)
     if device.type != "cuda":
         for seq in [first, beside, *after_first, *after_both]:
@@ -75,18 +67,13 @@ def run_forked(first: Sequence[Callable[[], object]], beside: Sequence[Callable[
                 launch()
         return
     main = torch.cuda.current_stream(device)
-    n_side = (1 + max(len(after_first) - 1, 0)
-              + (len(after_both) if staged else max(len(after_both) - 1, 0)))
+    n_side = 1 + max(len(after_first) - 1, 0) + max(len(after_both) - 1, 0)
     sides = [side_stream(device, i) for i in range(n_side)]
     beside_stream, spare = sides[0], iter(sides[1:])
     beside_stream.wait_stream(main)  # fork: after everything queued so far
-    beside_done = []
     with torch.cuda.stream(beside_stream):
         for launch in beside:
             launch()
-            if staged:
-                beside_done.append(torch.cuda.Event())
-                beside_done[-1].record(beside_stream)
     for launch in first:
         launch()
     done_first = torch.cuda.Event()
@@ -97,12 +84,10 @@ def run_forked(first: Sequence[Callable[[], object]], beside: Sequence[Callable[
         if stream is not main:
             stream.wait_event(done_first)
         streams.append((stream, seq))
-    for i, seq in enumerate(after_both):  # unstaged, the first continues on the side stream
-        stream = next(spare) if staged else beside_stream if i == 0 else next(spare)
+    for i, seq in enumerate(after_both):  # the first one continues on the side stream
+        stream = beside_stream if i == 0 else next(spare)
         stream.wait_event(done_first)
-        if staged:
-            stream.wait_event(beside_done[i])
-        elif stream is not beside_stream:
+        if stream is not beside_stream:
             stream.wait_stream(beside_stream)
         streams.append((stream, seq))
     for stream, seq in streams:
