@@ -1,0 +1,72 @@
+"""Where a number came from: git sha, library versions, device, date.
+
+Every result file carries these fields so the report can state the hardware and software of each
+number it shows.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import os
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+
+
+UNCOMMITTED = "+uncommitted"  # after the sha: tracked files differ from that commit
+
+
+@functools.lru_cache(maxsize=4)
+def git_sha(where: Path = Path(__file__).resolve().parent) -> str:
+    """The commit of the tree at `where` (12 hex digits), with UNCOMMITTED appended when tracked
+    files differ from it: a number made from an edited tree does not pass for that commit's (a
+    copy of the tree sent to a GPU machine may carry an older .git than its files)."""
+    # a copy without .git (e.g. the tree sent to a GPU machine) is told its commit by the caller
+    if os.environ.get("DEAMOE_GIT_SHA"):
+        return os.environ["DEAMOE_GIT_SHA"][:12]
+    try:
+        sha = _git(where, "rev-parse", "--short=12", "HEAD")
+        if sha and _git(where, "status", "--porcelain", "--untracked-files=no"):
+            sha += UNCOMMITTED
+        return sha or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _git(where: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def device_name(device: str | None = None) -> str:
+    """Human-readable name of the device a result was produced on."""
+    try:
+        import torch
+
+        if (device is None or str(device).startswith("cuda")) and torch.cuda.is_available():
+            return torch.cuda.get_device_name()
+    except ImportError:
+        pass
+    return f"CPU ({platform.processor() or platform.machine()})"
+
+
+def provenance(device: str | None = None, **extra) -> dict:
+    """A flat dict of provenance fields to merge into result rows / JSON."""
+    info = {
+        "git_sha": git_sha(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "device": device_name(device),
+        "python": platform.python_version(),
+        "torch": version("torch"),
+    }
+    info.update(extra)
+    return info

@@ -1,0 +1,116 @@
+"""Checks of the Snakemake command line that started the workflow, run by the Snakefile before
+Snakemake reads its config: each case here is one Snakemake accepts without a word while running
+something other than what the user asked for.  Each returns one line (the fault and what to give
+instead) or None; the Snakefile prints it and stops.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deamoe.errors import ConfigError
+from deamoe.settings import parse_config_file
+
+# Snakemake's spellings of the two config options (argparse also takes unambiguous prefixes,
+# which no user types for these)
+_OPTION = {"-C": "--config", "--config": "--config", "--configfile": "--configfile",
+           "--configfiles": "--configfile"}
+
+
+def _values(argv: list[str], names: tuple[str, ...]) -> list[list[str]]:
+    """The values after each occurrence of an option in `names` (`--opt a b` until the next
+    option, or `--opt=a`), one list per occurrence."""
+    found, args = [], argv[1:]
+    for i, a in enumerate(args):
+        name, eq, value = a.partition("=")
+        if name not in names:
+            continue
+        if eq:
+            found.append([value])
+            continue
+        rest = args[i + 1:]
+        end = next((j for j, b in enumerate(rest) if b.startswith("-")), len(rest))
+        found.append(rest[:end])
+    return found
+
+
+def config_yaml_problem(path: str = "config.yaml") -> str | None:
+    """config.yaml's own fault, as one line naming its file and line, before Snakemake reads it
+    (Snakemake's message names neither); None when it parses to a mapping."""
+    try:
+        parse_config_file(path, name=path)
+    except ConfigError as exc:
+        return "config: " + str(exc).splitlines()[0]
+    return None
+
+
+def repeated_config_option(argv: list[str]) -> str | None:
+    """`--config` or `--configfile` given twice: Snakemake keeps the last one's values and drops
+    the earlier ones' (`--config train="{steps: 5}" --config eval="{limit: 2}"` trains 300 steps)."""
+    given = [_OPTION.get(a.split("=", 1)[0]) for a in argv[1:]]
+    twice = next((g for i, g in enumerate(given) if g and g in given[:i]), None)
+    if twice:
+        return (f"config: {twice} is given twice; Snakemake would keep only the last one's values: "
+                f"give them all after one {twice} ({twice} A B ...)")
+    return None
+
+
+def profile_folder(argv: list[str], basedir: str | Path) -> tuple[str, Path | None] | None:
+    """(the --workflow-profile given, the folder Snakemake takes it from or None where there is
+    none); None when no profile is given (or `none`)."""
+    given = _values(argv, ("--workflow-profile",))
+    if not given or not given[-1] or given[-1][0] == "none":
+        return None
+    name = Path(given[-1][0])
+    found = (name, Path("profiles") / name, Path(basedir) / "profiles" / name)
+    return str(name), next((p for p in found if p.is_dir()), None)
+
+
+def workflow_profile_problem(argv: list[str], basedir: str | Path) -> str | None:
+    """`--workflow-profile PATH` naming no folder: Snakemake drops it without a word and runs at
+    config.yaml's scale (the tiny CPU pipeline, not the GPU one asked for)."""
+    profile = profile_folder(argv, basedir)
+    if profile is None or profile[1] is not None:
+        return None
+    shipped = sorted(p.parent.name for p in (Path(basedir) / "workflow" / "profiles").glob("*/config.yaml"))
+    return (f"profile: --workflow-profile {profile[0]}: no such profile folder (this workflow's: "
+            f"{', '.join(f'workflow/profiles/{n}' for n in shipped)})")
+
+
+def _sets_profile(path: str) -> bool:
+    """Whether config file `path` names its own scale (the top-level `profile` key)."""
+    try:
+        return "profile" in parse_config_file(path)
+    except ConfigError:
+        return False  # the config check names a broken or missing file
+
+
+def profile_configfiles_problem(argv: list[str], basedir: str | Path) -> str | None:
+    """A `--configfile` on the command line replaces the profile's `configfile` list (command-line
+    options override a profile's), so the profile's scale (its pipeline.yaml, train-sections.yaml)
+    would be dropped and the run would be config.yaml's tiny pipeline on the profile's resources --
+    unless a file given names its own scale (`profile:`), which is how a scale of one's own runs on
+    a profile's machines (the SLURM test runs a reduced pipeline so)."""
+    profile = profile_folder(argv, basedir)
+    given = _values(argv, ("--configfile", "--configfiles"))
+    if profile is None or profile[1] is None or not given or not (profile[1] / "config.yaml").is_file():
+        return None
+    try:
+        settings = parse_config_file(profile[1] / "config.yaml")
+    except ConfigError:
+        return None  # Snakemake names a broken profile itself
+    listed = settings.get("configfile", settings.get("configfiles")) or []
+    listed = [listed] if isinstance(listed, str) else [str(f) for f in listed]
+    theirs, yours = ({Path(f).resolve() for f in files} for files in (listed, given[-1]))
+    missing = [f for f in listed if Path(f).resolve() not in yours]
+    if not missing or any(Path(g).resolve() not in theirs and _sets_profile(g) for g in given[-1]):
+        return None
+    return (f"config: --configfile replaces the configfile list of the profile {profile[0]}, dropping "
+            f"its scale ({', '.join(missing)}); name its files first: --configfile "
+            f"{' '.join(listed)} {' '.join(given[-1])} (or set `profile:` in yours: a scale of its own)")
+
+
+def command_line_problem(argv: list[str], basedir: str | Path) -> str | None:
+    """The first of the checks above that finds a fault, as the line to print; None for none."""
+    return (config_yaml_problem() or repeated_config_option(argv)
+            or workflow_profile_problem(argv, basedir) or profile_configfiles_problem(argv, basedir))

@@ -1,0 +1,219 @@
+"""Summaries of finished runs with the paper's values beside them (Table 4; pre-training).
+
+Each writes a summary CSV (one row per run, with its provenance) and, next to it, `curves.csv`
+(tidy: run, step, tokens, loss, ...) for the report's loss-curve figures.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from deamoe.errors import DataError
+from deamoe.io import write_csv
+from deamoe.shapes import table1_row
+from deamoe.train.runs import TABLE4
+from deamoe.train.settings import Settings
+
+
+def _load_run(runs_dir: Path, name: str, steps: int, config: str,
+              columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
+    """summary.json and log.csv of run `name`, validated (deamoe.readers), the log holding
+    `columns` too, the run planned for the `steps` that `config` gives it (_check_planned), the
+    summary naming run `name` (not a folder copied from another run's)."""
+    from deamoe.readers import read_run_summary, read_training_log
+
+    run = runs_dir / name
+    summary, log = run / "summary.json", run / "log.csv"
+    for path in (summary, log):
+        if not path.is_file():
+            raise DataError(f"run {name}: {path} is missing (train it first: python -m deamoe train --run {name})")
+    curve = read_training_log(log)
+    missing = [c for c in columns if c not in curve.columns]
+    if missing:
+        raise DataError(f"{log}: missing column(s) {', '.join(missing)} of a training log")
+    doc = read_run_summary(summary)
+    _check_planned(doc, steps, run, config)
+    if doc["run"] != name:
+        raise DataError(f"{summary}: key 'run' is {doc['run']!r}, not {name!r}: the summary of another "
+                        f"run; train {name} again into {run}")
+    return doc, curve
+
+
+def summary_outputs(out_csv: str | Path, evals: bool = False) -> list[Path]:
+    """The files a summary command writes: its table, curves.csv beside it (and evals.csv)."""
+    out_csv = Path(out_csv)
+    names = ["curves.csv"] + (["evals.csv"] if evals else [])
+    return [out_csv, *(out_csv.with_name(n) for n in names)]
+
+
+def _curves(frames: list, out_csv: Path) -> None:
+    import pandas as pd
+
+    curves = (pd.concat(frames, ignore_index=True) if frames else
+              pd.DataFrame(columns=["step", "tokens", "loss", "run", "size", "model", "seed"]))
+    write_csv(out_csv.with_name("curves.csv"), curves)
+
+
+def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
+    """A DataError when the run was planned for other than the `steps` that `config` gives it:
+    it was trained with another config, and its last_n rows and step count would be read as
+    this one's.  A time-boxed run (train --max-seconds: its planned steps, fewer done) passes;
+    so does a summary without planned_steps (written before runs recorded it)."""
+    planned = summ.get("planned_steps")
+    if planned is not None and planned != steps:
+        raise DataError(f"run {run.name} was trained for {planned} steps ({run / 'summary.json'}: "
+                        f"planned_steps), but {config} gives it {steps}: it was trained with "
+                        "another config; train it again with this one, or summarise it with the "
+                        "config it was trained with")
+
+
+def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
+    """One row per run (variant x seed); ranks order the variants within each seed.  s: the
+    checked settings of the config file `config` (named in messages)."""
+    import pandas as pd
+
+    from deamoe.train.runs import ablation_run_names, ablation_size, parse_run, run_spec, trained_as
+
+    runs_dir, out_csv = Path(runs_dir), Path(out_csv)
+    rows, frames = [], []
+    n = s.ablation.last_n
+    for name in ablation_run_names(s):
+        twin = trained_as(s, name)  # the pre-training run it is, when it is one
+        summ, curve = _load_run(runs_dir, twin, run_spec(s, twin).steps, config, ("mean_distinct_departments",))
+        r = parse_run(name)
+        variant = r["variant"]
+        op, init, topk, paper = TABLE4[variant]
+        rows.append({
+            "run": name, "variant": f"No.{variant[2:]}", "seed": r["seed"], "size": ablation_size(s),
+            "operator": op, "init": init, "dept_topk": topk,
+            "loss_last_n": float(curve["loss"].tail(n).mean()), "last_n": min(n, len(curve)),
+            "steps": int(curve["step"].iloc[-1]), "tokens": int(curve["tokens"].iloc[-1]),
+            "val_loss": summ.get("val_loss"),
+            "mean_distinct_departments": float(curve["mean_distinct_departments"].tail(n).mean()),
+            "k_dept": summ.get("k_dept"), "h": summ.get("hidden_size"),
+            "num_hidden_layers": summ.get("num_hidden_layers"), "params": summ.get("params"),
+            "paper_loss": paper,
+            "paper_mean_distinct_departments": 3.95 if variant == "no1" else None,
+            "paper_last_n": 200, "paper_tokens_last_n": 210_000_000,
+            "trained_as": twin,
+            "profile": s.profile, **_provenance(summ),
+        })
+        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, variant=f"No.{variant[2:]}",
+                                                               seed=r["seed"]))
+    table = pd.DataFrame(rows)
+    # Ranks make the comparison with the paper scale-free: the paper's ordering is the claim.
+    table["rank"] = table.groupby("seed")["loss_last_n"].rank(method="min").astype(int)
+    table["paper_rank"] = table.groupby("seed")["paper_loss"].rank(method="min").astype(int)
+    write_csv(out_csv, table)
+    _curves(frames, out_csv)
+    print(table[["variant", "seed", "operator", "init", "dept_topk", "loss_last_n", "paper_loss"]].to_string(index=False))
+    return table
+
+
+PROVENANCE = ("device", "torch", "python", "git_sha", "date")
+# the run's text (deamoe.train.data.corpus_fields; empty for runs that predate them)
+CORPUS = ("corpus_tokens", "epochs", "val_tokens", "val_split", "data_sha256")
+
+
+def _provenance(summ: dict) -> dict:
+    return {k: summ.get(k) for k in CORPUS + PROVENANCE}
+
+
+def _kept_rows(keep: str):
+    """{run: row} of an earlier summary table, and its curves.csv beside it (None if absent)."""
+    from deamoe.readers import TableSpec, read_table
+
+    table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
+                                       finite=("seed", "val_loss"), provenance=("git_sha", "date"),
+                                       key=("run",)), "pre-training summary")
+    beside = Path(keep).with_name("curves.csv")
+    curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
+                                          finite=("step", "tokens", "loss")),
+                        "loss curves") if beside.is_file() else None
+    return {r["run"]: r for r in table.to_dict("records")}, curves
+
+
+def _kept_curve(curves, row: dict, keep: str):
+    """The rows of `curves` (the curves.csv beside `keep`) of kept run row["run"], which must end
+    at the row's last step: a truncated or foreign curves.csv would draw a curve short of it."""
+    curve = curves[curves["run"] == row["run"]]
+    last = curve["step"].max() if len(curve) else None
+    if "steps" in row and last != row["steps"]:
+        raise DataError(f"{Path(keep).with_name('curves.csv')}: the curve of run {row['run']} ends at step "
+                        f"{last}, but {keep} says it ran {row['steps']} steps (truncated, or not the "
+                        "curves of that table)")
+    return curve
+
+
+def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size: str = "",
+                     steps: int = 0, keep: str = "", evals: Callable | None = None):
+    """One row per pre-training run (size x model x seed) at each size's own length, or at
+    `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
+    `evals` (name, model -> the run's columns and long rows: eval.tables.run_eval_columns) its
+    perplexities and task accuracies; curves.csv beside it, and with `evals` also evals.csv
+    (one row per run, task and metric).  A run trained as another
+    (runs.trained_as) is read from that one and names it in `trained_as`.  keep: an earlier
+    summary table whose row stands for a run of the plan not in `runs_dir` (seeds trained in
+    another call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a
+    curves.csv stands beside it.  s: the checked settings of the config file `config`."""
+    import pandas as pd
+
+    from deamoe.train import runs as runlib
+
+    runs_dir, out_csv = Path(runs_dir), Path(out_csv)
+    kept, kept_curves = _kept_rows(keep) if keep else ({}, None)
+    sizes = [size] if size else list(s.pretrain.sizes)
+    paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
+    rows, frames, eval_rows = [], [], []
+    n = s.ablation.last_n
+    for name in runlib.pretrain_run_names(s, sizes, steps):
+        r = runlib.parse_run(name)
+        z = runlib.size(s, r["size"])
+        which = r["model"]
+        twin = runlib.trained_as(s, name)
+        if name in kept and not (runs_dir / twin / "summary.json").is_file():
+            rows.append(kept[name])
+            if kept_curves is not None:
+                frames.append(_kept_curve(kept_curves, kept[name], keep))
+            continue
+        summ, curve = _load_run(runs_dir, twin, runlib.run_spec(s, twin).steps, config)
+        tokens = int(curve["tokens"].iloc[-1])
+        row = {
+            "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],
+            "h": summ["hidden_size"], "num_hidden_layers": summ["num_hidden_layers"],
+            "num_attention_heads": summ.get("num_attention_heads"),
+            "num_key_value_heads": summ.get("num_key_value_heads"),
+            "h_ffn": summ.get("h_ffn"), "n_expert": summ.get("n_expert"), "k_expert": summ.get("k_expert"),
+            "n_dept": summ.get("n_dept"), "k_dept": summ.get("k_dept"),
+            # DeaMoE's inter-stage operator (the baseline has none)
+            "operator": summ.get("operator") if summ["ffn_type"] == "deamoe" else None,
+            "params": summ["params"], "ffn_params_per_layer": z.budget[f"{which}_params"],
+            "ffn_flops_per_token_layer": z.budget[f"{which}_flops"],
+            "params_ratio": z.budget["params_ratio"], "flops_ratio": z.budget["flops_ratio"],
+            "steps": int(curve["step"].iloc[-1]), "planned_steps": summ.get("planned_steps"),
+            "tokens": tokens, "tokens_per_param": tokens / summ["params"], "lr": summ.get("lr"),
+            "aux_loss_coef": summ.get("aux_loss_coef"), "init_std": summ.get("init_std"),
+            "expert_init_scale": summ.get("expert_init_scale"),
+            "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
+            "last_n": min(n, len(curve)), "val_loss": summ["val_loss"],
+            "mean_distinct_departments": summ.get("mean_distinct_departments"),
+            "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
+            "ffn_impl": summ.get("ffn_impl"), "compile": summ.get("compile"),
+            "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
+            "trained_as": twin, "profile": s.profile, **_provenance(summ),
+        }
+        if evals:
+            cols, long = evals(twin, which)
+            row.update(cols)
+            eval_rows += [{"size": r["size"], "model": which, "seed": r["seed"], **e} for e in long]
+        rows.append(row)
+        frames.append(curve[["step", "tokens", "loss"]].assign(run=name, size=r["size"], model=which,
+                                                               seed=r["seed"]))
+    table = pd.DataFrame(rows)
+    write_csv(out_csv, table)
+    _curves(frames, out_csv)
+    if evals:
+        write_csv(out_csv.with_name("evals.csv"), pd.DataFrame(eval_rows))
+    print(table[["run", "params", "tokens", "final_loss", "val_loss", "params_ratio", "flops_ratio"]].to_string(index=False))
+    return table
