@@ -161,3 +161,33 @@ def test_a_table_to_merge_into_that_cannot_be_written_is_named_before_any_work(w
     (work / "mine.txt").write_text("mine")
     (work / "link.csv").symlink_to(work / "mine.txt")
     failing(["microbench", "--config", "c.yaml", "--out", "o", "--merge-decode-into", into], *names)
+
+
+def _peer(out, *extra):
+    return ["bench", "peer", "run", out, "DeepSeek-V3:4", "--table", TABLE, "--replays", "1",
+            "--rounds", "1", *extra]
+
+
+def test_a_tiny_peer_run_leaves_a_roofline_json_it_does_not_write(work, capsys, failing):
+    # --tiny measures no roofline, so the user's roofline.json in its folder (one copied from a
+    # device run, say) is neither refused nor touched; a run that measures one still refuses it
+    pytest.importorskip("vllm")
+    from deamoe.bench import vllm_peer
+
+    vllm_peer.extract(work / "k.py")
+    tiny = _peer("o", "--tiny", "--kernel", "k.py")
+    assert run_cli(tiny, capsys)[0] == 0  # OUT: a folder deamoe writes into
+    (work / "o" / "roofline.json").write_text('{"peak_read_tbps": 4.65}\n')
+    status, err = run_cli(tiny, capsys)
+    assert status == 0, err
+    assert (work / "o" / "roofline.json").read_text() == '{"peak_read_tbps": 4.65}\n'
+    failing(_peer("o", "--kernel", "k.py"), "o/roofline.json", "not written by deamoe")
+
+
+def test_a_tiny_peer_run_names_a_folder_of_the_users_files(work, failing):
+    # a folder deamoe never wrote into holds the user's files: refused as a whole (not as "remove
+    # roofline.json yourself", which the tiny run never needed)
+    (work / "o").mkdir()
+    (work / "o" / "roofline.json").write_text("{}\n")
+    failing(_peer("o", "--tiny"), "o holds files deamoe did not write", "o/roofline.json",
+            "give a new folder")

@@ -356,7 +356,8 @@ def _peer(args) -> int:
         return vllm_peer.check(args.kernel) | check_fp8(args.kernel)
     from deamoe.bench.vllm_peer_run import run_peer
 
-    _outputs(args.out, "vllm_peer.csv", "roofline.json")
+    # --tiny measures no roofline: OUT/roofline.json, the user's or not, is left as it is
+    _outputs(args.out, "vllm_peer.csv", *(() if args.tiny else ("roofline.json",)))
     return run_peer(args.kernel, args.points, args.out, args.table, args.rounds, args.replays,
                     args.tiny, precisions=args.weight_dtype)
 
