@@ -174,6 +174,28 @@ def test_committed_points_yield_the_picked_knobs(tmp_path):
     assert all(g[6] > 0 for g in got)
 
 
+def test_committed_points_run_bf16_picks_on_fp8_weights_fitted_to_the_scale_blocks(tmp_path):
+    # a table without weight_dtype holds bf16 picks: on FP8 weights each GEMM tile gets BLOCK_K
+    # within one scale block, as the decode path runs it (a K step of 64 across two 32-column
+    # blocks was refused by every launch); a table's own FP8 picks are timed as picked
+    import types
+
+    from deamoe.bench.microbench import committed_points
+    from deamoe.kernels.fp8 import Fp8Format
+
+    fmt = Fp8Format(32, 32)
+    tiles = "w13=n32-k32-w4-s1;w2=n16-k64-w4-s1;block_m=16"
+    (tmp_path / "bf16.csv").write_text(f"model,batch,baseline_tile,deamoe_tile\ntiny,2,{tiles},failed\n")
+    (tmp_path / "fp8.csv").write_text("model,batch,weight_dtype,baseline_tile,deamoe_tile\n"
+                                      f"tiny,2,fp8,{tiles.replace('k64', 'k16')},failed\n")
+    knobs = {name: next(committed_points(["tiny:2"], ONE_STEP, str(tmp_path / name), "cpu",
+                                         shapes=lambda m: types.SimpleNamespace(baseline=MOE),
+                                         kinds=("baseline",), fp8=fmt))[4]
+             for name in ("bf16.csv", "fp8.csv")}
+    assert knobs["bf16.csv"] == {"w13": "n32-k32-w4-s1", "w2": "n16-k32-w4-s1", "block_m": 16}
+    assert knobs["fp8.csv"]["w2"] == "n16-k16-w4-s1"
+
+
 def test_time_knob_sets_times_each_set_per_round_and_marks_failures(capsys):
     # the A/B tools' timing: every set once per round; a set that cannot run (a tile whose
     # BLOCK_N is no power of two) is NaN with a printed line, the others still timed

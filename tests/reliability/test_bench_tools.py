@@ -163,6 +163,58 @@ def test_a_table_to_merge_into_that_cannot_be_written_is_named_before_any_work(w
     failing(["microbench", "--config", "c.yaml", "--out", "o", "--merge-decode-into", into], *names)
 
 
+FP8_TABLE = str(MEASURED / "microbench_fp8.csv")
+
+
+def test_fp8_variants_on_bf16_picks_say_which_tiles_run_before_any_gpu_work(work, capsys, monkeypatch):
+    # the committed bf16 picks of DeepSeek-V3 at 4 tokens stream w2 and expert_down on K steps of
+    # 256, across two 128-column scale blocks: every launch of them on FP8 weights was refused
+    # on the GPU, each knob set a NaN row; they run fitted as the decode path runs them, said first
+    import torch
+
+    from deamoe.bench import tools
+    from deamoe.cli import main
+
+    timed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tools, "variants", lambda *a, **k: timed.append(a) or 0)
+    assert main(["bench", "variants", "o", "x:split_launches=1", "DeepSeek-V3:4", "--weight-dtype",
+                 "fp8", "--table", TABLE]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "holds bf16 picks" in out[0] and "fitted to the 128x128 scale blocks" in out[0]
+    assert out[1:] == ["  DeepSeek-V3:4 moe: w2 n64-k256-w4-s3-tma -> n64-k128-w4-s3-tma",
+                       "  DeepSeek-V3:4 deamoe: expert_down n64-k256-w4-s3-tma -> n64-k128-w4-s3-tma"]
+    assert len(timed) == 1 and timed[0][-1] == "fp8"
+
+
+@pytest.mark.parametrize("variant, point, precision, table, names", [
+    ("moe/x:w2=n64-k256-w4-s3", "DeepSeek-V3:4", "fp8", TABLE,
+     ["variant 'moe/x' at DeepSeek-V3:4", "w2 tile n64-k256-w4-s3", "BLOCK_K 256", "divide 128"]),
+    ("moe/x:w2=n64-k64-w4-s3", "DeepSeek-V3:4", "fp8-w8a8", FP8_TABLE,
+     ["variant 'moe/x' at DeepSeek-V3:4", "w2 tile n64-k64-w4-s3", "BLOCK_K 64", "it must be 128"]),
+    ("x:expert_up=n64-k16-w4-s4-pq", "DeepSeek-V3:4", "fp8-w8a8", FP8_TABLE,
+     ["variant 'x' at DeepSeek-V3:4", "expert_up tile n64-k16-w4-s4-pq", "BLOCK_K 16", ">= 32"]),
+    ("qo:dept_up=n256-k128-w4-s6-tma-swap-pq-qo", "Qwen3-235B-A22B:4", "fp8-w8a8", FP8_TABLE,
+     ["variant 'qo' at Qwen3-235B-A22B:4", "dept_up tile n256-k128-w4-s6-tma-swap-pq-qo",
+      "BLOCK_N 256"]),
+    ("moe/x:w13=n64-k128-w4-s4-qo,w2=n64-k64-w4-s4", "DeepSeek-V3:4", "fp8", TABLE,
+     ["variant 'moe/x'", "w13 tile n64-k128-w4-s4-qo", "fp8-w8a8 weights only"]),
+])
+def test_a_variant_fp8_weights_cannot_take_is_refused_before_any_work(work, failing, variant, point,
+                                                                      precision, table, names):
+    failing(["bench", "variants", "o", variant, point, "--weight-dtype", precision, "--table", table],
+            *names)
+
+
+def test_an_fp8_pick_off_the_scale_blocks_is_named_before_any_work(work, failing):
+    df = pd.read_csv(FP8_TABLE, dtype={"git_sha": str})
+    df.loc[0, "baseline_tile"] = df.loc[0, "baseline_tile"].replace("w2=n128-k128", "w2=n128-k256")
+    df.to_csv(work / "fp8.csv", index=False)
+    failing(["bench", "variants", "o", "x:split_launches=1", "DeepSeek-V3:4", "--weight-dtype",
+             "fp8-w8a8", "--table", "fp8.csv"], "fp8.csv: the moe pick at DeepSeek-V3:4",
+            "w2 tile n128-k256", "BLOCK_K 256")
+
+
 def _peer(out, *extra):
     return ["bench", "peer", "run", out, "DeepSeek-V3:4", "--table", TABLE, "--replays", "1",
             "--rounds", "1", *extra]

@@ -25,7 +25,7 @@ from deamoe.bench.search import search_point
 from deamoe.bench.settings import MicrobenchSettings
 from deamoe.bench.points import LAYERS, PointStore, layer_label, point_settings, split_label
 from deamoe.bench.shared import prior_for, shared_schedule
-from deamoe.decode.knobs import knobs_name, make_tiles, parse_knobs
+from deamoe.decode.knobs import fit_knobs, knobs_name, make_tiles, parse_knobs
 from deamoe.decode.step import routing_label, step_routing
 from deamoe.decode.weights import random_weights
 from deamoe.kernels.gemm_spec import shared_memory_limit
@@ -87,11 +87,14 @@ def committed_points(points: list[str], s: MicrobenchSettings,
     picked, point_inputs' StepInputs (time with prepare=inputs.prepare, as time_knob_sets).
     shapes(model) -> an object with .baseline / .deamoe layer shapes (Table 1 by default);
     kinds: which of the two layers to yield.  fp8 (an Fp8Format): the layers on FP8 weights,
-    the knobs of the table's rows of that precision where it has a weight_dtype column."""
+    the knobs of the table's rows of that precision where it has a weight_dtype column, else
+    its bf16 picks with each BLOCK_K fitted to the scale blocks (fit_knobs: a launch refuses a
+    tile that does not fit them)."""
     import pandas as pd
 
     picks = pd.read_csv(table)
-    if "weight_dtype" in picks:
+    own = "weight_dtype" in picks  # rows of each precision; without the column: bf16 picks
+    if own:
         picks = picks[picks["weight_dtype"] == (fp8.precision if fp8 else "bf16")]
     parsed = [(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1])) for p in points]
     for model in dict.fromkeys(m for m, _ in parsed):
@@ -102,7 +105,9 @@ def committed_points(points: list[str], s: MicrobenchSettings,
             for batch in [b for m, b in parsed if m == model]:
                 sel = picks[(picks.model == model) & (picks.batch == batch)].iloc[0]
                 inputs, nbytes, _ = point_inputs(shape, weights, batch, s, device, fp8)
-                yield model, shape, weights, batch, parse_knobs(sel[col]), inputs, nbytes
+                knobs = parse_knobs(sel[col])
+                yield (model, shape, weights, batch, knobs if own else fit_knobs(shape, knobs, fp8),
+                       inputs, nbytes)
             del weights
             free_cuda_cache()
 

@@ -100,25 +100,6 @@ def with_flags(tile: str, sfx: str) -> str:
     return name if changed == tile else changed  # flags it has already: no variant, refused
 
 
-def check_variants(sets: dict, rows: dict) -> None:
-    """Each variant on the committed picks of each point ({(model, batch): the table's row}) is a
-    knob set of its layer, before any GPU work: a ConfigError naming it (a bad value, a '+sfx'
-    making no tile name) instead of a failure after the points timed before it."""
-    from deamoe.decode.knobs import make_tiles, parse_knobs
-    from deamoe.errors import ConfigError
-    from deamoe.shapes import table1_row
-
-    for (model, batch), row in rows.items():
-        for shape in (table1_row(model).baseline, table1_row(model).deamoe):
-            committed = row.get("baseline_tile" if shape.kind == "moe" else "deamoe_tile")
-            for name, variant in sets[shape.kind].items() if isinstance(committed, str) else ():
-                try:
-                    make_tiles(shape, apply_variant(parse_knobs(committed), variant))
-                except (ValueError, TypeError) as exc:
-                    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                    raise ConfigError(f"variant {name!r} at {model}:{batch}: {why}") from None
-
-
 def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int = 2,
              precision: str = "bf16") -> int:
     """Each knob set against the table's picks of `precision` (FP8: on weights of that format)

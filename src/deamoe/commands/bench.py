@@ -125,7 +125,8 @@ def _register_bench(sub) -> None:
     t.add_argument("--rounds", type=ROUNDS, default=2, help="interleaved rounds (the best kept)")
     t.add_argument("--weight-dtype", type=_precisions, default=("bf16",),
                    help="the layers' weight precision, one of bf16, fp8, fp8-w8a8 (FP8: the "
-                   "table's picks of that weight_dtype, e.g. microbench_fp8.csv)")
+                   "table's picks of that weight_dtype, e.g. microbench_fp8.csv; a table of "
+                   "bf16 picks: those with BLOCK_K fitted to the scale blocks, said first)")
     t = tool("trace", _trace, "CUDA: kernel timeline (stream, start, duration, idle gap) of the "
              "picked layers in their CUDA graph -> OUT/trace.csv")
     t.add_argument("--table", default=TABLE)
@@ -292,7 +293,8 @@ def _smem_check(args) -> int:
 
 
 def _variants(args) -> int:
-    from deamoe.bench.tools import check_variants, parse_variants, variants
+    from deamoe.bench.tools import parse_variants, variants
+    from deamoe.bench.variant_checks import check_variants
     from deamoe.bench.vllm_peer_run import checked_points
 
     sets, points = parse_variants(args.items)
@@ -301,8 +303,10 @@ def _variants(args) -> int:
                           f"{','.join(args.weight_dtype)}")
     precision = args.weight_dtype[0]
     _picks(args.table)
-    check_variants(sets, checked_points(points, args.table, precision))
+    notes = check_variants(sets, checked_points(points, args.table, precision), precision, args.table)
     _outputs(args.out, "variants.csv")
+    for note in notes:  # bf16 picks fitted to FP8 weights: what runs, said before the run
+        print(note)
     _needs_cuda("variants")
     return variants(args.out, sets, points, args.table, args.rounds, precision)
 

@@ -33,6 +33,22 @@ def make_tiles(shape, knobs: dict):
     return cls(**parsed)
 
 
+def fit_knobs(shape, knobs: dict, fmt) -> dict:
+    """A bf16 pick's knobs for the layer on FP8 weights of `fmt` (an Fp8Format; None: bf16, the
+    knobs as given): each GEMM tile, a default one too, with BLOCK_K made to fit the scale
+    blocks (deamoe.kernels.fp8.fit_tiles), as the decode path runs a layer that has no pick of
+    its precision (deamoe.decode.picks.TilePicks.tiles); the tiles that fit keep their names."""
+    from deamoe.kernels.fp8 import fit_tiles
+
+    if fmt is None:
+        return dict(knobs)
+    tiles = make_tiles(shape, knobs)
+    fitted = fit_tiles(tiles, fmt)
+    changed = {f.name: getattr(fitted, f.name).name for f in dataclasses.fields(tiles)
+               if getattr(fitted, f.name) != getattr(tiles, f.name)}
+    return {**knobs, **changed}
+
+
 def knobs_name(knobs: dict) -> str:
     return ";".join(f"{k}={v}" for k, v in knobs.items())
 
