@@ -32,5 +32,5 @@ piv = df.groupby(["model", "kind", "batch", "variant", "tree"]).us.min().unstack
 piv["new/old"] = piv["new"] / piv["old"]
 print(piv.round(3).to_string())
 PY
-timeout 240 python3 -m deamoe bench fp8-check "$OUT/c" --weight-dtype fp8-w8a8 \
+timeout 150 python3 -m deamoe bench fp8-check "$OUT/c" --weight-dtype fp8-w8a8 \
     --models DeepSeek-V3,Qwen3-235B-A22B 2>&1 | grep -E "ok|not run|Error" | tail -8
