@@ -89,10 +89,10 @@ def scaled_mma(a, b, b_s, a_s, A_FP8: tl.constexpr, DOT_F32: tl.constexpr,
 
 
 @triton.jit
-def prequantised_operands(a, a_s, DOT_F32: tl.constexpr):
+def prequantised_operands(a, scale_ptrs, row_ok, DOT_F32: tl.constexpr):
     """The A tile for an MMA with FP8 weights from A quantised before the GEMM: the loaded e4m3
-    tile as it is (float32 under the interpreter) and its rows' scales for this K block (loaded
-    by the main loop a step ahead)."""
+    tile as it is (float32 under the interpreter) and its rows' scales for this K block."""
+    a_s = tl.load(scale_ptrs, mask=row_ok, other=1.0)
     if DOT_F32:
         a = a.to(tl.float32)
     return a, a_s

@@ -177,35 +177,12 @@ def grouped_gemm_kernel(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    # Scales are loaded a step ahead of the MMA that uses them: Triton pipelines only the MMA
-    # operands' loads, so a scale loaded in its own step stalled every step on a memory latency
     if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
         s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
-        sg_next = tl.load(sg_ptr + s_ptrs, mask=n_ok, other=0.0)
-        if GATED:
-            su_next = tl.load(su_ptr + s_ptrs, mask=n_ok, other=0.0)
     if A_PREQ or A_ABSMAX:  # A quantised before the launch (e4m3): its rows' scales, one per
         # A_GROUP columns; or A as stored with its rows' absmax per A_GROUP columns ('-qs')
         as_ptrs = as_ptr + a_rows * stride_as  # (BLOCK_K | A_GROUP: one per row per step)
-    if A_PREQ:  # (the absmax slots feed the MMA's operand, whose loads Triton pipelines)
-        as_next = tl.load(as_ptrs, mask=row_ok, other=1.0)
-        if EPI == 1:
-            asu_next = tl.load(as_ptrs + a_up_off // A_GROUP, mask=row_ok, other=1.0)
     for k0 in range(0, K, BLOCK_K):
-        k_next = (k0 + BLOCK_K) % K  # (the last step loads the first block's again, unused)
-        if W_FP8:
-            sg = sg_next
-            sg_next = tl.load(sg_ptr + s_ptrs + k_next // GROUP_K, mask=n_ok, other=0.0)
-            if GATED:
-                su = su_next
-                su_next = tl.load(su_ptr + s_ptrs + k_next // GROUP_K, mask=n_ok, other=0.0)
-        if A_PREQ:
-            a_sc = as_next
-            as_next = tl.load(as_ptrs + k_next // A_GROUP, mask=row_ok, other=1.0)
-            if EPI == 1:
-                au_sc = asu_next
-                asu_next = tl.load(as_ptrs + (a_up_off + k_next) // A_GROUP, mask=row_ok,
-                                   other=1.0)
         if EVEN_K:
             a_mask = row_ok[:, None]
             b_mask = n_ok[None, :]
@@ -220,12 +197,13 @@ def grouped_gemm_kernel(
             bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
         if A_PREQ:
-            a, a_s = prequantised_operands(a, a_sc, DOT_F32)
+            a, a_s = prequantised_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
         elif A_ABSMAX:
             a, a_s = absmax_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
         elif W_FP8:
             a, a_s = fp8_operands(a, A_FP8, DOT_F32)
         if W_FP8:
+            sg = tl.load(sg_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
             acc += scaled_mma(a, bg, sg, a_s, A_FP8, DOT_F32, SWAP_AB)
         else:
             acc = _mma(acc, a, bg, DOT_F32, SWAP_AB)
@@ -237,7 +215,8 @@ def grouped_gemm_kernel(
             if EPI == 1:
                 au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
                 if A_PREQ:
-                    au, au_s = prequantised_operands(au, au_sc, DOT_F32)
+                    au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
+                                                     row_ok, DOT_F32)
                 elif A_ABSMAX:
                     au, au_s = absmax_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
                                                row_ok, DOT_F32)
@@ -248,6 +227,7 @@ def grouped_gemm_kernel(
                 if W_FP8:
                     au_s = a_s
             if W_FP8:
+                su = tl.load(su_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
                 acc_u += scaled_mma(au, bu, su, au_s, A_FP8, DOT_F32, SWAP_AB)
             else:
                 acc_u = _mma(acc_u, au, bu, DOT_F32, SWAP_AB)

@@ -1,1 +1,0 @@
-"""Training: data shards, tokenizer, the trainer (one process or torchrun + FSDP2), the runs."""
