@@ -342,3 +342,46 @@ def test_w8a8_k_steps_are_the_fp8_mmas_shortest_at_least():
     t = TileConfig.parse("n32-k16-w4-s1-pq")
     with pytest.raises(ValueError, match="BLOCK_K 16 does not fit"):
         fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))
+
+
+def _wide_inputs(h=384, f=160, T=5, E=4, seed=0):
+    """_layer_inputs with K over 128 x 128 scale blocks: x's K = 384 (a last 256-column step
+    whose second block is past K: its scales past the scale tensor), the down-projection's
+    160 (one step, its second block partial)."""
+    torch.manual_seed(seed)
+    g, u = torch.randn(E, f, h) / h ** .5, torch.randn(E, f, h) / h ** .5
+    d = torch.randn(E, h, f) / f ** .5
+    ids, w = route(MoEShape(h=h, h_ffn=f, n_expert=E, k_expert=2), torch.randn(T, E))
+    # uneven scales across K blocks, so a block's scale on its neighbour's half shows
+    ramp = torch.logspace(-1, 1, h)
+    return (g * ramp, u * ramp, d * torch.logspace(1, -1, f)), torch.randn(T, h), ids, w
+
+
+def _nan_after_scales(w: Fp8Weight) -> Fp8Weight:
+    """w with its scales in a view of rows one longer, the extra column NaN: a GEMM reading a
+    scale past a row's last K block gets NaN, which poisons its output."""
+    big = torch.full((*w.scale.shape[:-1], w.scale.shape[-1] + 1), float("nan"))
+    big[..., :-1] = w.scale
+    return Fp8Weight(w.q, big[..., :-1], w.fmt)
+
+
+@pytest.mark.parametrize("activations", ["bf16", "fp8"], ids=["w8a16", "w8a8"])
+@pytest.mark.parametrize("tile", ["n32-k256-w4-s2", "n16-k256-w4-s2-tma-swap", "n32-k256-w4-s2-pq",
+                                  "n16-k256-w4-s2-tma-swap-pq", "n32-k256-w4-s1-tma",
+                                  "n32-k256-w4-s1-swap-nf"])
+def test_a_k_step_over_two_scale_blocks_scales_each_half_by_its_own(activations, tile):
+    # BLOCK_K = 2 block_k: one 256-column tile split in registers, each half's MMA scaled by
+    # its own block's scales (and, w8a8, A quantised per 128-column half, in the main loop or
+    # by the '-pq' launch): equal to float32 math on the dequantised weights and per-128-group
+    # quantised activations, as the k128 tiles are; K = 384 and 160 end mid-step
+    fmt = Fp8Format(activations=activations)
+    mats, x, ids, w = _wide_inputs()
+    q = [_nan_after_scales(quantize(m, fmt)) for m in mats]
+    t = TileConfig.parse(tile)
+    got = fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))
+    act = ((lambda a: fake_quantize_activations(a, 128)) if activations == "fp8"
+           else (lambda a: a))
+    ref = _emulated_moe([m.dequantize() for m in q], x, ids, w, act)
+    assert ((got - ref).norm() / ref.norm()) < 1e-5
+    one = fused_moe(x, *q, ids, w, MoETiles(w13=Fp8Format().fit_tile(t), w2=Fp8Format().fit_tile(t)))
+    assert ((got - one).norm() / one.norm()) < 1e-6  # the k128 tile's numbers
