@@ -57,6 +57,7 @@ def test_format_checks_and_tile_fit():
     k256 = TileConfig.parse("n64-k256-w4-s3-tma")
     assert Fp8Format().fit_tile(k256).block_k == 128
     assert Fp8Format().fits(64) and not Fp8Format(activations="fp8").fits(64)
+    assert Fp8Format().fits_tile(k256) and not Fp8Format().fits(512)  # two blocks a step, not four
     # w8a8 with A quantised before the GEMM: K steps within one of A's groups
     w8a8 = Fp8Format(activations="fp8")
     assert w8a8.fits(64, 64) and w8a8.fits(64, 128) and not w8a8.fits(128, 64)
@@ -385,3 +386,69 @@ def test_a_k_step_over_two_scale_blocks_scales_each_half_by_its_own(activations,
     assert ((got - ref).norm() / ref.norm()) < 1e-5
     one = fused_moe(x, *q, ids, w, MoETiles(w13=Fp8Format().fit_tile(t), w2=Fp8Format().fit_tile(t)))
     assert ((got - one).norm() / one.norm()) < 1e-6  # the k128 tile's numbers
+
+
+def _wide_layer(shape, t: TileConfig, fmt: Fp8Format):
+    """(a layer's kernel output with every GEMM on tile t, the same on t fitted to one scale block
+    a step, the battery's float32 reference on the dequantised weights)."""
+    from deamoe.kernels.battery import build_layer, float32_reference, kernel_weights, run_kernel
+    from deamoe.kernels.deamoe_decode import DeaMoETiles
+
+    layer = build_layer(shape, "cpu", seed=5)
+    torch.manual_seed(5)
+    x = torch.randn(6, shape.h)
+    ids, w = route(shape, torch.randn(6, shape.n_expert))
+    weights = kernel_weights(layer, torch.float32, fmt)
+    ref = float32_reference(layer, x, ids, w, fp8_weights={k: v for k, v in weights.items()
+                                                           if isinstance(v, Fp8Weight)})
+    outs = []
+    for tile in (t, fmt.fit_tile(t)):
+        names = ("dept_up", "expert_up", "expert_down", "dept_down") if shape.kind == "deamoe" \
+            else ("w13", "w2")
+        tiles = (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**{n: tile for n in names})
+        outs.append(run_kernel(shape, weights, x, ids, w, tiles))
+    return (*outs, ref)
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+@pytest.mark.parametrize("precision", ["fp8", "fp8-w8a8"])
+@pytest.mark.parametrize("name, tile, block", [
+    ("moe-oddk", "n32-k64-w4-s2", 32),                 # K 96 and 48: partial last steps
+    ("deamoe-oddk", "n16-k64-w4-s2-tma-swap", 32),
+    ("deamoe-small", "n16-k64-w4-s2-tma-swap-pq", 32),
+    ("moe-small", "n32-k64-w4-s2-pq-nf", 32),
+    ("deamoe-k256", "n32-k256-w4-s2-pq", 128),        # 128 x 128 blocks, K 384: a partial step
+    ("deamoe-k256", "n16-k256-w4-s2-tma-swap", 128)])
+def test_both_layers_on_k_steps_over_two_scale_blocks(name, tile, block, precision):
+    # both layers with every GEMM on a tile whose K step covers two scale blocks: the layer's
+    # output equals the one-block tiles' (1e-6: the same per-block math, A's groups too) and
+    # the battery's float32 reference on the dequantised weights within its tolerance
+    from deamoe.shapes import DeaMoEShape
+
+    shape = {**small_shapes(), "deamoe-k256": DeaMoEShape(
+        h=384, h_ffn=256, n_dept=2, n_expert=8, k_dept=2, k_expert=3)}[name]
+    fmt = Fp8Format(block, block, "fp8" if precision == "fp8-w8a8" else "bf16")
+    t = TileConfig.parse(tile)
+    assert t.block_k == 2 * block and fmt.fit_tile(t).block_k == block
+    wide, one, ref = _wide_layer(shape, t, fmt)
+    assert torch.isfinite(wide).all()
+    assert ((wide - one).norm() / one.norm()) < 1e-6
+    assert ((wide - ref).norm() / ref.norm()) < tolerance("cpu", torch.float32, fmt)
+
+
+def test_k_steps_over_two_scale_blocks_are_refused_where_a_groups_are_narrower():
+    # a step over two blocks takes A in groups of block_k: not a '-qo' output in 64-column groups,
+    # nor any stored output ('-qo', '-qs': read on steps within one group), nor a '-pq' A in
+    # other groups; three blocks a step are no such step
+    w8a8 = Fp8Format(activations="fp8")
+    assert w8a8.fits(256) and w8a8.fits(256, 128) and Fp8Format().fits(256)
+    assert not w8a8.fits(256, 64) and not w8a8.fits(256, 256) and not w8a8.fits(256, 128, True)
+    assert not Fp8Format().fits(384) and not Fp8Format(16, 16, "fp8").fits(32)  # 16-column halves
+    assert w8a8.fits_tile(TileConfig.parse("n32-k256-w4-s2-pq"))
+    fmt = Fp8Format(32, 32, "fp8")
+    k64 = TileConfig.parse("n32-k64-w4-s1-pq")
+    with pytest.raises(ValueError, match="w2 tile n32-k64-w4-s1-pq reads w13's '-qo' output"):
+        MoETiles(w13=TileConfig.parse("n32-k32-w4-s1-pq-qo"), w2=k64)
+    with pytest.raises(ValueError, match="BLOCK_K 64 does not fit .* not a stored '-qo' / '-qs'"):
+        _layer_on_tile(small_shapes()["moe-small"], TileConfig.parse("n32-k32-w4-s1-pq"), fmt,
+                       w13=TileConfig.parse("n32-k32-w4-s1-pq-qs"), w2=k64)
