@@ -354,13 +354,12 @@ def _wide_inputs(h=384, f=160, T=5, E=4, seed=0):
     d = torch.randn(E, h, f) / f ** .5
     ids, w = route(MoEShape(h=h, h_ffn=f, n_expert=E, k_expert=2), torch.randn(T, E))
     # uneven scales across K blocks, so a block's scale on its neighbour's half shows
-    ramp = torch.logspace(-1, 1, h)
-    return (g * ramp, u * ramp, d * torch.logspace(1, -1, f)), torch.randn(T, h), ids, w
+    r = torch.logspace(-1, 1, h)
+    return (g * r, u * r, d * torch.logspace(1, -1, f)), torch.randn(T, h), ids, w
 
 
 def _nan_after_scales(w: Fp8Weight) -> Fp8Weight:
-    """w with its scales in a view of rows one longer, the extra column NaN: a GEMM reading a
-    scale past a row's last K block gets NaN, which poisons its output."""
+    """w with a NaN after each row of its scales: a scale read past a row's last K block shows."""
     big = torch.full((*w.scale.shape[:-1], w.scale.shape[-1] + 1), float("nan"))
     big[..., :-1] = w.scale
     return Fp8Weight(w.q, big[..., :-1], w.fmt)
@@ -380,8 +379,7 @@ def test_a_k_step_over_two_scale_blocks_scales_each_half_by_its_own(activations,
     q = [_nan_after_scales(quantize(m, fmt)) for m in mats]
     t = TileConfig.parse(tile)
     got = fused_moe(x, *q, ids, w, MoETiles(w13=t, w2=t))
-    act = ((lambda a: fake_quantize_activations(a, 128)) if activations == "fp8"
-           else (lambda a: a))
+    act = (lambda a: fake_quantize_activations(a, 128)) if activations == "fp8" else (lambda a: a)
     ref = _emulated_moe([m.dequantize() for m in q], x, ids, w, act)
     assert ((got - ref).norm() / ref.norm()) < 1e-5
     one = fused_moe(x, *q, ids, w, MoETiles(w13=Fp8Format().fit_tile(t), w2=Fp8Format().fit_tile(t)))
@@ -401,13 +399,11 @@ def _wide_layer(shape, t: TileConfig, fmt: Fp8Format):
     weights = kernel_weights(layer, torch.float32, fmt)
     ref = float32_reference(layer, x, ids, w, fp8_weights={k: v for k, v in weights.items()
                                                            if isinstance(v, Fp8Weight)})
-    outs = []
-    for tile in (t, fmt.fit_tile(t)):
-        names = ("dept_up", "expert_up", "expert_down", "dept_down") if shape.kind == "deamoe" \
-            else ("w13", "w2")
-        tiles = (DeaMoETiles if shape.kind == "deamoe" else MoETiles)(**{n: tile for n in names})
-        outs.append(run_kernel(shape, weights, x, ids, w, tiles))
-    return (*outs, ref)
+    names = ("dept_up", "expert_up", "expert_down", "dept_down") if shape.kind == "deamoe" \
+        else ("w13", "w2")
+    kind = DeaMoETiles if shape.kind == "deamoe" else MoETiles
+    return (*[run_kernel(shape, weights, x, ids, w, kind(**{n: tile for n in names}))
+              for tile in (t, fmt.fit_tile(t))], ref)
 
 
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
