@@ -10,13 +10,7 @@ import torch
 import triton
 import triton.language as tl
 from deamoe.kernels.fp8 import Fp8Format, quantize, quantize_activations
-
-
-@triton.jit
-def _halves(t):
-    """[R, 2C] -> its two [R, C] column halves."""
-    r = tl.reshape(t, [t.shape[0], 2, t.shape[1] // 2])
-    return tl.split(tl.permute(r, (0, 2, 1)))
+from deamoe.kernels.fp8_mma import halves
 
 
 @triton.jit
@@ -45,8 +39,8 @@ def probe_gemm(w_desc, w_ptr, ws_ptr, a_ptr, as_ptr, c_ptr, M, N, K, n_kb,
         if BLOCK_K == GROUP:
             acc += _part(w, a, tl.load(ws_row + kb), tl.load(as_ptr + offs_m * n_kb + kb, mask=m_ok, other=1.0), DOT_F32)
         else:  # one box of two scale blocks
-            w0, w1 = _halves(w)
-            a0, a1 = _halves(a)
+            w0, w1 = halves(w)
+            a0, a1 = halves(a)
             acc += _part(w0, a0, tl.load(ws_row + kb), tl.load(as_ptr + offs_m * n_kb + kb, mask=m_ok, other=1.0), DOT_F32)
             acc += _part(w1, a1, tl.load(ws_row + kb + 1), tl.load(as_ptr + offs_m * n_kb + kb + 1, mask=m_ok, other=1.0), DOT_F32)
     c = tl.trans(acc)

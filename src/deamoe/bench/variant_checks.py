@@ -118,14 +118,12 @@ def launch_misfit(shape, tiles, fmt) -> str | None:
                     f"the scale blocks' block_k {fmt.block_k}")
         if fmt is None:
             continue
-        # A's groups as the launch quantises or reads them: the '-qo' writer's BLOCK_N, else
-        # block_k where A is quantised before the GEMM or read with the '-qs' writer's absmax
-        a_group = None
-        if w8a8 and w is not None and w.qout:
-            a_group = w.block_n
-        elif w8a8 and (t.preq or (w is not None and w.qscale)):
-            a_group = fmt.block_k
-        stored = w8a8 and w is not None and (w.qout or w.qscale)  # read within one group
+        # A's groups as the launch reads them (Fp8Format.a_group): a '-qo' writer's BLOCK_N, a
+        # '-qs' writer's block_k, else block_k where A is quantised before the GEMM
+        written = w if w8a8 and w is not None and (w.qout or w.qscale) else None
+        a_group = fmt.a_group(t.preq, None if written is None else
+                              written.block_n if written.qout else fmt.block_k)
+        stored = written is not None  # read within one group
         if not fmt.fits(t.block_k, a_group, stored):
             two = 2 * fmt.block_k  # a step over two scale blocks (Fp8Format.fits)
             rule = (f"it must divide {fmt.block_k} or be {two}" if not w8a8 else

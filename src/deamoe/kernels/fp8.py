@@ -106,6 +106,18 @@ class Fp8Format:
             return False
         return block_k == self.block_k if a_group is None else a_group % block_k == 0
 
+    def a_group(self, preq: bool, stored_group: int | None = None) -> int | None:
+        """The columns per scale of A as a GEMM on these weights reads it (fits' a_group): a
+        stored output's groups (stored_group: its writer's, a '-qo' tile's BLOCK_N or a '-qs'
+        tile's block_k), else block_k where a '-pq' launch quantises it; None where the main
+        loop quantises it (w8a8) or nothing does (weight-only).  The one rule of the launch
+        (fp8_quant.gemm_operands) and of the checks made before any GPU work."""
+        if self.activations != "fp8":
+            return None
+        if stored_group is not None:
+            return stored_group
+        return self.block_k if preq else None
+
     def fits_tile(self, tile) -> bool:
         """fits for a TileConfig on its own: a '-pq' tile quantises A in groups of block_k."""
         return self.fits(tile.block_k, self.block_k if tile.preq else None)

@@ -170,7 +170,7 @@ def gemm_operands(a, c, fmt: Fp8Format | None, tile: TileConfig, k: int, a_up_of
                          f"multiple of the {c.group}-column groups and c_up_off ({c_up_off}) a "
                          f"multiple of the smaller: a tile's columns in one group or whole ones")
     preq = w8a8 and (tile.preq or a_q) and not a_m
-    a_group = (a.group if a_q or a_m else fmt.block_k) if preq or a_m else None
+    a_group = fmt.a_group(tile.preq, a.group if a_q or a_m else None) if fmt else None
     if fmt is not None and not fmt.fits(tile.block_k, a_group, a_q or a_m):
         on_a = f" and A quantised in groups of {a_group}" if a_group else ""
         raise ValueError(f"grouped_gemm: BLOCK_K {tile.block_k} does not fit {fmt} weights"
