@@ -242,7 +242,7 @@ def test_time_knob_sets_pass_a_switch_knob_as_a_tiles_field(monkeypatch):
 
 def test_variants_arguments_split_into_knob_sets_and_points():
     # `bench variants`: NAME:KNOB=VALUE sets (moe/ for the baseline), MODEL:BATCH points; a
-    # '+sfx' value appends to the committed tile of that knob
+    # '+sfx' value appends to the committed tile of that knob, or sets its flags and counts
     from deamoe.bench.tools import apply_variant, parse_variants
 
     sets, points = parse_variants(["s3:split_launches=3,dense_dept_up=1", "Qwen3-235B-A22B:4",
@@ -260,6 +260,14 @@ def test_variants_arguments_split_into_knob_sets_and_points():
     assert apply_variant({"dept_up": "n64-k128-w4-s4-pq-nf"}, {"dept_up": "+qs"}) == {
         "dept_up": "n64-k128-w4-s4-pq-qs-nf"}
     assert apply_variant({"w13": "n64-k128-w4-s4-nf"}, {"w13": "+x"}) == {"w13": "n64-k128-w4-s4-nf-x"}
+    # a count replaced in place, with or beside flags: one variant over points whose picks differ
+    assert apply_variant({"dept_up": "n64-k128-w4-s4-pq-nf", "expert_up": "n128-k128-w4-s5-tma"},
+                         {"dept_up": "+k256", "expert_up": "+k256-s3-swap"}) == {
+        "dept_up": "n64-k256-w4-s4-pq-nf", "expert_up": "n128-k256-w4-s3-tma-swap"}
+    # nothing changed, a count given twice: the appended text, which make_tiles refuses
+    assert apply_variant({"w2": "n64-k128-w4-s4"}, {"w2": "+k128"}) == {"w2": "n64-k128-w4-s4-k128"}
+    assert apply_variant({"w2": "n64-k128-w4-s4"}, {"w2": "+k256-k64"}) == {
+        "w2": "n64-k128-w4-s4-k256-k64"}
 
 
 @pytest.mark.parametrize("shape", [MOE, DEA], ids=["moe", "deamoe"])

@@ -72,15 +72,17 @@ def parse_variants(items: list[str]) -> tuple[dict, list[str]]:
 
 def apply_variant(knobs: dict, variant: dict) -> dict:
     """The committed knobs updated with a variant's; a value '+sfx' appends '-sfx' to the
-    committed tile of that knob (with_flags)."""
+    committed tile of that knob, or sets the flags and counts it names (with_flags)."""
     return {**knobs, **{k: with_flags(knobs[k], v[1:]) if isinstance(v, str) and v.startswith("+")
                         else v for k, v in variant.items()}}
 
 
 def with_flags(tile: str, sfx: str) -> str:
-    """`tile`-`sfx`; where that is no tile name but `sfx` names tile flags ('qs', 'pq-qs'),
-    `tile` with those flags set, each in its place: '+qs' on 'n64-k128-w4-s4-pq-nf' gives
-    'n64-k128-w4-s4-pq-qs-nf'.  Otherwise (or where the tile has those flags already) the
+    """`tile`-`sfx`; where that is no tile name but `sfx` names tile flags ('qs', 'pq-qs') or
+    counts ('k256', 's3': a letter of the tile name and a number), `tile` with those flags set
+    and counts replaced, each in its place: '+qs' on 'n64-k128-w4-s4-pq-nf' gives
+    'n64-k128-w4-s4-pq-qs-nf', '+k256' gives 'n64-k256-w4-s4-pq-nf' (a variant over points
+    whose picks differ but in what it changes).  Otherwise (or where nothing changes) the
     appended text, for make_tiles to refuse."""
     import dataclasses
 
@@ -91,12 +93,19 @@ def with_flags(tile: str, sfx: str) -> str:
         return TileConfig.parse(name).name
     except ValueError:
         pass
+    fields = {"n": "block_n", "k": "block_k", "w": "num_warps", "s": "num_stages"}
+    words = sfx.split("-")
+    counted = [w for w in words if w[:1] in fields and w[1:].isdigit()]
+    counts = {fields[w[0]]: int(w[1:]) for w in counted}
+    if len(counts) != len(counted):  # one count given twice ('k256-k64'): no variant
+        return name
     try:
-        base, flags = TileConfig.parse(tile), TileConfig.parse(f"n1-k1-w1-s1-{sfx}")
+        base = TileConfig.parse(tile)
+        flags = TileConfig.parse("-".join(["n1-k1-w1-s1", *(w for w in words if w not in counted)]))
     except ValueError:
         return name
     on = {f.name: True for f in dataclasses.fields(TileConfig) if getattr(flags, f.name) is True}
-    changed = dataclasses.replace(base, **on).name
+    changed = dataclasses.replace(base, **on, **counts).name
     return name if changed == tile else changed  # flags it has already: no variant, refused
 
 
