@@ -56,17 +56,3 @@ def test_the_w8a8_stored_outputs_the_kernels_make_are_taken(group):
         # and on weight-only FP8 or bf16 weights, which the launch refuses them on
         assert "fp8-w8a8 weights only" in launch_misfit(shape, with_qscale(tiles), Fp8Format.of("fp8"))
         assert "not bf16" in launch_misfit(shape, with_qout(tiles, fmt, group=group), None)
-
-
-def test_a_step_over_two_scale_blocks_is_taken_except_on_a_stored_output():
-    # BLOCK_K 256 on 128-column scale blocks: one MMA per block (Fp8Format.fits), but a reader
-    # of an output stored with its absmax ('-qs') steps within one group, as the launch says
-    shape, fmt = table1_row("Qwen3-235B-A22B").baseline, Fp8Format.of("fp8-w8a8")
-    w2 = "n64-k256-w4-s4-pq"
-    assert launch_misfit(shape, make_tiles(shape, {"w13": "n128-k128-w4-s4-pq", "w2": w2}),
-                         fmt) is None
-    why = launch_misfit(shape, make_tiles(shape, {"w13": "n128-k128-w4-s4-pq-qs", "w2": w2}),
-                        fmt)
-    assert why.startswith(f"w2 tile {w2}: BLOCK_K 256") and "a K step within one group" in why
-    assert "or be 256" in launch_misfit(shape, make_tiles(shape, {"w2": "n64-k512-w4-s4"}),
-                                        Fp8Format.of("fp8"))

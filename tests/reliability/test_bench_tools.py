@@ -168,8 +168,8 @@ FP8_TABLE = str(MEASURED / "microbench_fp8.csv")
 
 def test_fp8_variants_on_bf16_picks_say_which_tiles_run_before_any_gpu_work(work, capsys, monkeypatch):
     # the committed bf16 picks of DeepSeek-V3 at 4 tokens stream w2 and expert_down on K steps of
-    # 256, across two 128-column scale blocks; on FP8 weights they run fitted to one block, as
-    # the decode path runs a layer without an FP8 pick (fit_tile), and the command says so first
+    # 256, across two 128-column scale blocks: every launch of them on FP8 weights was refused
+    # on the GPU, each knob set a NaN row; they run fitted as the decode path runs them, said first
     import torch
 
     from deamoe.bench import tools
@@ -188,8 +188,8 @@ def test_fp8_variants_on_bf16_picks_say_which_tiles_run_before_any_gpu_work(work
 
 
 @pytest.mark.parametrize("variant, point, precision, table, names", [
-    ("moe/x:w2=n64-k512-w4-s3", "DeepSeek-V3:4", "fp8", TABLE,
-     ["variant 'moe/x' at DeepSeek-V3:4", "w2 tile n64-k512-w4-s3", "BLOCK_K 512", "divide 128"]),
+    ("moe/x:w2=n64-k256-w4-s3", "DeepSeek-V3:4", "fp8", TABLE,
+     ["variant 'moe/x' at DeepSeek-V3:4", "w2 tile n64-k256-w4-s3", "BLOCK_K 256", "divide 128"]),
     ("moe/x:w2=n64-k64-w4-s3", "DeepSeek-V3:4", "fp8-w8a8", FP8_TABLE,
      ["variant 'moe/x' at DeepSeek-V3:4", "w2 tile n64-k64-w4-s3", "BLOCK_K 64", "it must be 128"]),
     ("x:expert_up=n64-k16-w4-s4-pq", "DeepSeek-V3:4", "fp8-w8a8", FP8_TABLE,
@@ -208,12 +208,11 @@ def test_a_variant_fp8_weights_cannot_take_is_refused_before_any_work(work, fail
 
 def test_an_fp8_pick_off_the_scale_blocks_is_named_before_any_work(work, failing):
     df = pd.read_csv(FP8_TABLE, dtype={"git_sha": str})
-    # (256 columns are two whole scale blocks, which a step may cover; 512 are four)
-    df.loc[0, "baseline_tile"] = df.loc[0, "baseline_tile"].replace("w2=n128-k128", "w2=n128-k512")
+    df.loc[0, "baseline_tile"] = df.loc[0, "baseline_tile"].replace("w2=n128-k128", "w2=n128-k256")
     df.to_csv(work / "fp8.csv", index=False)
     failing(["bench", "variants", "o", "x:split_launches=1", "DeepSeek-V3:4", "--weight-dtype",
              "fp8-w8a8", "--table", "fp8.csv"], "fp8.csv: the moe pick at DeepSeek-V3:4",
-            "w2 tile n128-k512", "BLOCK_K 512")
+            "w2 tile n128-k256", "BLOCK_K 256")
 
 
 def _peer(out, *extra):

@@ -79,9 +79,9 @@ def apply_variant(knobs: dict, variant: dict) -> dict:
 
 def with_flags(tile: str, sfx: str) -> str:
     """`tile`-`sfx`; where that is no tile name but `sfx` names tile flags ('qs', 'pq-qs') or
-    counts ('k256', 's3': a letter of the tile name and a number), `tile` with those flags set
+    counts ('s3', 'k64': a letter of the tile name and a number), `tile` with those flags set
     and counts replaced, each in its place: '+qs' on 'n64-k128-w4-s4-pq-nf' gives
-    'n64-k128-w4-s4-pq-qs-nf', '+k256' gives 'n64-k256-w4-s4-pq-nf' (a variant over points
+    'n64-k128-w4-s4-pq-qs-nf', '+s3' gives 'n64-k128-w4-s3-pq-nf' (a variant over points
     whose picks differ but in what it changes).  Otherwise (or where nothing changes) the
     appended text, for make_tiles to refuse."""
     import dataclasses
@@ -97,7 +97,7 @@ def with_flags(tile: str, sfx: str) -> str:
     words = sfx.split("-")
     counted = [w for w in words if w[:1] in fields and w[1:].isdigit()]
     counts = {fields[w[0]]: int(w[1:]) for w in counted}
-    if len(counts) != len(counted):  # one count given twice ('k256-k64'): no variant
+    if len(counts) != len(counted):  # one count given twice ('s3-s5'): no variant
         return name
     try:
         base = TileConfig.parse(tile)

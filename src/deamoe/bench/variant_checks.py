@@ -123,17 +123,11 @@ def launch_misfit(shape, tiles, fmt) -> str | None:
         written = w if w8a8 and w is not None and (w.qout or w.qscale) else None
         a_group = fmt.a_group(t.preq, None if written is None else
                               written.block_n if written.qout else fmt.block_k)
-        stored = written is not None  # read within one group
-        if not fmt.fits(t.block_k, a_group, stored):
-            two = 2 * fmt.block_k  # a step over two scale blocks (Fp8Format.fits)
-            rule = (f"it must divide {fmt.block_k} or be {two}" if not w8a8 else
-                    f"A stored by the GEMM before it in groups of {a_group}: a K step within "
-                    f"one group" if stored else
+        if not fmt.fits(t.block_k, a_group):
+            rule = (f"it must divide {fmt.block_k}" if not w8a8 else
                     f"A in groups of {a_group}: it must divide "
                     f"{' and '.join(map(str, sorted({fmt.block_k, a_group})))}, >= {FP8_MMA_MIN_K}"
-                    f"{f', or be {two}' if a_group == fmt.block_k else ''}"
-                    if a_group else f"A quantised in the main loop: it must be {fmt.block_k} or "
-                    f"{two}")
+                    if a_group else f"A quantised in the main loop: it must be {fmt.block_k}")
             return (f"{say}: BLOCK_K {t.block_k} does not fit {fmt.precision} weights of "
                     f"{fmt.block_n}x{fmt.block_k} scale blocks ({rule})")
         f = shape.h_ffn  # expert_up reads the department output's up half at column f

@@ -120,7 +120,7 @@ def _register_bench(sub) -> None:
              "OUT/variants.csv")
     t.add_argument("items", nargs="+", metavar="VARIANT|POINT",
                    help="[moe/]NAME:KNOB=VALUE[,KNOB=VALUE...] (VALUE '+sfx': the committed "
-                   "tile with -sfx appended, its flags or counts set: '+k256', '+qs') or "
+                   "tile with -sfx appended, its flags or counts set: '+s3', '+qs') or "
                    "MODEL:BATCH")
     t.add_argument("--table", default=TABLE)
     t.add_argument("--rounds", type=ROUNDS, default=2, help="interleaved rounds (the best kept)")

@@ -82,22 +82,14 @@ class Fp8Format:
         """Bytes of one [n, k] matrix in this format: n k e4m3 values and its float32 scales."""
         return n * k + 4 * (-(-n // self.block_n)) * (-(-k // self.block_k))
 
-    def fits(self, block_k: int, a_group: int | None = None, a_stored: bool = False) -> bool:
+    def fits(self, block_k: int, a_group: int | None = None) -> bool:
         """Whether a GEMM tile of BLOCK_K columns can run on these weights: a K step must not
-        straddle two scale blocks, nor (w8a8) two activation groups -- or it covers exactly two
-        scale blocks (BLOCK_K = 2 block_k: one load of 2 block_k bytes a weight row, which
-        streams faster than block_k), split in registers into a scaled MMA per block, A's two
-        halves each one group (w8a8: quantised per half in the main loop, or two scales a row
-        from a '-pq' launch in groups of block_k).  a_group: the columns per scale of an A
-        quantised before the GEMM (a '-pq' launch, or the '-qo' tile that wrote it); None: w8a8
-        quantises A in the main loop, one group of block_k per tile row (per half).  a_stored:
-        A is a GEMM's stored output ('-qo', '-qs'), read on steps within one of its groups.  A
-        w8a8 K step (a half of one) is FP8_MMA_MIN_K columns at least."""
-        if block_k == 2 * self.block_k:  # two scale blocks a step
-            if self.activations != "fp8":
-                return True
-            return (not a_stored and a_group in (None, self.block_k)
-                    and self.block_k >= FP8_MMA_MIN_K)
+        straddle two scale blocks, nor (w8a8) two activation groups.  a_group: the columns per
+        scale of an A quantised before the GEMM (a '-pq' launch, or the '-qo' tile that wrote
+        it); None: w8a8 quantises A in the main loop, one group of block_k per tile row.  A
+        w8a8 K step is FP8_MMA_MIN_K columns at least.  (A step over two scale blocks, split in
+        registers into a scaled MMA per block, was built and timed: no faster alone, the layers
+        1.4-2.2x slower; docs/kernels.md.)"""
         if self.block_k % block_k:
             return False
         if self.activations != "fp8":
@@ -123,10 +115,8 @@ class Fp8Format:
         return self.fits(tile.block_k, self.block_k if tile.preq else None)
 
     def fit_tile(self, tile):
-        """`tile` (a TileConfig) with BLOCK_K made to fit (vLLM takes min(BLOCK_K, block_k)
-        alike), a step over two scale blocks made one too: those are untimed on the GPU, so
-        no pick or default runs one yet (a launch given such a tile does)."""
-        if self.fits_tile(tile) and tile.block_k <= self.block_k:
+        """`tile` (a TileConfig) with BLOCK_K made to fit (vLLM takes min(BLOCK_K, block_k) alike)."""
+        if self.fits_tile(tile):
             return tile
         return dataclasses.replace(tile, block_k=self.block_k)
 

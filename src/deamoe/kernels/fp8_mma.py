@@ -9,9 +9,7 @@ MMA runs on FP8 operands (Hopper's FP8 tensor cores; Triton's "fp8e4nv", K tile 
 32) and the partial product is multiplied by both scales.  Under the interpreter (DOT_F32) the
 operands go to float32, and a value is rounded to e4m3 by `round_e4m3` before its cast.
 With A quantised before the GEMM (TileConfig.preq; deamoe.kernels.fp8_quant) the main loop loads
-the e4m3 tile and its row scales instead (`prequantised_operands`).  A K step may also cover two
-scale blocks (BLOCK_K = 2 block_k, Fp8Format.fits): the tiles are split in registers and each
-half's MMA scaled by its own block's scales (`split_operands`, `scaled_halves`).
+the e4m3 tile and its row scales instead (`prequantised_operands`).
 """
 
 from __future__ import annotations
@@ -88,49 +86,6 @@ def scaled_mma(a, b, b_s, a_s, A_FP8: tl.constexpr, DOT_F32: tl.constexpr,
         if A_FP8:
             part = part * a_s[:, None]
     return part
-
-
-@triton.jit
-def halves(t):
-    """[R, 2C] -> its two [R, C] column halves: a reshape and a split, which regroup each
-    thread's registers (compiled for sm_90 the halves of a TMA-loaded weight tile go straight
-    into FP8 wgmma's register operand, no layout conversion)."""
-    r = tl.reshape(t, [t.shape[0], 2, t.shape[1] // 2])
-    return tl.split(tl.permute(r, (0, 2, 1)))
-
-
-@triton.jit
-def split_operands(a, scale_ptrs, row_ok, second, A_PREQ: tl.constexpr, A_FP8: tl.constexpr,
-                   DOT_F32: tl.constexpr):
-    """A's tile [R, 2 GROUP_K] of a K step over two scale blocks as two MMA operands and their
-    row scales, each half one group (vLLM's groups): e4m3 from a '-pq' launch with its rows'
-    scales at scale_ptrs and the next (A_PREQ), quantised per half here (A_FP8), or as it is
-    (weight-only).  `second`: the second half lies inside K (else zero-filled, its scales not
-    read, which past the last group would be past the scale tensor)."""
-    a0, a1 = halves(a)
-    if A_PREQ:
-        a0, a0_s = prequantised_operands(a0, scale_ptrs, row_ok, DOT_F32)
-        a1, a1_s = prequantised_operands(a1, scale_ptrs + 1, tl.where(second, row_ok, False),
-                                         DOT_F32)
-    else:
-        a0, a0_s = fp8_operands(a0, A_FP8, DOT_F32)
-        a1, a1_s = fp8_operands(a1, A_FP8, DOT_F32)
-    return a0, a1, a0_s, a1_s
-
-
-@triton.jit
-def scaled_halves(a0, a1, a0_s, a1_s, b, s_ptrs, n_ok, second, A_FP8: tl.constexpr,
-                  DOT_F32: tl.constexpr, SWAP_AB: tl.constexpr):
-    """Both scaled partial products of a K step over two scale blocks: the weight tile b
-    [2 GROUP_K, BLOCK_N] split along K (as its [BLOCK_N, 2 GROUP_K] transpose, the layout TMA
-    loads it in), each half's MMA with A's half (split_operands) times its own block's scales
-    (s_ptrs and the next; the second's 0 where `second` is not inside K: a zero product)."""
-    b0, b1 = halves(tl.trans(b))
-    s0 = tl.load(s_ptrs, mask=n_ok, other=0.0)
-    # (where: the interpreter's & of a vector and a scalar of bools is no mask)
-    s1 = tl.load(s_ptrs + 1, mask=tl.where(second, n_ok, False), other=0.0)
-    part = scaled_mma(a0, tl.trans(b0), s0, a0_s, A_FP8, DOT_F32, SWAP_AB)
-    return part + scaled_mma(a1, tl.trans(b1), s1, a1_s, A_FP8, DOT_F32, SWAP_AB)
 
 
 @triton.jit

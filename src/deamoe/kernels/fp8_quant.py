@@ -171,14 +171,12 @@ def gemm_operands(a, c, fmt: Fp8Format | None, tile: TileConfig, k: int, a_up_of
                          f"multiple of the smaller: a tile's columns in one group or whole ones")
     preq = w8a8 and (tile.preq or a_q) and not a_m
     a_group = fmt.a_group(tile.preq, a.group if a_q or a_m else None) if fmt else None
-    if fmt is not None and not fmt.fits(tile.block_k, a_group, a_q or a_m):
+    if fmt is not None and not fmt.fits(tile.block_k, a_group):
         on_a = f" and A quantised in groups of {a_group}" if a_group else ""
         raise ValueError(f"grouped_gemm: BLOCK_K {tile.block_k} does not fit {fmt} weights"
-                         f"{on_a} (a K step within one scale block and one A group, or over two "
-                         "whole blocks with A quantised per block by '-pq' or the main loop, not "
-                         f"a stored '-qo' / '-qs' output; on w8a8 {FP8_MMA_MIN_K} columns at "
-                         "least; w8a8 quantising A in the main loop: BLOCK_K = block_k or 2 "
-                         "block_k)")
+                         f"{on_a} (a K step within one scale block and one A group, on w8a8 "
+                         f"{FP8_MMA_MIN_K} columns at least; w8a8 quantising A in the main loop: "
+                         "BLOCK_K = block_k)")
     if a_group and not preq_groups_fit(a_up_off, k, a.shape[1], a_group):
         raise ValueError(f"grouped_gemm: a pre-quantised A needs a_up_off ({a_up_off}) and K "
                          f"({k}) multiples of its scale group ({a_group}), or K the rest of A's "

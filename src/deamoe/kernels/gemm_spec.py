@@ -63,13 +63,7 @@ class GemmSpec:
         row); unpipelined (one stage) one weight tile, a bound (Triton 3.9 on the CPU: every
         count within 1080 B above the estimate at 2-5 stages).  Weight-only: one more copy of A
         under wgmma, and, with the weights on wgmma's B side (not swapped), one weight tile
-        widened to bf16.  A K step over two scale blocks (BLOCK_K = 2 block_k: the tiles split
-        in registers, fp8_mma.scaled_halves) keeps the pipelined copies only (A bf16, or e4m3
-        with preq; the weights e4m3), and under wgmma the split halves of its shared operand
-        stored back: A's tile with swap (e4m3, weight-only bf16), else one weight half (bf16)
-        or tile (e4m3); w8a8 quantising in the main loop also one e4m3 A tile where it is not
-        that operand (half of one for swapped mma.sync) -- Triton 3.9's count on the CPU, within
-        544 B.  Counted against Triton 3.6's own figure for sm_90 (`bench smem-check`
+        widened to bf16.  Counted against Triton 3.6's own figure for sm_90 (`bench smem-check`
         on the H200, and the same compile on the CPU: tests/kernels/test_gemm_smem.py) at every
         GEMM x tile x BLOCK_M of the search: bf16 288 kernels, each precision of FP8 240, within
         1.1 KB below it (barriers, the epilogue's scratch), never above."""
@@ -81,18 +75,6 @@ class GemmSpec:
         if fp8 is None:
             copies += wgmma and t.num_stages > 1
             return t.block_k * copies * (a_rows + w_rows) * itemsize
-        w8a8, preq = fp8.activations == "fp8", fp8.activations == "fp8" and t.preq
-        if t.block_k == 2 * fp8.block_k and not a_absmax:  # a step over two scale blocks
-            if not wgmma:
-                operand = 0
-            elif t.swap:  # A's split halves stored back as wgmma's shared operand
-                operand = block_m * (1 if w8a8 else 2)
-            else:  # one weight half stored back (weight-only: widened to bf16)
-                operand = t.block_n
-            quantised = (0 if preq or not w8a8 or (wgmma and t.swap)
-                         else block_m // (2 if t.swap else 1))
-            return t.block_k * (copies * ((1 if preq else 2) * a_rows + w_rows) + operand
-                                + quantised)
         if fp8.activations == "fp8" and a_absmax:  # A from a '-qs' GEMM: bf16 in, e4m3 out
             if t.num_stages == 1:
                 return t.block_k * t.block_n

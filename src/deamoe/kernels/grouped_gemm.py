@@ -42,8 +42,7 @@ from deamoe.kernels import INTERPRETING
 from deamoe.kernels.align import Alignment
 from deamoe.kernels.fp8 import Fp8Weight, gemm_weights_fp8
 from deamoe.kernels.fp8_absmax import AbsmaxRows, absmax_operands, store_absmax
-from deamoe.kernels.fp8_mma import (fp8_operands, prequantised_operands, scaled_halves, scaled_mma,
-                                    split_operands, store_quantised)
+from deamoe.kernels.fp8_mma import fp8_operands, prequantised_operands, scaled_mma, store_quantised
 from deamoe.kernels.fp8_quant import QuantisedRows, gemm_operands
 from deamoe.kernels.gemm_spec import ACTS, EPI_ACT, GemmSpec
 from deamoe.kernels.tile_config import TileConfig
@@ -142,7 +141,6 @@ def grouped_gemm_kernel(
     W_FP8: tl.constexpr, A_FP8: tl.constexpr, GROUP_N: tl.constexpr, GROUP_K: tl.constexpr,
     A_PREQ: tl.constexpr, A_GROUP: tl.constexpr, C_FP8: tl.constexpr, C_FROM_BF16: tl.constexpr,
     A_ABSMAX: tl.constexpr, C_ABSMAX: tl.constexpr, C_GROUP: tl.constexpr,
-    K_HALVES: tl.constexpr,
 ):
     GATED: tl.constexpr = EPI != 0
     pid = tl.program_id(0)
@@ -179,8 +177,7 @@ def grouped_gemm_kernel(
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         acc_u = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K;
-        # or two with K_HALVES = 2, BLOCK_K = 2 GROUP_K: fp8_mma.scaled_halves)
+    if W_FP8:  # the block scales of this N tile's rows (one K block per step: BLOCK_K | GROUP_K)
         s_ptrs = g * stride_se + (offs_n // GROUP_N).to(tl.int64) * stride_sn
     if A_PREQ or A_ABSMAX:  # A quantised before the launch (e4m3): its rows' scales, one per
         # A_GROUP columns; or A as stored with its rows' absmax per A_GROUP columns ('-qs')
@@ -199,59 +196,41 @@ def grouped_gemm_kernel(
         else:
             bg = tl.load(bg_ptrs, mask=b_mask, other=0.0)
         a = tl.load(a_ptrs, mask=a_mask, other=0.0)
-        if K_HALVES == 2:  # one tile over two scale blocks: a scaled MMA per block (fp8_mma)
-            # the second block inside K? (a partial last step: zero-filled, and its scales not
-            # read, which where K ends in the first block would be past the scale tensors)
-            second = k0 + GROUP_K < K
-            a0, a1, a0_s, a1_s = split_operands(a, as_ptr + a_rows * stride_as + k0 // A_GROUP,
-                                                row_ok, second, A_PREQ, A_FP8, DOT_F32)
-            acc += scaled_halves(a0, a1, a0_s, a1_s, bg, sg_ptr + s_ptrs + k0 // GROUP_K, n_ok,
-                                 second, A_FP8, DOT_F32, SWAP_AB)
+        if A_PREQ:
+            a, a_s = prequantised_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
+        elif A_ABSMAX:
+            a, a_s = absmax_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
+        elif W_FP8:
+            a, a_s = fp8_operands(a, A_FP8, DOT_F32)
+        if W_FP8:
+            sg = tl.load(sg_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
+            acc += scaled_mma(a, bg, sg, a_s, A_FP8, DOT_F32, SWAP_AB)
         else:
-            if A_PREQ:
-                a, a_s = prequantised_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
-            elif A_ABSMAX:
-                a, a_s = absmax_operands(a, as_ptrs + k0 // A_GROUP, row_ok, DOT_F32)
-            elif W_FP8:
-                a, a_s = fp8_operands(a, A_FP8, DOT_F32)
-            if W_FP8:
-                sg = tl.load(sg_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
-                acc += scaled_mma(a, bg, sg, a_s, A_FP8, DOT_F32, SWAP_AB)
-            else:
-                acc = _mma(acc, a, bg, DOT_F32, SWAP_AB)
+            acc = _mma(acc, a, bg, DOT_F32, SWAP_AB)
         if GATED:
             if B_DESC:
                 bu = tl.trans(bu_ptr.load([b_row, k0]))
             else:
                 bu = tl.load(bu_ptrs, mask=b_mask, other=0.0)
-            if K_HALVES == 2:  # (EPI_BOTH: the up half meets A's halves as they are)
-                if EPI == 1:
-                    au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
-                    a0, a1, a0_s, a1_s = split_operands(
-                        au, as_ptr + a_rows * stride_as + (a_up_off + k0) // A_GROUP, row_ok,
-                        second, A_PREQ, A_FP8, DOT_F32)
-                acc_u += scaled_halves(a0, a1, a0_s, a1_s, bu, su_ptr + s_ptrs + k0 // GROUP_K,
-                                       n_ok, second, A_FP8, DOT_F32, SWAP_AB)
+            if EPI == 1:
+                au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
+                if A_PREQ:
+                    au, au_s = prequantised_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
+                                                     row_ok, DOT_F32)
+                elif A_ABSMAX:
+                    au, au_s = absmax_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
+                                               row_ok, DOT_F32)
+                elif W_FP8:
+                    au, au_s = fp8_operands(au, A_FP8, DOT_F32)
             else:
-                if EPI == 1:
-                    au = tl.load(a_ptrs + a_up_off, mask=a_mask, other=0.0)
-                    if A_PREQ:
-                        au, au_s = prequantised_operands(
-                            au, as_ptrs + (a_up_off + k0) // A_GROUP, row_ok, DOT_F32)
-                    elif A_ABSMAX:
-                        au, au_s = absmax_operands(au, as_ptrs + (a_up_off + k0) // A_GROUP,
-                                                   row_ok, DOT_F32)
-                    elif W_FP8:
-                        au, au_s = fp8_operands(au, A_FP8, DOT_F32)
-                else:
-                    au = a
-                    if W_FP8:
-                        au_s = a_s
+                au = a
                 if W_FP8:
-                    su = tl.load(su_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
-                    acc_u += scaled_mma(au, bu, su, au_s, A_FP8, DOT_F32, SWAP_AB)
-                else:
-                    acc_u = _mma(acc_u, au, bu, DOT_F32, SWAP_AB)
+                    au_s = a_s
+            if W_FP8:
+                su = tl.load(su_ptr + s_ptrs + k0 // GROUP_K, mask=n_ok, other=0.0)
+                acc_u += scaled_mma(au, bu, su, au_s, A_FP8, DOT_F32, SWAP_AB)
+            else:
+                acc_u = _mma(acc_u, au, bu, DOT_F32, SWAP_AB)
             if not B_DESC:
                 bu_ptrs += BLOCK_K
         a_ptrs += BLOCK_K
@@ -379,7 +358,6 @@ def grouped_gemm(
         A_PREQ=ops.a_scale is not None and not ops.a_absmax, A_GROUP=ops.a_group,
         C_FP8=ops.c_scale is not None and not ops.c_absmax, C_FROM_BF16=ops.c_from_bf16,
         A_ABSMAX=ops.a_absmax, C_ABSMAX=ops.c_absmax, C_GROUP=ops.c_group,
-        K_HALVES=tile.block_k // fmt.block_k if fp8 and tile.block_k > fmt.block_k else 1,
         num_warps=tile.num_warps, num_stages=tile.num_stages,
     )
     return kernel if warmup else c
