@@ -221,6 +221,9 @@ def test_fp8_settings_are_checked_naming_the_key():
     for tile in ("n64-k128-w4-s4-pq", "n128-k128-w4-s4-qo", "n64-k128-w4-s4-qs"):
         with pytest.raises(ConfigError, match=f"microbench.tiles: {tile}: '-pq' / '-qo' / '-qs'"):
             MicrobenchSettings(tiles=[tile])
+    # a count no launch can take is named with its key, not found on the GPU
+    with pytest.raises(ConfigError, match="microbench.tiles: tile n48-k128-w4-s4: block_n 48"):
+        MicrobenchSettings(tiles=["n64-k128-w4-s4", "n48-k128-w4-s4"])
     s = MicrobenchSettings(weight_dtype=["fp8", "fp8-w8a8"],
                            fp8_tiles=["n64-k128-w4-s4", "n64-k128-w4-s4-pq", "n64-k128-w4-s4-pq-nf",
                                       "n128-k128-w4-s4-qo", "n64-k128-w4-s4-pq-qs"])

@@ -29,3 +29,15 @@ def test_flags_out_of_order_or_unknown_name_the_form():
     assert TileConfig(128, 128, 4, 3, preq=True) == TileConfig.parse("n128-k128-w4-s3-pq")
     both = TileConfig.parse("n128-k128-w4-s3-tma-pq-qo-nf")
     assert (both.preq, both.qout, both.nfast, both.name) == (True, True, True, "n128-k128-w4-s3-tma-pq-qo-nf")
+
+
+@pytest.mark.parametrize("name, says", [
+    ("n24-k128-w4-s4", "block_n 24 must be a power of two >= 16"),
+    ("n8-k128-w4-s4", "block_n 8 must be a power of two >= 16"),
+    ("n64-k100-w4-s4", "block_k 100"), ("n64-k128-w3-s4", "num_warps 3"),
+    ("n64-k128-w4-s0", "num_stages 0 must be >= 1")])
+def test_counts_no_launch_can_take_are_refused_with_the_tile_named(name, says):
+    # before, such a tile parsed and failed only in Triton, on the GPU (a NaN row or a traceback)
+    with pytest.raises(ValueError, match=says) as err:
+        TileConfig.parse(name)
+    assert str(err.value).startswith(f"tile {name}: ")

@@ -206,6 +206,16 @@ def test_a_variant_fp8_weights_cannot_take_is_refused_before_any_work(work, fail
             *names)
 
 
+@pytest.mark.parametrize("variant, names", [
+    ("x:dept_down=n24-k128-w4-s4", ["variant 'x' at Qwen3-235B-A22B:4", "tile n24-k128-w4-s4",
+                                    "block_n 24 must be a power of two"]),
+    ("x:expert_up=+s0", ["variant 'x' at Qwen3-235B-A22B:4", "num_stages 0 must be >= 1"])])
+def test_a_variant_tile_no_launch_can_take_is_refused_before_any_work(work, failing, variant,
+                                                                       names):
+    # (before: it passed every check and each of its runs came back a NaN row from the GPU)
+    failing(["bench", "variants", "o", variant, "Qwen3-235B-A22B:4", "--table", TABLE], *names)
+
+
 def test_an_fp8_pick_off_the_scale_blocks_is_named_before_any_work(work, failing):
     df = pd.read_csv(FP8_TABLE, dtype={"git_sha": str})
     df.loc[0, "baseline_tile"] = df.loc[0, "baseline_tile"].replace("w2=n128-k128", "w2=n128-k256")

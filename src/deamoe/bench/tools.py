@@ -101,7 +101,8 @@ def with_flags(tile: str, sfx: str) -> str:
         return name
     try:
         base = TileConfig.parse(tile)
-        flags = TileConfig.parse("-".join(["n1-k1-w1-s1", *(w for w in words if w not in counted)]))
+        flags = TileConfig.parse("-".join(["n16-k16-w1-s1",
+                                           *(w for w in words if w not in counted)]))
     except ValueError:
         return name
     on = {f.name: True for f in dataclasses.fields(TileConfig) if getattr(flags, f.name) is True}

@@ -50,6 +50,17 @@ class TileConfig:
     # where the output is stored, not summed (the up-projections); not with qout
     qscale: bool = False
 
+    def __post_init__(self):
+        # what a launch needs of the counts (tl.arange: powers of two; tl.dot: 16 a side), so a
+        # tile no launch can take is refused where it is named, before any GPU work
+        for field, least in (("block_n", 16), ("block_k", 16), ("num_warps", 1)):
+            v = getattr(self, field)
+            if not isinstance(v, int) or v < least or v & (v - 1):
+                raise ValueError(f"tile {self.name}: {field} {v!r} must be a power of two "
+                                 f">= {least}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"tile {self.name}: num_stages {self.num_stages!r} must be >= 1")
+
     @property
     def name(self) -> str:
         text = f"n{self.block_n}-k{self.block_k}-w{self.num_warps}-s{self.num_stages}"
@@ -84,12 +95,12 @@ class TileConfig:
             parts = {p[0]: int(p[1:]) for p in words[:4]}
             if set(parts) != set("nkws") or (qout and qscale):
                 raise KeyError
-            return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                       "swap" in flags, nfast, preq, qout, qscale)
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
                              "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf; "
                              "-qs in -qo's place)") from None
+        return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
+                   "swap" in flags, nfast, preq, qout, qscale)
 
 
 BLOCK_M_VALUES = (16, 32, 64, 128, 256)  # rows per padded block: a power of two (tl.arange), >= 16 (tl.dot)
