@@ -49,6 +49,9 @@ def files(tmp_path):
     (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00model")
     (tmp_path / "bad_pick.csv").write_text("model,batch,baseline_tile,deamoe_tile\n"
                                            "Baseline-7B,4,w13=n64-k64,failed\n")
+    (tmp_path / "failed_pick.csv").write_text(
+        "model,batch,baseline_tile,deamoe_tile\n"
+        "Baseline-7B,4,w13=n64-k64-w4-s4;w2=n64-k64-w4-s4;block_m=16,failed\n")
     (tmp_path / "junk.py").write_text("this is not python\n")
     return tmp_path
 
@@ -78,6 +81,9 @@ def files(tmp_path):
      ["variant 'a' at Baseline-7B:4", "'nan'"]),
     (["bench", "variants", "o", "moe/b:w13=+tma", "Baseline-7B:4", "--table", COMMITTED],
      ["variant 'moe/b' at Baseline-7B:4", "-tma-nf-tma"]),
+    # a point whose pick of either layer is 'failed': both layers' picks are timed there
+    (["bench", "variants", "o", "moe/b:w13=+nf", "Baseline-7B:4", "--table", "failed_pick.csv"],
+     ["failed_pick.csv: at Baseline-7B:4 the deamoe pick is 'failed'"]),
     # an A/B on FP8 picks names its precision: the FP8 table holds no bf16 row, and one at a time
     (["bench", "variants", "o", "a:split_launches=2", "DeepSeek-V3:4", "--table", COMMITTED_FP8],
      ["no row for DeepSeek-V3 batch 4"]),

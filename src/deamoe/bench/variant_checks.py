@@ -38,12 +38,12 @@ def check_variants(sets: dict, rows: dict, precision: str = "bf16", table="") ->
                 continue
             try:
                 picked = parse_knobs(text)
-            except ValueError:  # 'failed' / 'library': the table's check lets them through
-                if sets[shape.kind]:
-                    raise ConfigError(f"variant {next(iter(sets[shape.kind]))!r} at {at}: the "
-                                      f"table's {shape.kind} pick is {text!r}, no knob set to "
-                                      "vary") from None
-                continue
+            except ValueError:  # 'failed' / 'library': the table's check lets them through,
+                # but `variants` times the committed picks of both layers at every point
+                what = (f"variant {next(iter(sets[shape.kind]))!r} at {at}: the table's"
+                        if sets[shape.kind] else f"{table}: at {at} the")
+                raise ConfigError(f"{what} {shape.kind} pick is {text!r}, no knob set to time; "
+                                  "give points whose picks both layers have") from None
             runs = {"committed": {}, **sets[shape.kind]}
             for name, variant in runs.items():
                 where = (f"{table}: the {shape.kind} pick at {at}" if name == "committed"
