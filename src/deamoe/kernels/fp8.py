@@ -88,8 +88,8 @@ class Fp8Format:
         scale of an A quantised before the GEMM (a '-pq' launch, or the '-qo' tile that wrote
         it); None: w8a8 quantises A in the main loop, one group of block_k per tile row.  A
         w8a8 K step is FP8_MMA_MIN_K columns at least.  (A step over two scale blocks, split in
-        registers into a scaled MMA per block, was built and timed: no faster alone, the layers
-        1.4-2.2x slower; docs/kernels.md.)"""
+        registers into a scaled MMA per block, was built and timed: the GEMM alone no faster,
+        DeaMoE's layer slower at every point; docs/kernels.md.)"""
         if self.block_k % block_k:
             return False
         if self.activations != "fp8":
