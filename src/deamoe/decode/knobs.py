@@ -13,7 +13,8 @@ EXPERT_STAGES = {"moe": ("w13", "w2"), "deamoe": ("expert_up", "expert_down")}
 
 
 def make_tiles(shape, knobs: dict):
-    """MoETiles / DeaMoETiles from a {knob: value} dict (GEMM stages map to tile names)."""
+    """MoETiles / DeaMoETiles from a {knob: value} dict (GEMM stages map to tile names), for a
+    layer of `shape` (a DeaMoE layer's operator: DeaMoETiles.operator_misfit)."""
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fused_moe import MoETiles
     from deamoe.kernels.tile_config import TileConfig
@@ -30,7 +31,11 @@ def make_tiles(shape, knobs: dict):
         raise ValueError(f"{on_off[0]} is {parsed[on_off[0]]!r}, not 0 or 1 (a switch)")
     for k in switches & set(parsed):  # written as 0 / 1 in the knob names
         parsed[k] = bool(parsed[k])
-    return cls(**parsed)
+    made = cls(**parsed)
+    why = made.operator_misfit(shape.operator) if shape.kind == "deamoe" else None
+    if why:  # the layer would refuse them at its first launch, on the GPU
+        raise ValueError(why)
+    return made
 
 
 def fit_knobs(shape, knobs: dict, fmt) -> dict:

@@ -142,6 +142,23 @@ class DeaMoETiles:
         check_qout_reads(self)
         check_qscale_writes(self)
 
+    def operator_misfit(self, operator: str) -> str | None:
+        """Why a layer whose inter-stage operator is `operator` cannot run these tiles (None: it
+        can): an operator applied outside the kernel (rmsnorm needs the whole row) changes the
+        department output after dept_up, so dept_up cannot store it quantised or with its
+        absmax, and pair_dept_down applies the operator inside expert_down.  Checked where the
+        tiles meet the layer's shape (decode.knobs.make_tiles) and by the layer itself."""
+        if operator in FUSED_OPERATORS:
+            return None
+        if self.dept_up.qout or self.dept_up.qscale:
+            how = "quantised ('-qo')" if self.dept_up.qout else "with its absmax ('-qs')"
+            return (f"operator {operator} is applied to the department output outside the "
+                    f"kernel, so dept_up (tile {self.dept_up.name}) cannot store it {how}")
+        if self.pair_dept_down:
+            return (f"pair_dept_down needs a fused operator ({', '.join(FUSED_OPERATORS)}), "
+                    f"not {operator}")
+        return None
+
     def shared_memory(self, itemsize: int = 2, fp8=None) -> int:
         """The most shared memory one of the layer's GEMMs needs on these tiles
         (GemmSpec.shared_memory; S counted at `itemsize`, as with s_bf16; fp8: the Fp8Format of
@@ -211,13 +228,9 @@ class _Step:
                                                               **common),
                       "dept_down_pairs": DEPT_DOWN_PAIRS.on(tiles.dept_down, **common),
                       "expert_down_raw": EXPERT_DOWN_RAW.on(tiles.expert_down, **common)}
-        if (tiles.dept_up.qout or tiles.dept_up.qscale) and not self.fused:
-            how = "quantised ('-qo')" if tiles.dept_up.qout else "with its absmax ('-qs')"
-            raise ValueError(f"deamoe_forward: operator {operator} is applied to the department "
-                             f"output outside the kernel, so dept_up cannot store it {how}")
-        if tiles.pair_dept_down and not self.fused:
-            raise ValueError(f"deamoe_forward: pair_dept_down needs a fused operator "
-                             f"({', '.join(FUSED_OPERATORS)}), not {operator}")
+        why = tiles.operator_misfit(operator)
+        if why:
+            raise ValueError(f"deamoe_forward: {why}")
         self.a1 = gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate)
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = (0 if tiles.pair_dept_down else T * self.n_dept * f // 2 if s_bf16
