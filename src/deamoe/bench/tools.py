@@ -86,17 +86,16 @@ def with_flags(tile: str, sfx: str) -> str:
     appended text, for make_tiles to refuse."""
     import dataclasses
 
-    from deamoe.kernels.tile_config import TileConfig
+    from deamoe.kernels.tile_config import COUNT_FIELDS, TileConfig
 
     name = f"{tile}-{sfx}"
     try:
         return TileConfig.parse(name).name
     except ValueError:
         pass
-    fields = {"n": "block_n", "k": "block_k", "w": "num_warps", "s": "num_stages"}
     words = sfx.split("-")
-    counted = [w for w in words if w[:1] in fields and w[1:].isdigit()]
-    counts = {fields[w[0]]: int(w[1:]) for w in counted}
+    counted = [w for w in words if w[:1] in COUNT_FIELDS and w[1:].isdigit()]
+    counts = {COUNT_FIELDS[w[0]]: int(w[1:]) for w in counted}
     if len(counts) != len(counted):  # one count given twice ('s3-s5'): no variant
         return name
     try:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# the counts of a tile name, by the letter before each ('n64-k128-w4-s4')
+COUNT_FIELDS = {"n": "block_n", "k": "block_k", "w": "num_warps", "s": "num_stages"}
+
 
 @dataclass(frozen=True)
 class TileConfig:
@@ -93,14 +96,14 @@ class TileConfig:
             if flags not in ([], ["tma"], ["swap"], ["tma", "swap"]):
                 raise KeyError
             parts = {p[0]: int(p[1:]) for p in words[:4]}
-            if set(parts) != set("nkws") or (qout and qscale):
+            if set(parts) != set(COUNT_FIELDS) or (qout and qscale):
                 raise KeyError
         except (KeyError, ValueError, IndexError):
             raise ValueError(f"tile config {text!r} is not of the form n64-k128-w4-s4 "
                              "(optionally with -tma, -swap or -tma-swap, then -pq, -qo, -nf; "
                              "-qs in -qo's place)") from None
-        return cls(parts["n"], parts["k"], parts["w"], parts["s"], "tma" in flags,
-                   "swap" in flags, nfast, preq, qout, qscale)
+        return cls(**{COUNT_FIELDS[c]: v for c, v in parts.items()}, tma="tma" in flags,
+                   swap="swap" in flags, nfast=nfast, preq=preq, qout=qout, qscale=qscale)
 
 
 BLOCK_M_VALUES = (16, 32, 64, 128, 256)  # rows per padded block: a power of two (tl.arange), >= 16 (tl.dot)
