@@ -1,12 +1,17 @@
 """deamoe.train.tokenizer: a tokenizer named by data.tokenizer that does not load is one line
-naming the key, whatever the loader raises."""
+naming the key, whatever the loader raises; the BPE training stops at once on Ctrl-C."""
 
 from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
 
 import pytest
 
 from deamoe.errors import DataError
-from deamoe.train.tokenizer import load_named
+from deamoe.train.tokenizer import interruptible, load_named
 
 
 @pytest.mark.parametrize("text", ['{"bad": 1}', "{", ""])
@@ -14,3 +19,27 @@ def test_a_malformed_local_tokenizer_is_named(tmp_path, text):
     (tmp_path / "tokenizer.json").write_text(text)  # a KeyError, a JSON error, nothing
     with pytest.raises(DataError, match=r"^data.tokenizer='.*' could not be loaded \(\w+"):
         load_named(str(tmp_path))
+
+
+def test_a_result_and_an_error_come_back_from_the_worker():
+    assert interruptible(sorted, [3, 1, 2], reverse=True) == [3, 2, 1]
+    with pytest.raises(ZeroDivisionError):
+        interruptible(divmod, 1, 0)
+
+
+def test_ctrl_c_stops_a_call_that_runs_outside_the_interpreter_at_once():
+    """pbkdf2_hmac, like the BPE trainer's merges, runs in C without the interpreter: on the
+    main thread a Ctrl-C's handler would wait the whole call (~3 s here); through
+    `interruptible` it is raised while the call still runs."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's Ctrl-C
+    ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            interruptible(hashlib.pbkdf2_hmac, "sha256", b"x", b"salt", 12_000_000)
+        still_running = [t for t in threading.enumerate() if t.name == "pbkdf2_hmac"]
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert still_running, "the call had ended before KeyboardInterrupt was raised"
+    assert all(t.daemon for t in still_running)  # left to the process's exit
