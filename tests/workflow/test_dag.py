@@ -68,6 +68,17 @@ def test_resolved_config_has_defaults_and_is_named_by_its_content(snakemake, wor
     assert len(_resolved_configs(workdir)) == 2 and first.stat().st_mtime_ns == mtime
 
 
+def test_config_overrides_are_typed_as_a_config_file_would_be(snakemake, workdir):
+    """Snakemake hands nested --config values over as strings (YAML's BaseLoader, no quotes
+    kept): numbers become numbers again, inside lists and their mappings too, while a key that
+    takes text keeps the text as written -- a quoted "0123" is a name, not YAML's octal 83."""
+    resolved = resolve(snakemake, workdir, "--config", 'data={tokenizer: "0123"}', "report={dpi: '100'}",
+                       "pretrain={sizes: {tiny: {extra_seeds: [{steps: 300, seeds: [5]}]}}}")
+    assert resolved["data"]["tokenizer"] == "0123"
+    assert resolved["report"]["dpi"] == 100
+    assert resolved["pretrain"]["sizes"]["tiny"]["extra_seeds"] == [{"steps": 300, "seeds": [5]}]
+
+
 @pytest.mark.parametrize("override, message", [
     ("bogus=1", "unknown key bogus"),
     ("analysis={'colour': 1}", "unknown key analysis.colour"),
