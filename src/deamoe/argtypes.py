@@ -44,7 +44,7 @@ def _schema_of(section: str, key: str) -> dict:
     """The schema of config key section.key."""
     from deamoe import schema
 
-    return ((schema.load(section) or {}).get("properties") or {}).get(key, {})
+    return schema.property_schema(schema.load(section), key)
 
 
 def _bounds(section: str, key: str) -> tuple[int, int | None]:

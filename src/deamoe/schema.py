@@ -29,6 +29,47 @@ def load(name: str) -> dict | None:
     return schema
 
 
+def property_schema(schema: dict | None, key: str) -> dict:
+    """The schema of property `key` of an object's schema (its `properties`, else a schema in
+    `additionalProperties`: pretrain.sizes.<name>), {} where it names none."""
+    if not isinstance(schema, dict):
+        return {}
+    if key in schema.get("properties", {}):
+        return schema["properties"][key]
+    extra = schema.get("additionalProperties")
+    return extra if isinstance(extra, dict) else {}
+
+
+def _text_only(schema: dict) -> bool:
+    """Whether the schema takes text and no number or boolean for a scalar (type string, or string
+    beside array / null)."""
+    kind = schema.get("type") if isinstance(schema, dict) else None
+    kinds = {kind} if isinstance(kind, str) else set(kind or ())
+    return "string" in kinds and not kinds & {"integer", "number", "boolean"}
+
+
+def typed_leaves(value, schema: dict):
+    """`value` with every leaf a string (as Snakemake hands nested --config values over: YAML's
+    BaseLoader) read as a config file's would be: YAML for each leaf -- but where `schema` takes
+    text only (a tokenizer, a path, a run name) the string stays, since BaseLoader keeps no
+    quotes and YAML would turn a quoted "0123" into 83.  Mappings and lists inside
+    (pretrain.sizes.<name>.extra_seeds) alike.  An empty leaf stays the empty string: it was
+    written `''` (`ablation.size: ''`), which YAML reads as null."""
+    import yaml
+
+    if isinstance(value, dict):
+        return {k: typed_leaves(v, property_schema(schema, k)) for k, v in value.items()}
+    if isinstance(value, list):
+        items = schema.get("items") if isinstance(schema, dict) else None
+        return [typed_leaves(v, items if isinstance(items, dict) else {}) for v in value]
+    if isinstance(value, str) and value and not _text_only(schema):
+        try:
+            return yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value  # left a string; the schema check names the key if that is wrong
+    return value
+
+
 def first_problem(schema: dict, instance, prefix: str = "") -> str | None:
     """The best-matching error of `instance` against `schema`, as one line naming its key (an
     unknown key named itself, with the allowed ones); None when it validates."""

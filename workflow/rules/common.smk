@@ -29,7 +29,7 @@ SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from deamoe.checks import config_problems, path_problems
 from deamoe.errors import ConfigError
-from deamoe.schema import first_problem, load as load_schema
+from deamoe.schema import first_problem, load as load_schema, property_schema, typed_leaves
 from deamoe.settings import parse_config_file
 from deamoe.shapes import MODELS
 SECTIONS = [
@@ -125,53 +125,16 @@ def validate_config(cfg):
         config_stop(problems)
 
 
-def _property_schema(schema, key):
-    """The schema of property `key` of an object's schema (its `properties`, else a schema in
-    `additionalProperties`: pretrain.sizes.<name>), {} where it names none."""
-    if not isinstance(schema, dict):
-        return {}
-    if key in schema.get("properties", {}):
-        return schema["properties"][key]
-    extra = schema.get("additionalProperties")
-    return extra if isinstance(extra, dict) else {}
-
-
-def _text_only(schema):
-    """Whether the schema takes text and no number or boolean for a scalar (type string, or string
-    beside array / null): a leaf of it stays the text the user wrote."""
-    kind = schema.get("type") if isinstance(schema, dict) else None
-    kinds = {kind} if isinstance(kind, str) else set(kind or ())
-    return "string" in kinds and not kinds & {"integer", "number", "boolean"}
-
-
-def _typed(value, schema):
-    """A --config value as Snakemake hands it (every leaf a string) read as a --configfile's would
-    be: YAML for each leaf -- but where the schema takes text only (a tokenizer, a path, a run
-    name), the string stays: BaseLoader keeps no quotes, so YAML would turn a quoted "0123" into
-    83.  Mappings and lists inside (pretrain.sizes.<name>.extra_seeds) alike.  An empty leaf
-    stays the empty string: it was written `''` (`ablation.size: ''`), which YAML reads as null."""
-    if isinstance(value, dict):
-        return {k: _typed(v, _property_schema(schema, k)) for k, v in value.items()}
-    if isinstance(value, list):
-        items = schema.get("items") if isinstance(schema, dict) else None
-        return [_typed(v, items if isinstance(items, dict) else {}) for v in value]
-    if isinstance(value, str) and value and not _text_only(schema):
-        try:
-            return yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value  # left a string; the schema check names the key if that is wrong
-    return value
-
-
 def _typed_cli_overrides(cfg, overrides, schema):
     """`--config section="{key: 3}"` arrives with every nested value as a string (Snakemake parses
     nested --config values with YAML's BaseLoader); type the leaves the command line set (those
-    the merged config still holds as given) by `_typed`, against the section's `schema`."""
+    the merged config still holds as given) against the section's `schema`, as a --configfile's
+    would be (deamoe.schema.typed_leaves: a key that takes text keeps it as written)."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(cfg.get(key), dict):
-            _typed_cli_overrides(cfg[key], value, _property_schema(schema, key))
+            _typed_cli_overrides(cfg[key], value, property_schema(schema, key))
         elif isinstance(value, (str, list)) and value and cfg.get(key) == value:
-            cfg[key] = _typed(value, _property_schema(schema, key))
+            cfg[key] = typed_leaves(value, property_schema(schema, key))
 
 
 for _key, _value in dict(workflow.config_settings.config).items():
