@@ -1,5 +1,5 @@
 """deamoe.train.tokenizer: a tokenizer named by data.tokenizer that does not load is one line
-naming the key, whatever the loader raises; the BPE training stops at once on Ctrl-C."""
+naming the key, whatever the loader raises; the BPE training and the encoding stop at once on Ctrl-C."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from deamoe.errors import DataError
-from deamoe.train.tokenizer import interruptible, load_named
+from deamoe.train.tokenizer import encode_documents, interruptible, load_named
 
 
 @pytest.mark.parametrize("text", ['{"bad": 1}', "{", ""])
@@ -43,3 +43,36 @@ def test_ctrl_c_stops_a_call_that_runs_outside_the_interpreter_at_once():
         signal.signal(signal.SIGINT, previous)
     assert still_running, "the call had ended before KeyboardInterrupt was raised"
     assert all(t.daemon for t in still_running)  # left to the process's exit
+
+
+
+class _Tokenizer:
+    """A tokenizer's batch call: one id a text; `slow` runs ~3 s in C without the interpreter
+    first, as the fast tokenizer's encoding of 256 whole books does in Rust."""
+    eos_token_id = 0
+
+    def __init__(self, slow: bool = False):
+        self.slow = slow
+
+    def __call__(self, texts, add_special_tokens=False):
+        if self.slow:
+            hashlib.pbkdf2_hmac("sha256", b"x", b"salt", 12_000_000)
+        return {"input_ids": [[len(t)] for t in texts]}
+
+
+def test_documents_are_encoded_in_batches_each_ended_by_the_end_of_text_token():
+    assert list(encode_documents(_Tokenizer(), ["a", "bb", "ccc"], batch=2)) == [[1, 0], [2, 0], [3, 0]]
+
+
+def test_ctrl_c_stops_the_encoding_of_a_batch_at_once():
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            list(encode_documents(_Tokenizer(slow=True), ["a book", "another"]))
+        still_running = [t for t in threading.enumerate() if t.name == "work"]
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert still_running, "the batch had been encoded before KeyboardInterrupt was raised"

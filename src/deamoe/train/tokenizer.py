@@ -113,7 +113,9 @@ def encode_documents(tok, docs: Iterable[str], batch: int = 256) -> Iterator[lis
     buf: list[str] = []
 
     def flush():
-        for ids in tok(buf, add_special_tokens=False)["input_ids"]:
+        # a batch of whole books takes seconds in Rust, where no signal's handler runs: on a
+        # worker thread as the trainer is, so that Ctrl-C stops the command at once
+        for ids in interruptible(tok, buf, add_special_tokens=False)["input_ids"]:
             yield ids + [eos]
 
     for doc in docs:
