@@ -170,3 +170,27 @@ def test_other_chips_rows_stand_alone_where_the_committed_folder_has_no_fp8_tabl
     fp8_panel.figure(art)
     (measured / "h100" / "microbench_fp8.csv").unlink()
     assert fp8_panel.figure45_fp8(results, measured / "h200", "tiny").status != "ok"
+
+
+def test_vllm_rows_timed_beside_other_baseline_tiles_are_left_out_and_named(results, measured):
+    # the FP8 table searched again after the peer run: where the peer's "ours" ran other tiles
+    # than the table's baseline pick, its time is not this table's baseline beside vLLM
+    folder = measured / "h200"
+    pd.DataFrame([{**ROW, "weight_dtype": "fp8-w8a8", "batch": b, "baseline_tile": tile}
+                  for b, tile in ((4, "w13=new"), (16, "w13=same"))]).to_csv(
+        folder / "microbench_fp8.csv", index=False)
+    peer = {"model": "DeepSeek-V3", "bytes": 4.5e9, "peak_read_tbps": 4.6, "gpu": "NVIDIA H200",
+            "date": "2026-12-04T21:16:10Z", "git_sha": "715532fcd919", "weight_dtype": "fp8-w8a8"}
+    rows = []
+    for batch, tile in ((4, "w13=old"), (16, "w13=same")):
+        rows += [{**peer, "batch": batch, "variant": "ours routed", "us": 900.0, "tile": tile},
+                 {**peer, "batch": batch, "variant": "vllm routed", "us": 990.0,
+                  "tile": "m16-n64-k128-g1-w4-s4"}]
+    pd.DataFrame(rows).to_csv(folder / "vllm_peer.csv", index=False)
+    art = fp8_panel.figure45_fp8(results, folder, "tiny")
+    t = art.table.set_index("batch")
+    assert pd.isna(t.loc[4, "vLLM FP8 routed_us"])
+    assert t.loc[16, "ours routed speed vs vLLM FP8"] == pytest.approx(1.1)
+    note = next(n for n in art.notes if n.startswith("vLLM FP8 not shown"))
+    assert "DeepSeek-V3 fp8-w8a8 @4:" in note and "@16" not in note
+    assert "git 715532f, 2026-12-04" in note

@@ -4,7 +4,7 @@ DeepSeek-V3 ships its experts, beside their bf16 rows and vLLM's FP8 fused MoE.
 Reads the microbenchmark's FP8 table (microbench_fp8.csv: one row per model, weight precision
 and batch, the columns of microbench.csv) -- this run's, else the committed H200 one, else "not
 run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
-the vllm_peer.csv beside that table where its peer run made them.  Per row: time of both
+the vllm_peer.csv beside that table where its peer run timed the table's own baseline picks.  Per row: time of both
 layers, DeaMoE's speedup, the ideal (bytes) speedup of the same routings in FP8 (values + block
 scales), the fraction of it reached, and each layer's fraction of the read roofline.  The FP8
 tables committed from other GPUs (the sibling folders of the committed one, e.g.
@@ -40,19 +40,39 @@ def _bf16_speedups(results: Path, measured: Path, profile) -> dict:
     return {(m, int(b)): (s, s / i) for m, b, s, i in zip(f.model, f.batch, speed, f.ideal_speedup)}
 
 
-def _vllm_fp8(fp8_table: Path) -> dict:
+def _vllm_fp8(fp8_table: Path, picks: pd.DataFrame) -> tuple[dict, list[str]]:
     """{(model, batch, precision): (vLLM routed us, ours routed us)} of the FP8 rows of the peer
     table beside `fp8_table`: only that one ran on the same GPU in the same run (a peer table
-    elsewhere, this run's beside the committed FP8 table or the reverse, is another's)."""
+    elsewhere, this run's beside the committed FP8 table or the reverse, is another's).  A point
+    whose "ours" ran other baseline tiles than `picks` (the FP8 table's rows) names: the table was
+    searched again after the peer run, so its time is not this table's baseline beside vLLM; left
+    out, and said so in the notes returned."""
     src = read_csv(Path(fp8_table).with_name("vllm_peer.csv"),
                    required=("model", "batch", "variant", "us"))
     if not src.ok or "weight_dtype" not in src.frame:
-        return {}
+        return {}, []
     f = src.frame[src.frame["weight_dtype"].notna()]
     us = f.pivot_table(index=["model", "batch", "weight_dtype"], columns="variant", values="us",
                        aggfunc="min")
-    return {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed"))
-            for (m, b, p), r in us.iterrows()}
+    found = {(m, int(b), p): (r.get("vllm routed"), r.get("ours routed"))
+             for (m, b, p), r in us.iterrows()}
+    if "tile" not in f or "baseline_tile" not in picks:
+        return found, []
+    ours = f[f["variant"] == "ours routed"]
+    timed = {(m, int(b), p): t for m, b, p, t in zip(ours.model, ours.batch, ours.weight_dtype, ours.tile)}
+    other = sorted((m, int(b), p) for m, b, p, t in zip(picks.model, picks.batch, picks.weight_dtype,
+                                                        picks.baseline_tile)
+                   if (m, int(b), p) in timed and timed[(m, int(b), p)] != t)
+    if not other:
+        return found, []
+    at = ours[[(m, int(b), p) in other for m, b, p in zip(ours.model, ours.batch, ours.weight_dtype)]]
+    when = "; ".join(sorted({f"git {str(g)[:7]}, {str(d)[:10]}" for g, d in
+                             zip(at.get("git_sha", ""), at.get("date", ""))}))
+    return ({k: v for k, v in found.items() if k not in other},
+            [f"vLLM FP8 not shown at {', '.join(f'{m} {p} @{b}' for m, b, p in other)}: "
+             f"{src.path} ({when}) timed other baseline tiles there than {Path(fp8_table).name} "
+             "picks (its picks changed after the peer run); `bench peer run --weight-dtype` on "
+             "this table times both again"])
 
 
 def _other_chips(measured: Path) -> list:
@@ -113,12 +133,14 @@ def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact
         table = pd.DataFrame({"weight_dtype": list(LABELS), "speedup": [NOT_RUN] * len(LABELS)})
         return Artifact(KEY, TITLE, table, [src], [goals])
     shown = [src] if src.ok else []  # without it, the other chips' rows alone (its reason noted)
-    rows = _rows(src.frame, _bf16_speedups(results, measured, profile),
-                 _vllm_fp8(src.path)) if src.ok else []
-    notes = ([src.reason] if src.reason else [])
+    peer, stale = _vllm_fp8(src.path, src.frame) if src.ok else ({}, [])
+    rows = _rows(src.frame, _bf16_speedups(results, measured, profile), peer) if src.ok else []
+    notes = ([src.reason] if src.reason else []) + stale
     for other, folder in others:  # no bf16 speedup beside them: the bf16 table is another chip's
-        theirs = _rows(other.frame, {}, _vllm_fp8(other.path), chip=folder.name)
+        peer, stale = _vllm_fp8(other.path, other.frame)
+        theirs = _rows(other.frame, {}, peer, chip=folder.name)
         rows += theirs
+        notes += stale
         notes.append(f"rows of {', '.join(sorted({r['chip'] for r in theirs}))} from the "
                      f"committed {other.path} (the vLLM rows from the peer table beside it); its "
                      "bf16 speedups are not shown (the bf16 table is another chip's)")
