@@ -4,12 +4,12 @@ DeepSeek-V3 ships its experts, beside their bf16 rows and vLLM's FP8 fused MoE.
 Reads the microbenchmark's FP8 table (microbench_fp8.csv: one row per model, weight precision
 and batch, the columns of microbench.csv) -- this run's, else the committed H200 one, else "not
 run" -- with the bf16 table's speedups beside it, and vLLM's FP8 block path from the FP8 rows of
-the vllm_peer.csv beside that table where its peer run timed the table's own baseline picks.  Per row: time of both
-layers, DeaMoE's speedup, the ideal (bytes) speedup of the same routings in FP8 (values + block
-scales), the fraction of it reached, and each layer's fraction of the read roofline.  The FP8
-tables committed from other GPUs (the sibling folders of the committed one, e.g.
-reports/measured/h100/) follow as rows of their own, each row naming its chip, with their own
-vLLM rows.
+the vllm_peer.csv beside that table where its peer run timed the table's own baseline picks.
+Per row: time of both layers, DeaMoE's speedup, the ideal (bytes) speedup of the same routings
+in FP8 (values + block scales), the fraction of it reached, and each layer's fraction of the
+read roofline.  The FP8 tables committed from other GPUs (the sibling folders of the committed
+one, e.g. reports/measured/h100/) follow as rows of their own, each row naming its chip, with
+their own vLLM rows.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def _vllm_fp8(fp8_table: Path, picks: pd.DataFrame) -> tuple[dict, list[str]]:
     """{(model, batch, precision): (vLLM routed us, ours routed us)} of the FP8 rows of the peer
     table beside `fp8_table`: only that one ran on the same GPU in the same run (a peer table
     elsewhere, this run's beside the committed FP8 table or the reverse, is another's).  A point
-    whose "ours" ran other baseline tiles than `picks` (the FP8 table's rows) names: the table was
-    searched again after the peer run, so its time is not this table's baseline beside vLLM; left
-    out, and said so in the notes returned."""
+    where the peer's "ours" ran other baseline tiles than `picks` (the FP8 table's rows) name is
+    left out, and the notes returned say so: the table's picks changed after the peer run, so
+    that time is not this table's baseline beside vLLM."""
     src = read_csv(Path(fp8_table).with_name("vllm_peer.csv"),
                    required=("model", "batch", "variant", "us"))
     if not src.ok or "weight_dtype" not in src.frame:
@@ -59,13 +59,15 @@ def _vllm_fp8(fp8_table: Path, picks: pd.DataFrame) -> tuple[dict, list[str]]:
     if "tile" not in f or "baseline_tile" not in picks:
         return found, []
     ours = f[f["variant"] == "ours routed"]
-    timed = {(m, int(b), p): t for m, b, p, t in zip(ours.model, ours.batch, ours.weight_dtype, ours.tile)}
-    other = sorted((m, int(b), p) for m, b, p, t in zip(picks.model, picks.batch, picks.weight_dtype,
-                                                        picks.baseline_tile)
+    timed = {(m, int(b), p): t
+             for m, b, p, t in zip(ours.model, ours.batch, ours.weight_dtype, ours.tile)}
+    picked = zip(picks.model, picks.batch, picks.weight_dtype, picks.baseline_tile)
+    other = sorted((m, int(b), p) for m, b, p, t in picked
                    if (m, int(b), p) in timed and timed[(m, int(b), p)] != t)
     if not other:
         return found, []
-    at = ours[[(m, int(b), p) in other for m, b, p in zip(ours.model, ours.batch, ours.weight_dtype)]]
+    at = ours[[(m, int(b), p) in other
+               for m, b, p in zip(ours.model, ours.batch, ours.weight_dtype)]]
     when = "; ".join(sorted({f"git {str(g)[:7]}, {str(d)[:10]}" for g, d in
                              zip(at.get("git_sha", ""), at.get("date", ""))}))
     return ({k: v for k, v in found.items() if k not in other},
