@@ -24,20 +24,21 @@ CPU check (interpreter, small widths, no timing; exit status 1 if a check fails)
 from __future__ import annotations
 
 import argparse
-import csv
 import multiprocessing as mp
-import re
 import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import torch
 import torch.nn.functional as F
 
 import deamoe  # noqa: F401  (sets TRITON_INTERPRET=1 where there is no GPU, before Triton loads)
 from deamoe.bench.layer_step import time_fn
 from deamoe.bench.search import block_m_values
+from deamoe.bench.settings import MicrobenchSettings
 from deamoe.decode.knobs import parse_knobs
+from deamoe.io import write_csv
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.deamoe_decode import DEPT_DOWN, DEPT_UP, dept_down_gemm, dept_up_gemm
 from deamoe.kernels.fp8 import Fp8Format, Fp8Weight, quantize, quantize_activations
@@ -47,6 +48,7 @@ from deamoe.kernels.stream_read_benchmark import measure_read_roofline
 from deamoe.kernels.tile_config import TileConfig
 from deamoe.provenance import provenance, version
 from deamoe.routing import department_mask, route
+from deamoe.settings import load_section
 from deamoe.shapes import table1_row
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,19 +73,18 @@ def log(msg: str) -> None:
 
 
 def prior_tiles() -> list[str]:
-    """microbench.fp8_tiles of the prior yaml, read without PyYAML (the GPU machine's lacks it)."""
-    body = PRIOR.read_text().split("fp8_tiles:", 1)[1].split("]", 1)[0]
-    return [t.strip() for t in re.sub(r"#[^\n]*", "", body).strip(" \n[").split(",") if t.strip()]
+    """microbench.fp8_tiles of the prior yaml, through the config loader `bench microbench` uses."""
+    return list(load_section(PRIOR, "microbench", MicrobenchSettings).fp8_tiles)
 
 
 def committed_pick(model: str, batch: int) -> dict:
     """{gemm: (tile, block_m)} of the committed H200 w8a8 DeaMoE pick at this point ({} if none)."""
-    with open(PICKS) as f:
-        for r in csv.DictReader(f):
-            if (r["model"], r["batch"], r["weight_dtype"]) == (model, str(batch), "fp8-w8a8"):
-                k = parse_knobs(r["deamoe_tile"])  # (no dense_block_m: dense on dept_block_m)
-                return {g: (k[g.removesuffix("_dense")], k["dept_block_m"]) for g in GEMMS}
-    return {}
+    t = pd.read_csv(PICKS)
+    r = t[(t.model == model) & (t.batch == batch) & (t.weight_dtype == "fp8-w8a8")]
+    if r.empty:
+        return {}
+    k = parse_knobs(r.deamoe_tile.iloc[0])  # (no dense_block_m: dense on dept_block_m)
+    return {g: (k[g.removesuffix("_dense")], k["dept_block_m"]) for g in GEMMS}
 
 
 def model_shape(model: str, tiny: bool):
@@ -438,11 +439,8 @@ def write(out: Path, rows: list[dict], meta: dict) -> Path:
             "p90_us bytes weight_bytes tbps frac_read flop tflops frac_bf16_989 frac_fp8_1979 "
             "launches rel_err smem_estimate").split() + list(meta)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "dept_gemm_probe.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows({**r, **meta} for r in rows)
+    path = out / "dept_gemm_probe.csv"  # rewritten after each point: atomically, never half
+    write_csv(path, pd.DataFrame([{**r, **meta} for r in rows]).reindex(columns=cols))
     return path
 
 
