@@ -98,8 +98,18 @@ if [ "${GPU_MPS:-1}" = 1 ]; then
     fi
 fi
 limiter=(); [ "${GPU_RUN_LIMIT:-0}" -gt 0 ] && limiter=(timeout --signal=INT --kill-after=20 "$GPU_RUN_LIMIT")
+# A Snakemake killed (SIGKILL: the limit's SIGINT not obeyed within 20 s while its jobs stopped)
+# leaves its lock, and the next call -- the continuation -- failed with "Directory cannot be
+# locked".  Its jobs died with it (timeout signals the whole process group), so the lock is stale:
+# this script's own Snakemake took it, and `--unlock` lifts it before the continuation runs.
+killed=.snakemake/gpu_run-killed
+if [ -e "$killed" ]; then
+    python3 -m snakemake --workflow-profile workflow/profiles/gpu --unlock "${targets[@]}" >/dev/null 2>&1 \
+        && rm -f "$killed" && echo "gpu_run: lifted the lock the last call's killed Snakemake left"
+fi
 PYTHONUNBUFFERED=1 "${limiter[@]}" python3 -m snakemake --workflow-profile workflow/profiles/gpu "${targets[@]}" "${extra[@]}"
 rc=$?
+[ $rc != 137 ] || { mkdir -p .snakemake && touch "$killed"; }
 [ -n "${CUDA_MPS_PIPE_DIRECTORY:-}" ] && echo quit | nvidia-cuda-mps-control
 echo "gpu_run: snakemake exit $rc after $(( $(date +%s) - start )) s"
 # Each archive is packed under a temporary name and renamed when whole: a call cut short while

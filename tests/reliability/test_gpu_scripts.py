@@ -118,3 +118,26 @@ def test_gpu_run_cut_short_while_packing_leaves_no_truncated_archive(sh, tmp_pat
     (tmp_path / "bin" / "tar").unlink()
     sh("gpu_run.sh", tmp_path / "o", "all")  # the next call packs over what the last one left
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [".deamoe-output", "logs.tar.gz", "results.tar.gz"]
+
+
+def test_gpu_run_lifts_the_lock_its_killed_snakemake_left(sh, tmp_path):
+    """A Snakemake killed at GPU_RUN_LIMIT (SIGINT not obeyed within 20 s) left its lock, and the
+    continuation call failed at once with "Directory cannot be locked"; a Snakemake that ended by
+    itself leaves no lock to lift."""
+    import sys
+
+    calls = tmp_path / "calls.txt"
+    # Snakemake stands in: each call's arguments logged; killed (137) while tmp/kill exists
+    (tmp_path / "bin" / "python3").write_text(
+        '#!/bin/bash\nif [ "$1 $2" = "-m snakemake" ]; then echo "${*:3}" >> ' f'"{calls}"\n'
+        f'  [ -e "{tmp_path}/kill" ] && kill -9 $$\n  exit 0\nfi\nexec "{sys.executable}" "$@"\n')
+    (tmp_path / "kill").touch()
+    assert sh("gpu_run.sh", tmp_path / "o", "all")[0] == 137
+    (tmp_path / "kill").unlink()
+    assert sh("gpu_run.sh", tmp_path / "o", "all")[0] == 0
+    sh("gpu_run.sh", tmp_path / "o", "all")
+    runs = [line.split() for line in calls.read_text().splitlines()]
+    profile = ["--workflow-profile", "workflow/profiles/gpu"]
+    assert runs[0][:3] == [*profile, "all"]
+    assert runs[1] == [*profile, "--unlock", "all"]  # before the continuation, once
+    assert [r for r in runs[2:] if "--unlock" in r] == []
