@@ -5,6 +5,8 @@ archives is refused and left as it was, and a failing command is the script's ex
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from cli_battery import assert_one_line_failure, tree
@@ -124,8 +126,6 @@ def test_gpu_run_lifts_the_lock_its_killed_snakemake_left(sh, tmp_path):
     """A Snakemake killed at GPU_RUN_LIMIT (SIGINT not obeyed within 20 s) left its lock, and the
     continuation call failed at once with "Directory cannot be locked"; a Snakemake that ended by
     itself leaves no lock to lift."""
-    import sys
-
     calls = tmp_path / "calls.txt"
     # Snakemake stands in: each call's arguments logged; killed (137) while tmp/kill exists
     (tmp_path / "bin" / "python3").write_text(
