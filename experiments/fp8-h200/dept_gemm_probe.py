@@ -8,11 +8,12 @@ git show d0c7b7b:experiments/dense-stacked/probe.py): dept_up (routed gate|up + 
 them, on dept_block_m 16..128 (<= next_pow2(batch)) x microbench.fp8_tiles of
 h200_fp8_prior.yaml + EXTRA_TILES + the committed H200 pick; a set over the shared memory
 estimate or failing to compile is a row with its status.  '-pq' quantiser launches are timed.
-The bar: torch._scaled_mm (cuBLAS), e4m3 operands, one GEMM per department on its rows (padded to
-16; gate and up stacked): tensor-/row-wise scales (+ fast accumulation; placeholder weight scales,
-a speed bar) and 1x128 x 128x128 block-wise (our numbers; cuBLAS >= 12.9 on sm_90, else a
-'failed' row); torch._scaled_grouped_mm (row-wise, one launch); for dense also one GEMM over all
-departments.  A's quantiser is not in cuBLAS's span.  The block-scaled outputs are checked against
+The bar (cublas_bar.py): torch._scaled_mm (cuBLAS), e4m3 operands, one GEMM per department on its
+rows (padded to 16; gate and up stacked): tensor-/row-wise scales (+ fast accumulation;
+placeholder weight scales, a speed bar) and 1x128 x 128x128 block-wise (our numbers; cuBLAS >=
+12.9 on sm_90, else a 'failed' row); torch._scaled_grouped_mm (row-wise, one launch); for dense also one GEMM over all
+departments, alone and as the layer's stage (A's quantiser, the GEMM, silu: '1gemm-block-stage');
+elsewhere A's quantiser is not in cuBLAS's span.  The block-scaled outputs are checked against
 float32 on the dequantised weights (rel. Frobenius error, tolerance 1e-1 as the w8a8 battery's).
 
 GPU (one H100/H200, ~4 min; Triton's kernels first compiled by --jobs worker processes):
@@ -40,7 +41,7 @@ from deamoe.decode.knobs import parse_knobs
 from deamoe.io import write_csv
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.deamoe_decode import DEPT_DOWN, DEPT_UP, dept_down_gemm, dept_up_gemm
-from deamoe.kernels.fp8 import Fp8Format, Fp8Weight, quantize, quantize_activations
+from deamoe.kernels.fp8 import Fp8Format, Fp8Weight, quantize
 from deamoe.kernels.gemm_spec import shared_memory_limit
 from deamoe.kernels.grouped_gemm import bf16_atomics, output_dtype
 from deamoe.kernels.stream_read_benchmark import measure_read_roofline
@@ -49,6 +50,8 @@ from deamoe.provenance import provenance, version
 from deamoe.routing import department_mask, route
 from deamoe.settings import load_section
 from deamoe.shapes import table1_row
+
+from cublas_bar import cublas_variants, rel_err  # this folder (sys.path[0] of a script)
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIOR = ROOT / "experiments/fp8-h200/h200_fp8_prior.yaml"
@@ -170,84 +173,6 @@ def triton_rel(p: Point, gemm: str, first, ref: dict) -> float:
     first()
     rows = slice(None) if gemm == "dept_up_dense" else p.mask  # rows a routed GEMM writes
     return rel_err(p.a1[0].float().view(p.T, p.shape.n_dept, -1)[rows], ref["dept_up"][rows])
-
-
-def rel_err(got, want) -> float:
-    ok = torch.isfinite(got).all()
-    return ((got - want).norm() / want.norm().clamp_min(1e-30)).item() if ok else float("inf")
-
-
-def quant_a(a: torch.Tensor, how: str):
-    """e4m3 A and its scales for cuBLAS: per tensor, row, or 1x128 group (outer-dim-major)."""
-    if how == "block":
-        q, s = quantize_activations(a, 128)
-        return q, s.t().contiguous().t()
-    if how == "row":
-        return quantize_activations(a, a.shape[1])
-    q, s = quantize_activations(a.reshape(1, -1), a.numel())  # the tensor as one group
-    return q.view(a.shape), s.reshape(())
-
-
-def cublas_variants(p: Point, gemm: str, ref: dict) -> dict:
-    """{variant: (fn over every copy, launches a copy, weight-scale bytes a copy, rel or NaN)}."""
-    d, T = p.shape.n_dept, p.T
-    N, K = p.size(gemm)
-    wkey, bf16 = "down" if gemm == "dept_down" else "both", torch.bfloat16
-    a_rows, raw = {}, {}
-    for j in range(d):  # department j's rows of A, padded to 16 rows (cuBLAS's alignment)
-        t = (torch.arange(T, device=p.dev) if gemm == "dept_up_dense"
-             else p.mask[:, j].nonzero()[:, 0])
-        if t.numel():
-            a = p.s.view(T, d, -1)[t, j] if gemm == "dept_down" else p.x[t]
-            a_rows[j] = torch.cat([a, a.new_zeros(-t.numel() % 16, a.shape[1])])
-            raw[j] = ref["raw_down" if gemm == "dept_down" else "raw_up"][t, j]
-    used, out = list(a_rows), {}
-    for how in ("tensor", "tensor-fast", "row", "row-fast", "block"):
-        kind, fast = how.split("-")[0], how.endswith("-fast")
-        qa = {j: quant_a(a_rows[j], kind) for j in used}
-        ones = torch.ones((1, N) if kind == "row" else (), device=p.dev)  # placeholders
-        args = [[(*qa[j], w[wkey].q[j].t(), w[wkey].scale[j].t() if kind == "block" else ones)
-                 for j in used] for w in p.w]  # block: [K/128, N/128] weight scales
-
-        def fn(args=args, fast=fast):
-            return [[torch._scaled_mm(a, b, sa, sb, out_dtype=bf16, use_fast_accum=fast)
-                     for a, sa, b, sb in per_copy] for per_copy in args]
-        rel = float("nan")
-        if kind == "block":  # the one variant computing our numbers (no activation)
-            try:
-                got = fn()[0]
-                rel = rel_err(torch.cat([g[:raw[j].shape[0]].float() for g, j in zip(got, used)]),
-                              torch.cat([raw[j] for j in used]))
-            except Exception:  # noqa: BLE001 - its row says why, when it is timed
-                pass
-        scale_bytes = {"block": 4 * N // 128 * K // 128, "row": 4 * N, "tensor": 4}[kind]
-        out[how] = (fn, len(used), scale_bytes * len(used), rel)
-    # all departments in one launch: torch's grouped FP8 GEMM (row-wise scales only)
-    q_rows = [quant_a(a_rows[j], "row") for j in used]
-    a_cat, s_cat = torch.cat([q for q, _ in q_rows]), torch.cat([s[:, 0] for _, s in q_rows])
-    offs = torch.tensor([a_rows[j].shape[0] for j in used], device=p.dev).cumsum(0).int()
-    ws = [(w[wkey].q if len(used) == d else w[wkey].q[used]).transpose(-2, -1) for w in p.w]
-    sb = torch.ones(len(used), N, device=p.dev)
-    for fast in (False, True):
-        def grouped(fast=fast):  # B [g, K, N] column-major
-            return [torch._scaled_grouped_mm(a_cat, b, s_cat, sb, offs=offs, out_dtype=bf16,
-                                             use_fast_accum=fast) for b in ws]
-        out["grouped-row" + "-fast" * fast] = (grouped, 1, 4 * N * len(used), float("nan"))
-    if gemm == "dept_up_dense":  # every department in one GEMM: N = d x 2f, the same bytes
-        (qb, sbk), (qr, sr) = quant_a(p.x, "block"), quant_a(p.x, "row")
-        big = [(w["both"].q.view(d * N, K).t(), w["both"].scale.view(d * N // 128, -1).t())
-               for w in p.w]
-        ones = torch.ones(1, d * N, device=p.dev)
-        blk = lambda: [torch._scaled_mm(qb, b, sbk, s, out_dtype=bf16) for b, s in big]  # noqa: E731
-        try:  # our numbers too (block scales): checked like the per-department variant
-            rel = rel_err(blk()[0].float().view(T, d, N), ref["raw_up"])
-        except Exception:  # noqa: BLE001 - its row says why, when it is timed
-            rel = float("nan")
-        out["1gemm-block"] = (blk, 1, 4 * d * N * K // 128 ** 2, rel)
-        out["1gemm-row-fast"] = (lambda: [torch._scaled_mm(qr, b, sr, ones, out_dtype=bf16,
-                                                           use_fast_accum=True) for b, _ in big],
-                                 1, 4 * d * N, float("nan"))
-    return out
 
 
 def plan(model: str, batch: int, tiles: list[str], bms, tiny: bool) -> list[tuple]:
