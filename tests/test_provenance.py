@@ -49,3 +49,16 @@ def test_the_callers_sha_stands_for_a_copy_without_git(tmp_path, monkeypatch):
     provenance.git_sha.cache_clear()
     assert provenance.git_sha(tmp_path) == "unknown"  # no repository there
     provenance.git_sha.cache_clear()
+
+
+def test_a_short_sha_a_gpu_call_recorded_reads_in_the_12_digit_form(repo):
+    """A GPU call's tree has no .git and its rows record DEAMOE_GIT_SHA as given: joined here,
+    7-digit and 12-digit rows of the same commit mixed in one table."""
+    head = _head(repo)
+    full = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert provenance.row_sha(head[:7], repo) == head
+    assert provenance.row_sha(full, repo) == head
+    # what it cannot place stays as it was
+    for given in ("0123456789abcdef", head + provenance.UNCOMMITTED, "unknown", None, "HEAD"):
+        assert provenance.row_sha(given, repo) == given

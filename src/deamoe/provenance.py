@@ -11,6 +11,7 @@ import functools
 import os
 import importlib.metadata
 import platform
+import re
 import subprocess
 from pathlib import Path
 
@@ -33,6 +34,21 @@ def git_sha(where: Path = Path(__file__).resolve().parent) -> str:
         return sha or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+@functools.lru_cache(maxsize=256)
+def row_sha(sha, where: Path = Path(__file__).resolve().parent):
+    """`sha` in the 12-digit form rows record, where the checkout at `where` knows that commit: a
+    GPU call's tree has no .git and records DEAMOE_GIT_SHA as given (7 digits or more), so the
+    tables its runs are joined into here mixed both forms.  Anything else (an unknown commit,
+    'unknown', a sha with UNCOMMITTED after it, a missing value) is returned as it is."""
+    if not isinstance(sha, str) or not re.fullmatch(r"[0-9a-f]{7,40}", sha):
+        return sha
+    try:
+        full = _git(where, "rev-parse", "--verify", "--quiet", "--short=12", f"{sha}^{{commit}}")
+    except (OSError, subprocess.SubprocessError):
+        full = ""
+    return full if full.startswith(sha[:12]) else sha
 
 
 def _git(where: Path, *args: str) -> str:

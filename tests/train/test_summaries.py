@@ -140,3 +140,32 @@ def test_pretrain_refuses_runs_trained_with_another_config(tmp_path, make_config
                  "--steps", "6", "--out", str(tmp_path / "o.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert "trained for 4 steps" in err and "gives it 6" in err and "\n" not in err
+
+
+def test_a_gpu_calls_short_sha_joins_in_the_12_digit_form(tmp_path, make_config, shards, monkeypatch):
+    """A GPU call records DEAMOE_GIT_SHA as given (its tree has no .git): rows of 7 digits were
+    joined beside rows of 12 and set by hand; where this checkout knows the commit the table
+    records it in the 12-digit form, the kept rows too."""
+    from deamoe import provenance
+
+    head = provenance._git(Path(provenance.__file__).parent, "rev-parse", "--short=12", "HEAD")
+    if not head:
+        pytest.skip("a checkout without git")
+    monkeypatch.setenv("DEAMOE_GIT_SHA", head[:7])
+    provenance.git_sha.cache_clear()
+    config = _config(tmp_path, make_config, [{"steps": 4, "seeds": [1]}])
+    s0 = ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps"]
+    s1 = ["pretrain-t-baseline-s1-4steps", "pretrain-t-deamoe-s1-4steps"]
+    _train(config, s0 + s1, shards, tmp_path / "runs")
+    provenance.git_sha.cache_clear()
+    assert _join(config, tmp_path / "runs", tmp_path / "a" / "runs.csv") == 0
+    table = pd.read_csv(tmp_path / "a" / "runs.csv", dtype={"git_sha": str})
+    assert set(table["git_sha"]) == {head}
+    # a kept table of short rows (as joined before) reads in the same form
+    kept = table[table["seed"] == 0].assign(git_sha=head[:7])
+    kept.to_csv(tmp_path / "short.csv", index=False)
+    for run in s0:
+        (tmp_path / "runs" / run / "summary.json").unlink()
+    assert _join(config, tmp_path / "runs", tmp_path / "b" / "runs.csv",
+                 "--keep", str(tmp_path / "short.csv")) == 0
+    assert set(pd.read_csv(tmp_path / "b" / "runs.csv", dtype={"git_sha": str})["git_sha"]) == {head}

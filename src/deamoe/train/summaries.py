@@ -11,6 +11,7 @@ from typing import Callable
 
 from deamoe.errors import DataError
 from deamoe.io import write_csv
+from deamoe.provenance import row_sha
 from deamoe.shapes import table1_row
 from deamoe.train.runs import TABLE4
 from deamoe.train.settings import Settings
@@ -117,7 +118,8 @@ CORPUS = ("corpus_tokens", "epochs", "val_tokens", "val_split", "data_sha256")
 
 
 def _provenance(summ: dict) -> dict:
-    return {k: summ.get(k) for k in CORPUS + PROVENANCE}
+    row = {k: summ.get(k) for k in CORPUS + PROVENANCE}
+    return {**row, "git_sha": row_sha(row["git_sha"])}  # a GPU call's short sha in the 12-digit form
 
 
 def _kept_rows(keep: str):
@@ -173,7 +175,7 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         which = r["model"]
         twin = runlib.trained_as(s, name)
         if name in kept and not (runs_dir / twin / "summary.json").is_file():
-            rows.append(kept[name])
+            rows.append({**kept[name], "git_sha": row_sha(kept[name].get("git_sha"))})
             if kept_curves is not None:
                 frames.append(_kept_curve(kept_curves, kept[name], keep))
             continue
