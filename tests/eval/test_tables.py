@@ -103,3 +103,19 @@ def test_paper_values_match_the_paper_text():
     t3 = text[text.index("DeaMoE-7B Baseline-7B\n61.91"):][:120]
     for _, v in paper.TABLE3_HARNESS.values():
         assert f"{v['deamoe']:.2f} {v['baseline']:.2f}" in t3
+
+
+def test_a_gpu_calls_short_sha_reads_in_the_12_digit_form(tmp_path):
+    """An evaluation on a GPU machine records DEAMOE_GIT_SHA as given (its tree has no .git)."""
+    from deamoe.provenance import _git
+
+    head = _git(REPO, "rev-parse", "--short=12", "HEAD")
+    if not head:
+        pytest.skip("a checkout without git")
+    for m, sha in (("deamoe", head[:7]), ("baseline", head)):
+        (tmp_path / m).mkdir()
+        doc = fake_result(m)
+        doc["deamoe"]["git_sha"] = sha
+        (tmp_path / m / "lm_eval.json").write_text(json.dumps(doc))
+    down, ppl = build_tables(tmp_path)
+    assert set(down.git_sha) == set(ppl.git_sha) == {head}
