@@ -277,6 +277,15 @@ def test_server_env_drops_thread_counts(monkeypatch):
     assert env["HF_HUB_OFFLINE"] == "1"
 
 
+def test_server_keeps_idle_connections_longer_than_the_client(monkeypatch):
+    """uvicorn's 5-s keep-alive under vLLM's client, which reuses idle connections for 60 s:
+    requests sent on a connection the server had just closed failed ("ServerDisconnectedError")."""
+    monkeypatch.delenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", raising=False)
+    assert int(server.server_env()["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) > 60
+    monkeypatch.setenv("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "300")  # the user's own stays
+    assert server.server_env()["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == "300"
+
+
 def _level_result(failed: int) -> dict:
     keys = ["mean_tpot_ms", "median_tpot_ms", "p99_tpot_ms", "mean_ttft_ms", "median_ttft_ms",
             "p99_ttft_ms", "output_throughput", "duration", "server_mean_tpot_ms",

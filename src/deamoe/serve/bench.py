@@ -118,9 +118,10 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
             device = device_name()
             for c in tqdm(s.concurrency, desc=f"serve {model}", unit="level"):
                 # A level whose requests failed while the server stayed up is run once more:
-                # on a loaded 2-core machine the HTTP client sometimes reuses a keep-alive
-                # connection the server has just closed ("ServerDisconnectedError", seen at
-                # concurrency 32), which says nothing about the model or the engine.
+                # on a loaded 2-core machine the HTTP client reused keep-alive connections the
+                # server had just closed ("ServerDisconnectedError", seen at concurrency 32;
+                # server.KEEP_ALIVE_S now outlasts the client's), which says nothing about the
+                # model or the engine.
                 for attempt in (1, 2):
                     try:
                         res = run_level(server, checkpoint, model, c, s, cfg["vocab_size"],
