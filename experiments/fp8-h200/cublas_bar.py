@@ -17,19 +17,25 @@ def rel_err(got, want) -> float:
     return ((got - want).norm() / want.norm().clamp_min(1e-30)).item() if ok else float("inf")
 
 
+def outer_major(scales: torch.Tensor) -> torch.Tensor:
+    """[M, K/128] activation scales column-major, as cuBLAS's block-wise scaling reads them."""
+    return scales.t().contiguous().t()
+
+
 def quant_a(a: torch.Tensor, how: str):
     """e4m3 A and its scales for cuBLAS: per tensor, row, or 1x128 group (outer-dim-major)."""
     if how == "block":
         q, s = quantize_activations(a, 128)
-        return q, s.t().contiguous().t()
+        return q, outer_major(s)
     if how == "row":
         return quantize_activations(a, a.shape[1])
     q, s = quantize_activations(a.reshape(1, -1), a.numel())  # the tensor as one group
     return q.view(a.shape), s.reshape(())
 
 
-def cublas_variants(p: Point, gemm: str, ref: dict) -> dict:
-    """{variant: (fn over every copy, launches a copy, weight-scale bytes a copy, rel or NaN)}."""
+def cublas_variants(p, gemm: str, ref: dict) -> dict:
+    """{variant: (fn over every copy, launches a copy, weight-scale bytes a copy, rel or NaN)} of
+    dept_gemm_probe.Point p's `gemm`, checked against its reference `ref`."""
     d, T = p.shape.n_dept, p.T
     N, K = p.size(gemm)
     wkey, bf16 = "down" if gemm == "dept_down" else "both", torch.bfloat16
@@ -78,7 +84,9 @@ def cublas_variants(p: Point, gemm: str, ref: dict) -> dict:
         big = [(w["both"].q.view(d * N, K).t(), w["both"].scale.view(d * N // 128, -1).t())
                for w in p.w]
         ones = torch.ones(1, d * N, device=p.dev)
-        blk = lambda: [torch._scaled_mm(qb, b, sbk, s, out_dtype=bf16) for b, s in big]  # noqa: E731
+
+        def blk():
+            return [torch._scaled_mm(qb, b, sbk, s, out_dtype=bf16) for b, s in big]
         try:  # our numbers too (block scales): checked like the per-department variant
             rel = rel_err(blk()[0].float().view(T, d, N), ref["raw_up"])
         except Exception:  # noqa: BLE001 - its row says why, when it is timed
@@ -87,7 +95,7 @@ def cublas_variants(p: Point, gemm: str, ref: dict) -> dict:
 
         def stage():  # the stage in the layer: x quantised (the layer's '-pq' launch), its
             q, s = quantize_groups(p.x, 128)  # scales column-major, the GEMM, silu in place:
-            s = s.t().contiguous().t()  # the result is a1 ([T, d x 2f] = [(t, j), 2f])
+            s = outer_major(s)  # the result is a1 ([T, d x 2f] = [(t, j), 2f])
             return [F.silu(torch._scaled_mm(q, b, s, sb, out_dtype=bf16), inplace=True)
                     for b, sb in big]
         try:

@@ -51,6 +51,13 @@ def row_sha(sha, where: Path = Path(__file__).resolve().parent):
     return full if full.startswith(sha[:12]) else sha
 
 
+def recorded(doc, keys) -> dict:
+    """The fields `keys` of a result file's provenance (a run's summary, an evaluation's block),
+    its git_sha in the form rows record (row_sha); a field it lacks is None."""
+    row = {k: doc.get(k) for k in keys}
+    return {**row, "git_sha": row_sha(row["git_sha"])} if "git_sha" in row else row
+
+
 def _git(where: Path, *args: str) -> str:
     out = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=10)
     return out.stdout.strip() if out.returncode == 0 else ""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from deamoe.errors import DataError
 from deamoe.paper import TABLE2_HARNESS, TABLE3_HARNESS, table2_value, table3_value
-from deamoe.provenance import row_sha
+from deamoe.provenance import recorded
 
 PROVENANCE = ("git_sha", "date", "device", "profile", "lm_eval", "torch", "limit_per_task", "ppl_max_chars")
 DOWNSTREAM_COLUMNS = ["model", "task", "metric", "value", "stderr", "n", "paper_value", "table_metric"]
@@ -78,9 +78,7 @@ def _block(doc: dict, *keys: str) -> dict:
 
 
 def _provenance(doc: dict) -> dict:
-    meta = _block(doc, "deamoe")
-    row = {k: meta.get(k) for k in PROVENANCE}
-    return {**row, "git_sha": row_sha(row["git_sha"])}  # a GPU call's short sha, 12 digits
+    return recorded(_block(doc, "deamoe"), PROVENANCE)
 
 
 def _results(doc: dict, tasks) -> list[tuple[str, dict]]:

@@ -11,7 +11,7 @@ from typing import Callable
 
 from deamoe.errors import DataError
 from deamoe.io import write_csv
-from deamoe.provenance import row_sha
+from deamoe.provenance import recorded, row_sha
 from deamoe.shapes import table1_row
 from deamoe.train.runs import TABLE4
 from deamoe.train.settings import Settings
@@ -118,8 +118,7 @@ CORPUS = ("corpus_tokens", "epochs", "val_tokens", "val_split", "data_sha256")
 
 
 def _provenance(summ: dict) -> dict:
-    row = {k: summ.get(k) for k in CORPUS + PROVENANCE}
-    return {**row, "git_sha": row_sha(row["git_sha"])}  # a GPU call's short sha in the 12-digit form
+    return recorded(summ, CORPUS + PROVENANCE)
 
 
 def _kept_rows(keep: str):
