@@ -70,6 +70,16 @@ def test_every_table_row_carries_scale_and_hardware(results, measured, tmp_path)
     assert "Scale and hardware" in md and "torch 2.13.0+cpu" in md
 
 
+def test_a_tables_own_tokens_column_is_not_replaced_by_its_provenance(results, measured, tmp_path):
+    # figure2's and table4's rows each have their tokens; the source's scale ("n/a", "not
+    # recorded") wrote over them in the CSV, where the markdown kept them
+    _build(results, measured, tmp_path / "r")
+    fig2 = pd.read_csv(tmp_path / "r" / "tables" / "figure2.csv")
+    assert list(fig2["tokens"]) == [1, 2, 4, 8, 16, 32, 64, 128, 256, 512]
+    t4 = pd.read_csv(tmp_path / "r" / "tables" / "table4.csv")
+    assert (t4["tokens"] == 81920).all()
+
+
 def test_missing_stage_is_not_run_with_reason_and_paper_values(tmp_path, measured, make_results):
     results = make_results(tmp_path / "a", eval_=False, serve=False)
     _build(results, measured, tmp_path / "r")

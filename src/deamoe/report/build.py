@@ -117,13 +117,15 @@ def _table_html(art: Artifact) -> str:
 
 
 def _table_csv(art: Artifact) -> pd.DataFrame:
-    """The shown table with the scale and hardware of its numbers on every row."""
+    """The shown table with the scale and hardware of its numbers on every row; a column of the
+    table's own (figure2's and table4's tokens: each row's) keeps its values."""
     out = _shown(art).copy()
     src = art.sources[0]
     out["status"] = src.status
     out["source"] = str(src.path)
     for col in PROV_COLUMNS:
-        out[col] = getattr(src.prov, col)
+        if col not in out.columns:
+            out[col] = getattr(src.prov, col)
     return out
 
 
