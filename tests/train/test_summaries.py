@@ -169,3 +169,18 @@ def test_a_gpu_calls_short_sha_joins_in_the_12_digit_form(tmp_path, make_config,
     assert _join(config, tmp_path / "runs", tmp_path / "b" / "runs.csv",
                  "--keep", str(tmp_path / "short.csv")) == 0
     assert set(pd.read_csv(tmp_path / "b" / "runs.csv", dtype={"git_sha": str})["git_sha"]) == {head}
+
+
+def test_ablation_refuses_a_log_cut_short(tmp_path, make_config, shards, capsys):
+    # a log.csv cut at a line end (a copy stopped part-way) read as whole: its last rows' loss
+    # averaged as the run's loss_last_n, its last step as the run's steps, without a word
+    config = _ablation_config(tmp_path, make_config, steps=3)
+    _train(config, ["ablation-no2-s0"], shards, tmp_path / "runs")
+    log = tmp_path / "runs" / "ablation-no2-s0" / "log.csv"
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))  # the header, steps 1-2
+    capsys.readouterr()
+    assert _ablation(config, tmp_path / "runs", tmp_path / "a" / "summary.csv") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "Traceback" not in err, err
+    assert str(log) in err and "ends at step 2" in err and "took 3 steps" in err
+    assert not (tmp_path / "a").exists()

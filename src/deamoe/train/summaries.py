@@ -21,7 +21,8 @@ def _load_run(runs_dir: Path, name: str, steps: int, config: str,
               columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
     """summary.json and log.csv of run `name`, validated (deamoe.readers), the log holding
     `columns` too, the run planned for the `steps` that `config` gives it (_check_planned), the
-    summary naming run `name` (not a folder copied from another run's)."""
+    summary naming run `name` (not a folder copied from another run's), the log ending at the
+    step the summary says the run took (a log cut short would be averaged as the run's)."""
     from deamoe.readers import read_run_summary, read_training_log
 
     run = runs_dir / name
@@ -38,6 +39,10 @@ def _load_run(runs_dir: Path, name: str, steps: int, config: str,
     if doc["run"] != name:
         raise DataError(f"{summary}: key 'run' is {doc['run']!r}, not {name!r}: the summary of another "
                         f"run; train {name} again into {run}")
+    last = int(curve["step"].iloc[-1])  # (a row a step)
+    if doc.get("steps") is not None and last != doc["steps"]:
+        raise DataError(f"{log}: the log ends at step {last}, but {summary} says the run took "
+                        f"{doc['steps']} steps (cut short, or not this run's log); train {name} again")
     return doc, curve
 
 
