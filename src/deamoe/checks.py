@@ -63,6 +63,20 @@ def check_config(doc: dict) -> None:
         raise ConfigError("; ".join(problems))
 
 
+def measured_gpu_problem(gpu: str | None, measured) -> str | None:
+    """Why report.measured_gpu `gpu` names no folder of the committed measurements `measured`
+    (another name showed every committed GPU table as "not run"), or None (none committed at all:
+    every GPU table is "not run" anyway)."""
+    from pathlib import Path
+
+    measured = Path(measured)
+    gpus = sorted(p.name for p in measured.iterdir() if p.is_dir()) if measured.is_dir() else []
+    if gpu is None or not gpus or gpu in gpus:
+        return None
+    return (f"report.measured_gpu {gpu!r} names no folder of {measured}/ (there: {', '.join(gpus)}); "
+            "the report shows the committed GPU tables of one of them")
+
+
 def path_problems(doc: dict) -> list[str]:
     """The files and folders the config names, against the disk (relative paths: from the working
     directory), one line each: data.files (source=files), offline, eval.data_dir with the file
@@ -75,14 +89,9 @@ def path_problems(doc: dict) -> list[str]:
     from deamoe.errors import DataError
     from deamoe.ownership import COMMITTED
 
-    problems = []
-    # (the schema's default filled in by the workflow's validation; none committed at all:
-    # every GPU table is "not run" anyway)
-    gpu, measured = (doc.get("report") or {}).get("measured_gpu"), Path(*COMMITTED)
-    gpus = sorted(p.name for p in measured.iterdir() if p.is_dir()) if measured.is_dir() else []
-    if gpu is not None and gpus and gpu not in gpus:
-        problems.append(f"report.measured_gpu {gpu!r} names no folder of {measured}/ (there: "
-                        f"{', '.join(gpus)}); the report shows the committed GPU tables of one of them")
+    # (the schema's default filled in by the workflow's validation)
+    problem = measured_gpu_problem((doc.get("report") or {}).get("measured_gpu"), Path(*COMMITTED))
+    problems = [problem] if problem else []
     data = doc.get("data") or {}
     if data.get("source") == "files" and data.get("files"):
         from deamoe.train.data import corpus_files

@@ -266,6 +266,19 @@ def test_cli_builds_report_and_bad_config_exits_2(results, measured, tmp_path, c
     assert "report.bogus" in capsys.readouterr().err
 
 
+def test_cli_refuses_a_measured_gpu_with_no_committed_folder(results, measured, tmp_path, capsys):
+    # a mistyped report.measured_gpu showed every committed GPU table as "not run", exit status 0
+    # (the workflow named it; the command started by hand did not)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profile: tiny\nreport: {measured_gpu: h20}\n")
+    out = tmp_path / "r"
+    assert main(["report", "--config", str(cfg), "--results", str(results),
+                 "--measured", str(measured), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "report.measured_gpu 'h20'" in err and "h200" in err, err
+    assert not out.exists()
+
+
 def test_markdown_table_escapes_and_formats():
     md = markdown_table(pd.DataFrame({"a": [1.0, 0.123456, None], "b": ["x|y", "z", "w"]}))
     lines = md.splitlines()

@@ -20,6 +20,8 @@ def register(sub) -> None:
 def run(args) -> int:
     from pathlib import Path
 
+    from deamoe.checks import measured_gpu_problem
+    from deamoe.errors import ConfigError
     from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.readers import input_folder, read_text
     from deamoe.report.build import ReportSettings, report_outputs, write_report
@@ -29,6 +31,8 @@ def run(args) -> int:
     settings = ReportSettings.from_config(cfg)
     for flag, folder in (("--results", args.results), ("--measured", args.measured)):
         input_folder(folder, flag)  # a mistyped folder would give a report of "not run" rows
+    if problem := measured_gpu_problem(settings.measured_gpu, args.measured):  # likewise
+        raise ConfigError(f"config file {args.config}: {problem}")
     description = read_text(args.description) if args.description else ""
     check_apart([("--out", args.out)], [("--results", args.results), ("--measured", args.measured)])
     check_outputs(files=report_outputs(Path(args.out)), folders=[args.out])
