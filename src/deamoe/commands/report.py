@@ -31,11 +31,11 @@ def run(args) -> int:
     settings = ReportSettings.from_config(cfg)
     for flag, folder in (("--results", args.results), ("--measured", args.measured)):
         input_folder(folder, flag)  # a mistyped folder would give a report of "not run" rows
-    if problem := measured_gpu_problem(settings.measured_gpu, args.measured):  # likewise
-        raise ConfigError(f"config file {args.config}: {problem}")
     description = read_text(args.description) if args.description else ""
     check_apart([("--out", args.out)], [("--results", args.results), ("--measured", args.measured)])
     check_outputs(files=report_outputs(Path(args.out)), folders=[args.out])
+    if problem := measured_gpu_problem(settings.measured_gpu, args.measured):  # "not run" rows too
+        raise ConfigError(f"config file {args.config}: {problem}")
     with folder_lock(args.out, what="another `python -m deamoe report`"):
         written = write_report(Path(args.results), Path(args.measured), Path(args.out), settings,
                                profile=cfg.get("profile"), description=description)
