@@ -36,8 +36,28 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+class _StoreOnce(argparse.Action):
+    """The plain `store` action of every option, refusing one given twice: argparse keeps the last
+    value without a word (`--out a.csv ... --out b.csv` wrote b.csv alone, `--steps 100 ...
+    --steps 5` trained 5 steps)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None:
+            if self.dest in parser.given:
+                parser.error(f"argument {'/'.join(self.option_strings)}: given twice (argparse would "
+                             "keep the last value and drop the first); give it once")
+            parser.given.add(self.dest)
+        setattr(namespace, self.dest, values)
+
+
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors: `PROG: error: MESSAGE (see PROG --help)`, exit status 2."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("action", None, _StoreOnce)
+        self.register("action", "store", _StoreOnce)
+        self.given: set[str] = set()  # the options of the current parse with a value
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -55,6 +75,7 @@ class Parser(argparse.ArgumentParser):
         # A command's parser (one without subcommands) names an argument it does not take
         # itself, pointing at its own --help: argparse hands the leftovers up to the top-level
         # parser, whose message sent the user to the list of commands.
+        self.given = set()
         namespace, extras = super().parse_known_args(args, namespace)
         if extras and self._subparsers is None:
             self.error(f"unrecognized arguments: {' '.join(extras)}")

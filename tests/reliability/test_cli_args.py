@@ -88,6 +88,11 @@ CASES = [
     (["table1", "--out", "t.csv", "--colour", "red"],
      ["deamoe table1: error: unrecognized arguments: --colour red", "deamoe table1 --help"]),
     (["bench", "import", "d", "--to", "x"], ["deamoe bench import: error", "--to x", "deamoe bench import --help"]),
+    # an option given twice: argparse kept the last value without a word (b.csv written alone)
+    (["table1", "--out", "a.csv", "--out", "b.csv"], ["--out", "given twice"]),
+    (["table1", "--out=a.csv", "--ou", "b.csv"], ["--out", "given twice"]),
+    (TRAIN + ["--steps", "100", "--steps", "5"], ["--steps", "given twice"]),
+    (["bench", "import", "--sha", "abcdef1", "--sha", "abcdef2", "d"], ["--sha", "given twice"]),
     ([], ["required"]),
 ]
 
