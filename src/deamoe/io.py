@@ -54,14 +54,15 @@ def _no_file_in_the_way(path: Path) -> None:
     blocker = file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")
-    _writable(next((p for p in Path(path).parents if p.exists()), Path.cwd()))
+    check_writable(next((p for p in Path(path).parents if p.exists()), Path.cwd()))
     whole = whole_folder_above(path)
     if whole is not None:
         raise OutputPathError(f"{path} lies inside {whole}, an output that a deamoe command wrote as a "
                               "whole (a checkpoint, tokenizer or serving results); give a path outside it")
 
 
-def _writable(folder: Path) -> None:
+def check_writable(folder: Path) -> None:
+    """An OutputPathError naming existing `folder` when this process cannot make files in it."""
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputPathError(f"{folder}: cannot write here (no write permission, or a read-only file system)")
 
@@ -102,7 +103,7 @@ def _existing_folder(path: Path) -> bool:
         raise OutputPathError(f"{path} is a link; give a new folder (not a link) for this output")
     if not path.is_dir():
         raise OutputPathError(f"{path} exists and is not a directory; give a new folder for this output")
-    _writable(path)
+    check_writable(path)
     real, cwd = path.resolve(), Path.cwd().resolve()
     if real == cwd or real in cwd.parents:
         raise OutputPathError(f"{path} is the working directory or holds it; give a new folder for this output")

@@ -38,7 +38,7 @@ def cmd_eval(args) -> int:
 
     from deamoe.errors import ConfigError
     from deamoe.eval.runner import run_eval
-    from deamoe.io import check_apart, check_outputs, folder_lock
+    from deamoe.io import OutputPathError, check_apart, check_outputs, check_writable, folder_lock
     from deamoe.settings import load_eval_settings
 
     s = load_eval_settings(args.config)
@@ -60,6 +60,10 @@ def cmd_eval(args) -> int:
     hf_home = Path(s.hf_home)  # the harness's dataset cache: named now, not after loading the model
     if (hf_home.exists() and not hf_home.is_dir()) or file_in_the_way(hf_home):
         raise ConfigError(f"eval.hf_home={s.hf_home}: a file is where this cache folder goes; give a folder")
+    try:  # (a read-only one: the harness failed there after the model was loaded)
+        check_writable(next((p for p in (hf_home, *hf_home.parents) if p.exists()), Path.cwd()))
+    except OutputPathError as exc:
+        raise ConfigError(f"eval.hf_home={s.hf_home}: {exc}; give a cache folder this process can write") from None
     # the harness writes its cache there: inside the checkpoint, or another output written as a
     # whole, it would change that output (files its marker does not list)
     check_apart([("eval.hf_home", hf_home)], [("--checkpoint", args.checkpoint)])
