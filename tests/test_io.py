@@ -55,3 +55,32 @@ def test_an_output_name_its_folders_marker_cannot_record_is_refused(tmp_path, mo
         err = capsys.readouterr().err
         assert status == 2 and len(err.strip().splitlines()) == 1 and why in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t"] and (tmp_path / "t").read_text() == "my own notes\n"
+
+
+def _disk_full(*_, **__):
+    import errno
+
+    raise OSError(errno.ENOSPC, "No space left on device")  # as a write() raises it: no file named
+
+
+def test_a_full_file_system_is_one_line_naming_the_output_and_leaves_nothing(tmp_path, monkeypatch, capsys):
+    # it was "failed unexpectedly (OSError: [Errno 28] ...); rerun with --traceback", exit status 1,
+    # as for a fault of the program
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("pandas.DataFrame.to_csv", _disk_full)
+    assert main(["table1", "--models", "Baseline-7B", "--out", "t/t.csv"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("error: t/t.csv: No space left on device while it was written (nothing of it kept); "
+                   "free some space or give a path on another file system"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_file_system_inside_a_staging_folder_names_the_output_given(tmp_path):
+    from deamoe.io import staging_dir, write_text
+
+    with pytest.raises(OutputPathError, match=r"^\S*/rep: No space left on device"):
+        with staging_dir(tmp_path / "rep", publish=True) as stage:
+            write_text(stage / "tables" / "a.md", "done\n")
+            with atomic_dir(stage / "figures"):
+                _disk_full()
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,7 @@ training, not after) and hold `folder_lock` on the folder they write (one writer
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -41,8 +42,8 @@ from typing import Any, Iterator
 
 from deamoe.errors import DeaMoEError
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
-                              file_in_the_way, foreign_entries, is_committed, is_lock_file, is_ours,
-                              make_parent, mark_whole, name_in_marker, remove_created,
+                              file_in_the_way, foreign_entries, in_staging, is_committed, is_lock_file,
+                              is_ours, make_parent, mark_whole, name_in_marker, remove_created,
                               unrecordable, whole_folder_above, written_whole)
 
 
@@ -245,7 +246,14 @@ def _staged(path: Path) -> Iterator[Path]:
                 os.replace(stage / ".mark", stage / STAGING_MARK)
             except OSError as exc:
                 raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
-        yield stage
+        try:
+            yield stage
+        except OSError as exc:  # a write's (no file named): the output's file system is full,
+            # named by the output the user gave (a file of a staging folder: by that folder's)
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or exc.filename is not None or in_staging(path):
+                raise
+            raise OutputPathError(f"{path}: {exc.strerror} while it was written (nothing of it kept); "
+                                  "free some space or give a path on another file system") from None
         ok = True
     finally:
         with _stops_deferred():
