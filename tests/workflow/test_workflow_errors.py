@@ -87,6 +87,10 @@ def _refusals(proc) -> list[str]:
     # by the train job after it
     ("results/train/ablation-no1-s0/state/resume.pt", "results/train/ablation-no1-s0/summary.json",
      "results/train/ablation-no1-s0/state/resume.pt exists and was not written by deamoe"),
+    # a file in the folder a job's command writes into (--out): named before any job, not by the
+    # data job's command once it ran (or by eval-tables' after the training)
+    ("results/data/notes.txt", "results/data/train.bin",
+     "results/data holds files deamoe did not write (e.g. results/data/notes.txt"),
 ])
 def test_a_users_file_where_a_job_writes_is_refused_and_kept(snakemake, workdir, where, target, named):
     mine = workdir / where

@@ -213,7 +213,9 @@ def foreign_outputs(dag, persistence):
     an output path would be gone without a word.  So, before any job: an existing output of any
     job of the run must be the project's (deamoe.io's rules: a file its folder's marker names, a
     folder written as a whole or empty) -- otherwise it would be taken for a result, or deleted --
-    and an existing log or benchmark file of a job that will run must be one the workflow wrote:
+    the folder a job that will run writes into (`params.out`) must be one its command takes (no
+    user's files: the command refused it only after the jobs before it had run), and an existing
+    log or benchmark file of a job that will run must be one the workflow wrote:
     named in its folder's marker (recorded here before each run) or, for a log, in Snakemake's
     record of the job's outputs; a benchmark Snakemake wrote starts with its header line.  A file
     that a job's command writes beside its outputs (BESIDE_OUTPUTS: a run's resume state) follows
@@ -233,6 +235,7 @@ def foreign_outputs(dag, persistence):
     for job in dag.jobs:
         if job.rule.name == "resolved_config":
             continue  # named by its content: write_resolved_config's own business
+        known = len(problems)
         problems += foreign_job_outputs(job)
         if job not in needrun:
             continue
@@ -242,6 +245,12 @@ def foreign_outputs(dag, persistence):
                 check_output_folder(Path(f).parent)
             except OutputPathError as exc:
                 problems.append(f"{exc} (rule {job.rule.name} writes it beside its outputs)")
+        out = getattr(job.params, "out", None)  # the folder its command writes into (`--out {params.out}`)
+        if out is not None and len(problems) == known:  # (a user's file at one of its outputs: named above)
+            try:
+                check_output_folder(out)
+            except OutputPathError as exc:
+                problems.append(f"{exc} (rule {job.rule.name}'s output folder)")
         logged = {log for f in job.output for log in (persistence.log(f) or [])}
         for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:
             if not os.path.lexists(f) and (blocker := file_in_the_way(f)):
