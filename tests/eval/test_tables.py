@@ -10,6 +10,7 @@ import math
 import pytest
 
 from deamoe.errors import DataError
+from deamoe.ownership import OutputPathError
 from deamoe import paper
 from deamoe.eval.tables import build_tables, write_tables
 
@@ -51,8 +52,8 @@ def test_tables_put_paper_values_on_the_table_metric(tmp_path):
 
 
 def test_the_two_tables_are_written_together(tmp_path, csv_write_fails):
-    # perplexity.csv failing to be written leaves downstream.csv as it was, not new beside an
-    # old perplexity table
+    # perplexity.csv failing to be written (a full disk: one line naming it) leaves downstream.csv
+    # as it was, not new beside an old perplexity table
     for m in ("deamoe", "baseline"):
         (tmp_path / m).mkdir()
         (tmp_path / m / "lm_eval.json").write_text(json.dumps(fake_result(m)))
@@ -62,7 +63,7 @@ def test_the_two_tables_are_written_together(tmp_path, csv_write_fails):
     doc["results"]["piqa"]["acc,none"] = 0.25
     (tmp_path / "deamoe" / "lm_eval.json").write_text(json.dumps(doc))
     csv_write_fails(2)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputPathError, match="perplexity.csv: No space left on device"):
         write_tables(tmp_path, tmp_path / "out")
     assert {p.name: p.read_text() for p in (tmp_path / "out").glob("*.csv")} == before
 
