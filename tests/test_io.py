@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pytest
 
 from deamoe.cli import main
@@ -72,6 +74,35 @@ def test_a_full_file_system_is_one_line_naming_the_output_and_leaves_nothing(tmp
     err = capsys.readouterr().err.strip()
     assert err == ("error: t/t.csv: No space left on device while it was written (nothing of it kept); "
                    "free some space or give a path on another file system"), err
+    assert list(tmp_path.iterdir()) == []
+
+
+def _disk_full_wrapped(*_, **__):
+    # safetensors' error when save_pretrained's write fills the disk: not an OSError
+    raise Exception('Error while serializing: IoError(Os { code: 28, kind: StorageFull, '
+                    'message: "No space left on device" })')
+
+
+@pytest.mark.parametrize("fails", ["wrapped", "stdout"])
+def test_a_full_file_system_a_library_reports_is_one_line(tmp_path, monkeypatch, capsys, fails):
+    # a checkpoint's safetensors write, or stdout on a full disk (`> /dev/full`), read "failed
+    # unexpectedly ... rerun with --traceback", exit status 1, as a fault of the program
+    monkeypatch.chdir(tmp_path)
+    class FullStdout(io.StringIO):
+        flush = write = _disk_full
+
+    with monkeypatch.context() as patch:
+        if fails == "wrapped":
+            patch.setattr("pandas.DataFrame.to_csv", _disk_full_wrapped)
+            argv = ["table1", "--models", "Baseline-7B", "--out", "t.csv"]
+        else:
+            patch.setattr("sys.stdout", FullStdout())  # budget prints its JSON
+            argv = ["budget", "--h", "8", "--h-ffn", "4", "--n-expert", "8", "--k-expert", "2", "--n-dept", "2",
+                    "--dea-n-expert", "4", "--k-dept", "1", "--dea-k-expert", "2"]
+        assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"error: python -m deamoe {argv[0]}: the file system filled while it wrote (No space left "
+                   "on device); free some space and run it again"), err
     assert list(tmp_path.iterdir()) == []
 
 
