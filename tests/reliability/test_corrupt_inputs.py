@@ -173,6 +173,9 @@ SERVE_DAMAGE = {
     "no server TPOT for serve.slo_metric": (lambda: json.dumps({**LEVEL, "tpot_server_mean_ms": None}),
                                             ["'tpot_server_mean_ms'"]),
     "negative TTFT": (lambda: json.dumps({**LEVEL, "ttft_ms": -1}), ["'ttft_ms'"]),
+    # the speedup divides by it: it was an infinite speedup in tpot.csv
+    "TPOT 0 on serve.slo_metric": (lambda: json.dumps({**LEVEL, "tpot_server_mean_ms": 0}),
+                                   ["'tpot_server_mean_ms' is 0", "no time per output token"]),
     "another level's": (lambda: json.dumps({**LEVEL, "concurrency": 2}), ["'concurrency' is 2", "(1)"]),
     "the baseline's level": (lambda: json.dumps({**LEVEL, "model": "baseline"}),
                              ["key 'model' is 'baseline'", "(deamoe)"]),

@@ -46,7 +46,10 @@ def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
     for model in (BASELINE, DEAMOE):
         for path in sorted((Path(root) / model).glob("c*.json")):
             obj = read_serve_result(path)
-            need(obj, path, metric, "number", low=0)
+            if need(obj, path, metric, "number", low=0) == 0:  # the speedup divides by it
+                raise DataError(f"{path}: key {metric!r} is 0: no time per output token was measured "
+                                "(vLLM's benchmark gives 0 when every request made one token); rerun "
+                                "`python -m deamoe serve` for this level with longer outputs")
             if obj["model"] != model:
                 raise DataError(f"{path}: key 'model' is {obj['model']!r}, not the folder's ({model}); "
                                 "rerun `python -m deamoe serve` for it")
