@@ -288,13 +288,13 @@ POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_d
 _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
                     positive=("batch", "baseline_us", "deamoe_us"), provenance=("date", "git_sha"),
                     key=POINT, rows=True)
-# The tables the stages write and the report reads, and the committed measurements under
-# reports/measured/<gpu>/, by file name ("folder/name" where two differ): what `bench import` and
-# `microbench --merge-decode-into` check before replacing a committed one, and what the report
-# checks before showing one.
+# The tables the stages write and the report reads, and the committed measurements under reports/measured/<gpu>/,
+# by file name ("folder/name" where two differ): what `bench import` and `microbench --merge-decode-into` check
+# before replacing a committed one, and what the report checks before showing one.
 TABLES = {
     "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio")),
-    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio")),
+    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens",),
+                             key=("model", "tokens")),
     "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",)),
     "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n")),
     "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms")),

@@ -215,6 +215,11 @@ REPORT_DAMAGE = {
     "an empty table": ("res/analysis/table1.csv", "", ["table1.csv", "empty file"]),
     "an infinite ratio": ("res/analysis/loading.csv", "model,tokens,ratio\nDeepSeek-V3,1,inf\n",
                           ["loading.csv:2", "ratio is inf"]),
+    # Figure 2 drew both rows of a point, and a step of no tokens
+    "a loading point twice": ("res/analysis/loading.csv", "model,tokens,ratio\nDeepSeek-V3,4,0.6\nDeepSeek-V3,4,0.7\n",
+                              ["loading.csv:3", "DeepSeek-V3", "4"]),
+    "loading at no tokens": ("res/analysis/loading.csv", "model,tokens,ratio\nDeepSeek-V3,0,1.0\n",
+                             ["loading.csv:2", "tokens is 0", "> 0"]),
     "a committed time missing": ("meas/h200/microbench.csv",
                                  "model,batch,baseline_us,deamoe_us\nDeepSeek-V3,4,,3.0\n",
                                  ["microbench.csv:2", "baseline_us is empty or NaN"]),
