@@ -6,15 +6,15 @@ the types of deamoe.argtypes), a DeaMoEError, or an unreadable/unwritable path t
 becomes one line on stderr and exit status 2.  SIGTERM stops a command like Ctrl-C (its `finally`
 blocks remove its staging folders and locks; exit status 143).  A reader that closed stdout early
 (`... | head -1`) ends it quietly with exit status 141, as SIGPIPE would.  A file system that
-filled while the command wrote (an OSError ENOSPC, or a library's wrapping of it: safetensors')
-is one line, exit status 2.  Any other exception is a fault of the program, not of the input: one line naming it, exit status 1 (`--traceback` shows where).
+filled while the command wrote is one line (deamoe.io names the output it was writing), exit
+status 2.  Any other exception is a fault of the program, not of the input: one line naming it,
+exit status 1 (`--traceback` shows where).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import importlib
 import os
 import sys
@@ -208,28 +208,12 @@ def _quiet_broken_pipe() -> int:
     return 141
 
 
-# how a write that filled the file system reads where a library wraps the OSError: safetensors
-# raises "IoError(Os { code: 28, kind: StorageFull, message: \"No space left on device\" })"
-_FULL_DISK = ("No space left on device", "Disk quota exceeded", "StorageFull")
-
-
-def _disk_full(exc: BaseException) -> bool:
-    """Whether `exc` or an exception it was raised from is a write that filled the file system."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        if any(mark in str(exc) for mark in _FULL_DISK):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 def _unexpected(args, exc: BaseException) -> int:
     if getattr(args, "traceback", False):
         raise exc
-    if _disk_full(exc):  # (a file it named was answered before: the write's own message)
+    from deamoe.errors import disk_full
+
+    if disk_full(exc):  # outside an output's staged write (stdout); a file it named was answered before
         print(f"error: {_prog(args)} {args.command}: the file system filled while it wrote (No space left "
               "on device); free some space and run it again", file=sys.stderr)
         return 2

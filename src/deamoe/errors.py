@@ -52,3 +52,21 @@ def not_a_file(path: str | os.PathLike) -> str:
         if exc.errno == errno.ELOOP:  # its target "exists" as a link: naming it would mislead
             return "a link that leads back to itself (a loop), not a file"
     return f"a link to {os.readlink(path)}, which does not exist"
+
+
+# How a write that filled the file system reads: an OSError's strerror, or the text of a library
+# that wraps it (safetensors: "IoError(Os { code: 28, kind: StorageFull, message: ... })").
+FULL_DISK = ("No space left on device", "Disk quota exceeded", "StorageFull")
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from, is a write that filled the file system."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if any(mark in str(exc) for mark in FULL_DISK):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -28,7 +28,6 @@ training, not after) and hold `folder_lock` on the folder they write (one writer
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -40,7 +39,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator
 
-from deamoe.errors import DeaMoEError
+from deamoe.errors import FULL_DISK, DeaMoEError, disk_full
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
                               file_in_the_way, foreign_entries, in_staging, is_committed, is_lock_file,
                               is_ours, make_parent, mark_whole, name_in_marker, remove_created,
@@ -248,11 +247,14 @@ def _staged(path: Path) -> Iterator[Path]:
                 raise OutputPathError(f"{path.parent}: cannot write here ({exc.strerror})") from None
         try:
             yield stage
-        except OSError as exc:  # a write's (no file named): the output's file system is full,
-            # named by the output the user gave (a file of a staging folder: by that folder's)
-            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or exc.filename is not None or in_staging(path):
+        except Exception as exc:  # noqa: BLE001 - a write that filled the output's file system,
+            # named by the output the user gave (a file of a staging folder: by that folder's; an
+            # OSError naming its own file is reported with that name)
+            if (isinstance(exc, DeaMoEError) or not disk_full(exc) or getattr(exc, "filename", None) is not None
+                    or in_staging(path)):
                 raise
-            raise OutputPathError(f"{path}: {exc.strerror} while it was written (nothing of it kept); "
+            why = getattr(exc, "strerror", None) or FULL_DISK[0]
+            raise OutputPathError(f"{path}: {why} while it was written (nothing of it kept); "
                                   "free some space or give a path on another file system") from None
         ok = True
     finally:
