@@ -60,6 +60,7 @@ class Parser(argparse.ArgumentParser):
         self.register("action", None, _StoreOnce)
         self.register("action", "store", _StoreOnce)
         self.given: set[str] = set()  # the options of the current parse with a value
+        self.unwritten: OSError | None = None  # a write of --help's (or usage's) text that failed
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -67,11 +68,29 @@ class Parser(argparse.ArgumentParser):
     def exit(self, status=0, message=None):
         # --help's text is flushed now, as a command's output is (_run): a reader gone
         # (`--help | head -1`) is no error, where the interpreter's flush at exit reports it
+        failed = self.unwritten
         try:
             sys.stdout.flush()
-        except BrokenPipeError:
+        except BrokenPipeError as exc:
+            failed = exc
+        except OSError as exc:
+            failed = failed or exc
+        if isinstance(failed, BrokenPipeError):
             status = status or _quiet_broken_pipe()
+        elif failed is not None:  # `--help > /dev/full`: the text never arrived, which is an error
+            _quiet_broken_pipe()  # the unwritten rest is not flushed again at exit
+            status, message = 2, f"{self.prog}: error: could not write to stdout ({failed.strerror or failed})\n"
         super().exit(status, message)
+
+    def _print_message(self, message, file=None):
+        # argparse drops a failed write without a word (exit status 0 after --help): one to
+        # stdout is kept for exit; one to stderr is argparse's as before (no line could say it)
+        file = file or sys.stderr
+        try:
+            file.write(message or "")
+        except OSError as exc:
+            if file is sys.stdout:
+                self.unwritten = self.unwritten or exc
 
     def parse_known_args(self, args=None, namespace=None):
         # A command's parser (one without subcommands) names an argument it does not take

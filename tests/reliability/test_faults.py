@@ -191,3 +191,16 @@ def test_a_reader_that_closed_stdout_is_no_fault(tmp_path, argv, unbuffered):
                           env={**env, **({"PYTHONUNBUFFERED": unbuffered} if unbuffered else {})})
     os.close(write)
     assert done.stderr == "" and done.returncode in (0, 141), done.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["--help"], ["report", "--help"]])
+def test_help_to_a_full_disk_is_one_line(tmp_path, argv):
+    """`--help > /dev/full`: argparse dropped the failed write and exited 0, as if the text had
+    arrived; now one line on stderr and exit status 2."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "deamoe", *argv], cwd=tmp_path, stdout=full,
+                              stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.endswith(": error: could not write to stdout (No space left on device)\n")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
