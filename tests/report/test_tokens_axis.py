@@ -138,8 +138,8 @@ def test_the_headline_judges_each_line_at_the_papers_tokens_per_parameter(tmp_pa
     art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
     claim = headline.longer_training({"tokens_axis": art})
     # 4000 steps (19 tokens/param) is the length nearest the paper's 15; 8000 the longest
-    assert ("small (silu) +0.125 +- 0.018 at 19 tokens/param, +0.062 +- 0.018 at 37 tokens/param"
-            in claim.reproduced)
+    assert ("small (silu) +0.125 +- 0.018 (2 se, 3 seeds) at 19 tokens/param, "
+            "+0.062 +- 0.018 (2 se, 3 seeds) at 37 tokens/param" in claim.reproduced)
     assert claim.verdict == "not reproduced: DeaMoE behind"
     # closed only at the longest length: still behind where the paper makes its claim
     late = axis_frame()
@@ -192,3 +192,29 @@ def test_a_trend_carried_past_zero_says_it_does_not_predict_a_change_of_sign():
     assert "does not say the gap would change sign" in text
     # read inside the measured lengths: no such caveat
     assert "change sign" not in tokens_axis.verdict_text(table)
+
+
+def test_a_longer_length_of_one_seed_is_shown_beside_the_line_not_judged(tmp_path):
+    # the first seed of a new length: its difference has no spread, so neither the verdict's
+    # "last length" nor the headline takes it as the line's judged end (it read "+- nan" and
+    # counted as "behind")
+    from deamoe.report import headline
+
+    frame = axis_frame()
+    first = frame[(frame["steps"] == 8000) & (frame["seed"] == 0)].assign(steps=16000, tokens=16000 * 32_768,
+                                                                     epochs=16000 * 32_768 / CORPUS)
+    first["run"] = first["run"].str.replace("8000steps", "16000steps")
+    first.loc[first["model"] == "deamoe", "val_loss"] = first.loc[first["model"] == "baseline", "val_loss"].values - 0.5
+    commit(tmp_path / "measured", pd.concat([frame, first]))
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    row = art.table.set_index("steps").loc[16000]
+    assert row["seeds"] == 1 and row["diff DeaMoE - baseline"] == pytest.approx(-0.5)
+    text = art.notes[0]
+    assert "nan" not in text
+    assert "-> +0.062 +- 0.018 (2 se, 3 seeds) at 37" in text
+    assert "; at 75 tokens/param (7.5 passes) -0.500 (one seed): no spread to judge it against yet" in text
+    claim = headline.longer_training({"tokens_axis": art})
+    assert "nan" not in claim.reproduced
+    assert "-0.500 (one seed) at 75 tokens/param (not judged)" in claim.reproduced
+    assert claim.verdict == "not reproduced: DeaMoE behind"  # judged at 19 tokens/param, as before
+    assert "524M tokens per run" in claim.scale  # the shown length's tokens: 16000 x 32768

@@ -15,6 +15,7 @@ import pandas as pd
 
 from deamoe import paper
 from deamoe.report.artifact import NOT_RUN, Artifact
+from deamoe.report.tokens_axis import gap_text
 
 RATIO_TOL = 0.005  # Table 1's ratios are printed to 3 decimals
 BAND_TOL = 0.02  # Figure 2's loaded-weight band, each end
@@ -213,20 +214,25 @@ def longer_training(arts: dict) -> Claim:
     done = t[t["verdict"] != NOT_RUN]
     if done.empty:
         return _not_run(claim, want, art)
-    at = lambda r: (f"{r['diff DeaMoE - baseline']:+.3f} +- {r['diff 2 se']:.3f} at "  # noqa: E731
-                    f"{r['tokens per param']:.2g} tokens/param")
+    at = lambda r: f"{gap_text(r)} at {r['tokens per param']:.2g} tokens/param"  # noqa: E731
     fine = lambda r: r["verdict"].startswith(("within", "DeaMoE ahead"))  # noqa: E731
     got, behind, closes, short, longest = [], [], [], [], []
-    for (size, op), line in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
-        name, line = f"{size} ({op})", line.reset_index(drop=True)
+    for (size, op), whole in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
+        # judged only where seeds give a spread; a length of one seed so far is shown, not judged
+        name, line = f"{size} ({op})", whole[whole["seeds"] > 1].reset_index(drop=True)
+        first_seeds = [at(r) + " (not judged)" for _, r in whole[whole["seeds"] < 2].iterrows()]
+        if line.empty:
+            got.append(f"{name} " + ", ".join(first_seeds))
+            longest.append(whole.iloc[-1])
+            continue
         distance = (line["tokens per param"] / ratio).map(lambda x: abs(math.log(x)))
         near, last = line.loc[distance.idxmin()], line.iloc[-1]
         at_paper = distance.min() <= math.log(PAPER_RATIO_BAND)
-        got.append(f"{name} {at(near)}, {at(last)}" if at_paper and near.name != last.name
-                   else f"{name} {at(last)}")
+        got.append((f"{name} {at(near)}, {at(last)}" if at_paper and near.name != last.name
+                    else f"{name} {at(last)}") + "".join(f", {x}" for x in first_seeds))
         judged = near if at_paper else last
         short += [] if at_paper else [f"{name} at {last['tokens per param']:.2g}"]
-        longest.append(last)
+        longest.append(whole.iloc[-1])  # the scale: every length shown
         if not fine(judged):
             behind.append(name)
             start = len(line)  # the first length from which every longer one is fine

@@ -122,30 +122,37 @@ def verdict_text(table: pd.DataFrame) -> str:
     parts = []
     for (size, op), line in done.groupby(["size", "DeaMoE operator"], sort=False):
         line = line.sort_values("tokens")
-        first, last = line.iloc[0], line.iloc[-1]
+        # the longest length with a spread is the one judged; a longer one of a single seed (the
+        # first of a new length) is told beside it, not taken as the line's end
+        judged = line[line["seeds"] > 1]
+        last = judged.iloc[-1] if not judged.empty else line.iloc[-1]
+        first, upto, beyond = line.iloc[0], line[line["tokens"] <= last["tokens"]], line[line["tokens"] > last["tokens"]]
         label = OPERATOR_LABELS.get(op, op)
         text = (f"{size} ({label}): gap {first['diff DeaMoE - baseline']:+.3f} at "
-                f"{first['tokens per param']:.2g} tokens/param -> {last['diff DeaMoE - baseline']:+.3f} "
-                f"+- {last['diff 2 se']:.3f} (2 se, {int(last['seeds'])} seeds) at "
+                f"{first['tokens per param']:.2g} tokens/param -> {gap_text(last)} at "
                 f"{last['tokens per param']:.2g} ({last['passes over corpus']:.1f} passes over its text): "
                 f"{last['verdict']}")
         if math.isfinite(last["train diff DeaMoE - baseline"]):
-            text += (f" (training-loss gap there {last['train diff DeaMoE - baseline']:+.3f} "
-                     f"+- {last['train diff 2 se']:.3f})")
-        if len(line) > 1:
+            text += f" (training-loss gap there {gap_text(last, 'train ')})"
+        if len(upto) > 1 and last["seeds"] > 1 and first["seeds"] > 1:
             change = last["diff DeaMoE - baseline"] - first["diff DeaMoE - baseline"]
             noise = math.hypot(first["diff 2 se"], last["diff 2 se"])  # 2 se of the change
             toward = "toward zero" if abs(last["diff DeaMoE - baseline"]) < abs(first["diff DeaMoE - baseline"]) \
                 else "away from zero"
-            text += (f"; over {len(line)} lengths the gap moves {change:+.3f} ({toward}), "
+            text += (f"; over {len(upto)} lengths the gap moves {change:+.3f} ({toward}), "
                      + ("beyond" if abs(change) > noise else "within") + f" seed noise (2 se {noise:.3f})")
+        for _, row in beyond.iterrows():
+            text += (f"; at {row['tokens per param']:.2g} tokens/param ({row['passes over corpus']:.1f} "
+                     f"passes) {gap_text(row)}" + (f", training-loss gap {gap_text(row, 'train ')}"
+                                               if math.isfinite(row["train diff DeaMoE - baseline"]) else "")
+                     + ": no spread to judge it against yet")
         t = trend(line, PAPER_TOKENS_PER_PARAM)
         if t:
             kind = "extrapolation" if t["extrapolated"] else "interpolation"
             text += (f"; a log-linear trend ({t['slope_per_decade']:+.3f} nats per decade of tokens) "
                      f"gives {t['value']:+.3f} +- {2 * t['se']:.3f} at the paper's "
                      f"{PAPER_TOKENS_PER_PARAM:.0f} tokens/param ({kind})")
-            gap = last["diff DeaMoE - baseline"]
+            gap = line.iloc[-1]["diff DeaMoE - baseline"]  # the longest measured, one seed or more
             if t["extrapolated"] and t["zero_at"] is not None and gap * t["value"] < 0:
                 # the line crosses zero past the measured lengths: beyond where the gap closed,
                 # a straight line in log-tokens says nothing about whether it changes sign
@@ -153,6 +160,14 @@ def verdict_text(table: pd.DataFrame) -> str:
                          "tokens/param): it does not say the gap would change sign")
         parts.append(text)
     return "DeaMoE minus baseline held-out loss along training length -- " + "; ".join(parts) + "."
+
+
+def gap_text(row, of: str = "") -> str:
+    """A line's gap at one length: mean +- 2 se over its seeds, or the one seed's difference."""
+    mean, seeds = row[f"{of}diff DeaMoE - baseline"], int(row["seeds"])
+    if seeds < 2 or not math.isfinite(row[f"{of}diff 2 se"]):
+        return f"{mean:+.3f} (one seed)"
+    return f"{mean:+.3f} +- {row[f'{of}diff 2 se']:.3f} (2 se, {seeds} seeds)"
 
 
 def tokens_axis(results: Path, measured: Path, profile: str | None) -> Artifact:
