@@ -236,6 +236,9 @@ def test_a_target_the_config_does_not_define_is_one_line_before_any_job(snakemak
     # tab-completed: Snakemake matches no output by an absolute path
     (["{workdir}/results/analysis/table1.csv"], "target: {workdir}/results/analysis/table1.csv: Snakemake "
      "matches outputs by their relative path; give results/analysis/table1.csv"),
+    # an unset shell variable (`snakemake "$TARGET"`): was a ValueError from os.path.relpath
+    ([""], "target: '': an empty target; give a rule's name or a path a rule writes"),
+    (["--forcerun", "", "--", "all"], "target: --forcerun '': an empty target"),
 ])
 def test_a_target_that_no_rule_writes_is_one_line_before_any_job(snakemake, workdir, args, line):
     """Snakemake's own "MissingRuleException: No rule to produce X (if you use input functions

@@ -331,6 +331,10 @@ def target_problems(wf):
         for item in sorted(items or ()) if not wf.is_rule(item)]
     problems = []
     for flag, item in given:
+        if not item.strip():  # an unset shell variable (`snakemake "$TARGET"`): relpath raised
+            problems.append(f"{flag}{item!r}: an empty target; give a rule's name or a path a rule "
+                            "writes (`snakemake --list-rules` lists the rules)")
+            continue
         path = os.path.relpath(item)  # as Snakemake takes a relative one
         if not any(rule.is_producer(path) for rule in wf.rules):
             problems.append(f"{flag}{item}: no rule is named so or writes it (`snakemake --list-rules` "
