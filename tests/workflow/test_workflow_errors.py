@@ -303,3 +303,28 @@ def test_a_moved_checkout_keeps_its_results(snakemake, workdir):
     moved = workdir.rename(workdir.with_name("moved"))
     proc = snakemake(moved, "-s", "Snakefile", "-n", "--cores", "1", "results/data/meta.json")
     assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize("where, line", [
+    # Snakemake's reporter opened the path as it was: the user's file was replaced without a word
+    ("mine.html", "report: mine.html exists and was not written by deamoe"),
+    # a FileNotFoundError / IsADirectoryError traceback from the reporter
+    ("folder.html", "report: folder.html is a directory; give a file path for this output"),
+])
+def test_a_report_path_holding_the_users_own_is_one_line_and_kept(snakemake, workdir, where, line):
+    mine = workdir / where
+    mine.mkdir() if where == "folder.html" else mine.write_text("my own page\n")
+    proc = snakemake(workdir, "--report", where)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert _errors(proc) == [_errors(proc)[0]] and _errors(proc)[0].startswith(line), proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert mine.is_dir() if where == "folder.html" else mine.read_text() == "my own page\n"
+
+
+def test_a_report_goes_into_a_new_folder_and_is_replaced_by_the_next(snakemake, workdir):
+    """The report's folder is made (was a FileNotFoundError traceback); a report the workflow
+    wrote is its own to replace, and nothing but the report is left beside it."""
+    for _ in range(2):
+        proc = snakemake(workdir, "--report", "new/sub/report.html")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert sorted(p.name for p in (workdir / "new" / "sub").iterdir()) == [".deamoe-output", "report.html"]

@@ -126,3 +126,50 @@ rule report:
         "{DEAMOE} report --config {RESOLVED_CONFIG} --results {params.results}"
         " --measured {MEASURED} --out {params.out} --description {input.description}"
         " > {log} 2>&1"
+
+
+import signal
+
+_snakemake_create_report = workflow.create_report
+
+
+def _report_as_an_output(report_plugin, report_settings, global_report_settings):
+    """`snakemake --report PATH`: Snakemake's reporter opens PATH for writing as it is, so a user's
+    file there was replaced without a word, a missing folder or a folder at PATH ended in a
+    traceback, and a stop while writing left half a report.  PATH is an output as the commands'
+    are (deamoe.io): refused in one line unless absent or written by this workflow, its folder
+    made, the report written under a temporary name beside it and renamed when whole."""
+    from deamoe.io import atomic_path
+    from deamoe.ownership import OutputPathError
+
+    path = getattr(report_settings, "path", None)
+    if path is None or Path(path).suffix not in (".html", ".zip"):  # Snakemake names a wrong suffix
+        return _snakemake_create_report(report_plugin, report_settings, global_report_settings)
+    def stop(signum, frame):  # SIGTERM unwinds as Ctrl-C does: the temporary report removed
+        raise _ReportStopped()
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with atomic_path(path) as tmp:  # the same file name: a .zip's folder inside is named by it
+            report_settings.path = tmp
+            try:
+                _snakemake_create_report(report_plugin, report_settings, global_report_settings)
+            finally:
+                report_settings.path = path
+            if not tmp.is_file():
+                raise WorkflowError(f"--report {path}: Snakemake wrote no report")
+    except OutputPathError as exc:
+        config_stop([exc], prefix="report")
+    except KeyboardInterrupt as exc:  # (asyncio's traceback of it otherwise)
+        how = ("terminated", 143) if isinstance(exc, _ReportStopped) else ("interrupted", 130)
+        print(f"{how[0]}: snakemake --report {path}; no report written", file=sys.stderr)
+        sys.exit(how[1])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _ReportStopped(KeyboardInterrupt):
+    """SIGTERM while the HTML report is written."""
+
+
+workflow.create_report = _report_as_an_output
