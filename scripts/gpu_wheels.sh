@@ -27,6 +27,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=.venv/bin/python
+[ $# -le 1 ] || {  # `gpu_wheels.sh train test` made the train set alone, the rest ignored
+    echo "gpu_wheels: takes at most one argument, the wheel set (train, eval or test); got $#: $*" >&2; exit 2; }
 set_name=${1:-eval}
 case "$set_name" in
     train) packages="snakemake" ;;

@@ -110,6 +110,14 @@ def test_gpu_wheels_names_a_bad_variable_before_any_download(sh, tmp_path, env, 
     assert not (tmp_path / "checkout" / ".whl").exists() and not (tmp_path / "checkout" / ".gpu_data").exists()
 
 
+def test_gpu_wheels_names_an_argument_not_ignored_before_any_download(sh, tmp_path):
+    """`gpu_wheels.sh train test` downloaded the train set as if the second had not been given."""
+    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)  # past the .venv check: nothing runs it
+    (tmp_path / "checkout" / ".venv" / "bin" / "python").symlink_to("/bin/false")
+    assert_one_line_failure(*sh("gpu_wheels.sh", "train", "test"), "at most one argument", "train test")
+    assert not (tmp_path / "checkout" / ".whl").exists() and not (tmp_path / "checkout" / ".gpu_data").exists()
+
+
 def test_gpu_run_cut_short_while_packing_leaves_no_truncated_archive(sh, tmp_path):
     """tar wrote straight to OUT/results.tar.gz: a call killed mid-pack (a lease running out)
     left half an archive under the name its results are fetched by."""
