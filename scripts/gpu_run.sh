@@ -35,6 +35,8 @@ while [ $# -gt 0 ]; do
         --stage) stage=1 ;;
         # else Snakemake would be handed it as an option after the setup (wheels, corpus, MPS)
         -*) echo "gpu_run: unknown option '$1' (Snakemake's options go after --: $usage)" >&2; exit 2 ;;
+        # an unset variable ("$TARGET"): else handed to Snakemake after the setup
+        "") echo "gpu_run: an empty target after OUT_DIR '$given' ($usage)" >&2; exit 2 ;;
         *) targets+=("$1") ;;
     esac
     shift

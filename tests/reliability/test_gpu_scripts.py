@@ -64,6 +64,7 @@ def test_gpu_run_names_a_bad_variable(sh, tmp_path, env, names):
     (["--stage"], ["OUT_DIR comes first", "'--stage'"]),
     (["quality_small"], ["target after OUT_DIR 'quality_small'"]),  # was "name at least one target"
     (["{o}", "--stage", "quality_small"], ["--stage", "quality_small", "next call"]),  # was dropped
+    (["{o}", ""], ["an empty target"]),  # an unset "$TARGET": was handed to Snakemake after the setup
 ])
 def test_gpu_run_names_a_bad_argument_before_any_work(sh, tmp_path, args, names):
     assert_one_line_failure(*sh("gpu_run.sh", *[a.format(o=tmp_path / "o") for a in args]), *names)
