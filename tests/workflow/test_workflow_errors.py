@@ -270,6 +270,18 @@ def test_a_users_file_where_the_workflow_makes_a_folder_is_refused_and_kept(snak
     assert not (workdir / "results" / "analysis").exists()
 
 
+def test_a_resolved_config_folder_that_cannot_be_made_is_one_line(snakemake, workdir):
+    """results/config a link to a folder since removed: the start hook's mkdir raised, printed
+    with the Snakefile's stack, before any job."""
+    (workdir / "results").mkdir()
+    (workdir / "results" / "config").symlink_to(workdir / "gone")
+    proc = snakemake(workdir, "--cores", "1", "results/analysis/table1.csv")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = _refusals(proc)
+    assert line.startswith("refused before any job: results/config (a link to nothing): cannot make this folder")
+    assert "File \"" not in proc.stderr and not (workdir / "results" / "analysis").exists()
+
+
 def test_a_users_file_added_to_a_folder_written_as_a_whole_is_refused_and_kept(snakemake, workdir):
     """results/data/tokenizer (a directory output, written as a whole): its marker lists what it
     held, so a file added since is the user's -- named before any job, not deleted with the

@@ -16,7 +16,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 
 import yaml
@@ -29,6 +28,7 @@ SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
 from deamoe.checks import config_problems, path_problems
 from deamoe.errors import ConfigError
+from deamoe.resolved import write_resolved
 from deamoe.schema import first_problem, load as load_schema, property_schema, typed_leaves
 from deamoe.settings import parse_config_file
 from deamoe.shapes import MODELS
@@ -166,14 +166,8 @@ def write_resolved_config():
               file=sys.stderr)
     except (OSError, UnicodeDecodeError):
         pass  # absent (or unreadable: the write names the problem)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.fchmod(fd, 0o666 & ~mask)  # as any file written (mkstemp's 0600 hid it from the group)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(RESOLVED_TEXT)
-    os.replace(tmp, path)
+    if problem := write_resolved(path, RESOLVED_TEXT):
+        config_stop([problem], prefix="refused before any job")
 
 
 def foreign_job_outputs(job):
