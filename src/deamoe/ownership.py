@@ -162,14 +162,21 @@ def name_in_marker(path: Path) -> None:
     if in_staging(path) or (written_whole(path.parent) and _manifest(path.parent) is None):
         return  # a private scratch folder, or a folder that is ours as a whole (all it holds)
     check_marker(path.parent)
-    with open(path.parent / OUTPUT_MARKER, "a+", encoding="utf-8") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        fh.seek(0)
-        lines = fh.read().splitlines()
-        if not lines:
-            fh.write(FILES_BELOW + "\n")
-        if path.name not in lines[1:]:  # (in a folder written as a whole: added to its list)
-            fh.write(path.name + "\n")
+    marker = path.parent / OUTPUT_MARKER
+    new = not marker.exists()
+    try:
+        with open(marker, "a+", encoding="utf-8") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            fh.seek(0)
+            lines = fh.read().splitlines()
+            if not lines:
+                fh.write(FILES_BELOW + "\n")
+            if path.name not in lines[1:]:  # (in a folder written as a whole: added to its list)
+                fh.write(path.name + "\n")
+    except OSError:  # a full disk: no empty marker left of one this call made
+        if new and marker.is_file() and marker.stat().st_size == 0:
+            marker.unlink()
+        raise
 
 
 def foreign_entries(folder: str | os.PathLike) -> list[Path]:

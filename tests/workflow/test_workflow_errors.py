@@ -282,6 +282,22 @@ def test_a_resolved_config_folder_that_cannot_be_made_is_one_line(snakemake, wor
     assert "File \"" not in proc.stderr and not (workdir / "results" / "analysis").exists()
 
 
+@pytest.mark.parametrize("link, named", [
+    ("logs/analysis", "logs/analysis/table1.log: cannot name it in its folder's .deamoe-output (File exists"),
+    ("logs/analysis/.deamoe-output", "logs/analysis/.deamoe-output is a link: not deamoe's record"),
+])
+def test_a_log_folder_the_workflow_cannot_record_in_is_one_line(snakemake, workdir, link, named):
+    """A link to nothing where a log's folder or its marker goes: the start hook's OSError or
+    OutputPathError was printed with the Snakefile's stack."""
+    (workdir / link).parent.mkdir(parents=True, exist_ok=True)
+    (workdir / link).symlink_to(workdir / "gone")
+    proc = snakemake(workdir, "--cores", "1", "results/analysis/table1.csv")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    (line,) = _refusals(proc)
+    assert named in line and "File \"" not in proc.stderr, proc.stderr
+    assert not (workdir / "results" / "analysis").exists()
+
+
 def test_a_users_file_added_to_a_folder_written_as_a_whole_is_refused_and_kept(snakemake, workdir):
     """results/data/tokenizer (a directory output, written as a whole): its marker lists what it
     held, so a file added since is the user's -- named before any job, not deleted with the

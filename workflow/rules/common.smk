@@ -268,11 +268,19 @@ def foreign_outputs(dag, persistence):
 
 def record_logs(dag):
     """Name the log and benchmark files of the jobs about to run in their folders' markers."""
+    from deamoe.errors import DeaMoEError
     from deamoe.ownership import record_output
 
     for job in dag.needrun_jobs():
         for f in [*job.log, *([job.benchmark] if job.benchmark else [])]:
-            record_output(str(f))
+            try:
+                record_output(str(f))
+            except DeaMoEError as exc:  # its marker is no record (a link, not a file)
+                config_stop([exc], prefix="refused before any job")
+            except OSError as exc:  # a full disk, a folder that cannot be made: not the stack
+                config_stop([f"{f}: cannot name it in its folder's .deamoe-output ({exc.strerror or exc}; "
+                             f"rule {job.rule.name}'s log); free some space or move away what is in the way"],
+                            prefix="refused before any job")
 
 
 onstart:
