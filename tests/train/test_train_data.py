@@ -121,3 +121,17 @@ def test_corpus_fields_count_passes_over_the_training_tokens():
     got = corpus_fields({"train_tokens": 1000, "val_tokens": 10, "train_sha256": "ab" * 32}, 2500)
     assert got == {"corpus_tokens": 1000, "epochs": 2.5, "val_tokens": 10, "val_split": "tail",
                    "data_sha256": "ab" * 8}
+
+
+def test_a_split_shorter_than_one_window_fails_the_data_step(tmp_path):
+    # `--config data={max_bytes: 1000}`: the data step wrote 4 held-out tokens and every training
+    # job after it failed; now the data step names it, and writes nothing
+    (tmp_path / "a.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    s = DataSettings(source="files", files=(str(tmp_path / "a.txt"),), tokenizer="bpe", vocab_size=300,
+                     val_fraction=0.02)
+    with pytest.raises(DataError, match=r"^data: the held-out split has \d+ tokens, fewer than the 129 of one "
+                       r"window of train.seq_len=128; raise data.max_bytes"):
+        prepare(s, tmp_path / "o", progress=False, seq_len=128)
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+    meta = prepare(s, tmp_path / "o", progress=False, seq_len=4)  # a window fits: written
+    assert meta["val_tokens"] >= 5 and (tmp_path / "o" / "meta.json").is_file()

@@ -58,7 +58,7 @@ def cmd_data(args) -> int:
     check_outputs(files=[out / n for n in ("train.bin", "val.bin", "meta.json")], dirs=[out / "tokenizer"],
                   folders=[out])
     with folder_lock(out, what="another `python -m deamoe data`"):
-        meta = prepare(s.data, out)
+        meta = prepare(s.data, out, seq_len=s.train.seq_len)
     print(f"data: {meta['train_tokens']} train / {meta['val_tokens']} held-out tokens, "
           f"vocab {meta['vocab_size']} -> {args.out}")
     return 0

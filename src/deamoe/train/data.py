@@ -123,8 +123,10 @@ def _sources(settings: DataSettings) -> str:
     return str(BUNDLED) if settings.source == "bundled" else settings.redpajama_name
 
 
-def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> dict:
-    """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.
+def prepare(settings: DataSettings, out: str | Path, progress: bool = True, seq_len: int = 0) -> dict:
+    """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.  seq_len (the
+    training sequence length, 0: not checked): each split holds at least one window of it, else
+    nothing is written and the data step fails naming it, not every training job after it.
 
     Two streaming passes over the corpus (BPE training, then encoding), appending tokens to the
     shard files, so the corpus never has to fit in memory.
@@ -183,6 +185,11 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True) -> d
         if n_train == 0:
             raise DataError("data: val_split=documents held out every document; lower data.val_fraction "
                             "or use more text")
+        for split, n, need in (("held-out", n_val, seq_len + 1), ("training", n_train, seq_len + 2)):
+            if seq_len and n < need:  # (one window and its next-token target)
+                raise DataError(f"data: the {split} split has {n} tokens, fewer than the {need} of one window "
+                                f"of train.seq_len={seq_len}; raise data.max_bytes or data.val_fraction, "
+                                "or use more text")
         tok.save_pretrained(str(tok_tmp))
         meta = {
             "source": settings.source,
