@@ -58,6 +58,32 @@ def test_extra_seeds_of_a_later_call_join_beside_the_kept_rows(tmp_path, make_co
     assert sorted(set(curves["run"])) == sorted(s0 + s1) and len(curves) == 4 * 4
 
 
+def test_a_length_with_its_first_seed_trained_joins_that_seed_then_the_rest(tmp_path, make_config, shards,
+                                                                            capsys):
+    # the plan's seeds 0 and 1 at a length, seed 0 trained in one session and seed 1 in a later
+    # one: --seeds joins the first alone (the plan named the run it lacked), --keep the rest
+    config = _config(tmp_path, make_config, [])
+    doc = yaml.safe_load(Path(config).read_text())
+    doc["pretrain"]["sizes"]["t"]["seeds"] = [0, 1]
+    Path(config).write_text(yaml.safe_dump(doc))
+    s0 = ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps"]
+    s1 = ["pretrain-t-baseline-s1-4steps", "pretrain-t-deamoe-s1-4steps"]
+    _train(config, s0, shards, tmp_path / "runs1")
+    assert _join(config, tmp_path / "runs1", tmp_path / "a" / "runs.csv") == 2
+    assert "pretrain-t-baseline-s1-4steps" in capsys.readouterr().err
+    assert _join(config, tmp_path / "runs1", tmp_path / "a" / "runs.csv", "--seeds", "0") == 0
+    first = pd.read_csv(tmp_path / "a" / "runs.csv")
+    assert list(first["run"]) == s0
+    assert _join(config, tmp_path / "runs1", tmp_path / "x.csv", "--seeds", "0,2") == 2
+    assert "--seeds 2: not seeds of t at 4 steps (its seeds there: 0, 1)" in capsys.readouterr().err
+    _train(config, s1, shards, tmp_path / "runs2")
+    assert _join(config, tmp_path / "runs2", tmp_path / "b" / "runs.csv",
+                 "--keep", str(tmp_path / "a" / "runs.csv")) == 0
+    joined = pd.read_csv(tmp_path / "b" / "runs.csv")
+    assert list(joined["run"]) == s0 + s1
+    pd.testing.assert_frame_equal(joined.iloc[:2], first)
+
+
 def test_keep_refuses_eval_and_a_table_that_is_not_a_summary(tmp_path, make_config, capsys):
     config = _config(tmp_path, make_config, [{"steps": 4, "seeds": [1]}])
     (tmp_path / "runs").mkdir()

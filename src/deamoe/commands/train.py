@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from deamoe.argtypes import config_int, output_file, positive_float
+from deamoe.argtypes import config_int, config_int_list, output_file, positive_float
 
 
 def register(sub) -> None:
@@ -43,6 +43,9 @@ def register(sub) -> None:
                    help="an earlier summary CSV of these runs: its row (and curve, from a curves.csv "
                    "beside it) stands for a run of the plan that --runs does not hold, e.g. the "
                    "seeds of an earlier call beside newly trained extra_seeds")
+    p.add_argument("--seeds", type=config_int_list("pretrain", "seeds"), default=[], metavar="S,S",
+                   help="only these seeds of the plan (default: all): a length whose first seeds are "
+                   "trained and the rest not yet; a later join takes this table with --keep")
     p.set_defaults(func=cmd_pretrain)
 
 
@@ -164,5 +167,6 @@ def cmd_pretrain(args) -> int:
     s = load_settings(args.config)
     return _summary_command(args, "pretrain", lambda: pretrain_summary(
         s, args.config, args.runs, args.out, size=args.size, steps=args.steps, keep=args.keep,
+        seeds=tuple(args.seeds),
         evals=partial(run_eval_columns, Path(args.eval_dir)) if args.eval_dir else None),
         evals=bool(args.eval_dir))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from deamoe.errors import DataError
+from deamoe.errors import ConfigError, DataError
 from deamoe.io import write_csv
 from deamoe.provenance import recorded, row_sha
 from deamoe.shapes import table1_row
@@ -153,7 +153,7 @@ def _kept_curve(curves, row: dict, keep: str):
 
 
 def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size: str = "",
-                     steps: int = 0, keep: str = "", evals: Callable | None = None):
+                     steps: int = 0, keep: str = "", evals: Callable | None = None, seeds: tuple[int, ...] = ()):
     """One row per pre-training run (size x model x seed) at each size's own length, or at
     `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
     `evals` (name, model -> the run's columns and long rows: eval.tables.run_eval_columns) its
@@ -162,7 +162,8 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
     (runs.trained_as) is read from that one and names it in `trained_as`.  keep: an earlier
     summary table whose row stands for a run of the plan not in `runs_dir` (seeds trained in
     another call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a
-    curves.csv stands beside it.  s: the checked settings of the config file `config`."""
+    curves.csv stands beside it.  seeds: only these seeds of the plan (default: all), each one
+    the plan has.  s: the checked settings of the config file `config`."""
     import pandas as pd
 
     from deamoe.train import runs as runlib
@@ -173,7 +174,7 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
     paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
     rows, frames, eval_rows = [], [], []
     n = s.ablation.last_n
-    for name in runlib.pretrain_run_names(s, sizes, steps):
+    for name in _planned(s, sizes, steps, seeds):
         r = runlib.parse_run(name)
         z = runlib.size(s, r["size"])
         which = r["model"]
@@ -223,3 +224,16 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         write_csv(out_csv.with_name("evals.csv"), pd.DataFrame(eval_rows))
     print(table[["run", "params", "tokens", "final_loss", "val_loss", "params_ratio", "flops_ratio"]].to_string(index=False))
     return table
+
+
+def _planned(s: Settings, sizes: list[str], steps: int, seeds: tuple[int, ...]) -> list[str]:
+    """The plan's runs of `sizes` at `steps`, of `seeds` only where given (each one the plan has)."""
+    from deamoe.train import runs as runlib
+
+    names = runlib.pretrain_run_names(s, sizes, steps)
+    planned = {runlib.parse_run(n)["seed"] for n in names}
+    if missing := [x for x in seeds if x not in planned]:
+        at = f" at {steps} steps" if steps else ""
+        raise ConfigError(f"--seeds {','.join(map(str, missing))}: not seeds of {', '.join(sizes)}{at} "
+                          f"(its seeds there: {', '.join(map(str, sorted(planned)))})")
+    return [n for n in names if not seeds or runlib.parse_run(n)["seed"] in seeds]
