@@ -210,3 +210,50 @@ def test_ablation_refuses_a_log_cut_short(tmp_path, make_config, shards, capsys)
     assert "\n" not in err and "Traceback" not in err, err
     assert str(log) in err and "ends at step 2" in err and "took 3 steps" in err
     assert not (tmp_path / "a").exists()
+
+
+def test_a_size_whose_baselines_are_another_sizes_finds_them_in_that_sizes_table(tmp_path, make_config,
+                                                                                  shards, capsys):
+    # smallrms' baselines are small's runs: a later seed's RMSNorm join needs small's new baseline
+    # row, which is in small's table, not in smallrms' (one --keep could not give both)
+    def config(extra: list) -> str:
+        path = Path(make_config(tmp_path / ("later" if extra else "first"), steps=3))
+        doc = yaml.safe_load(path.read_text())
+        t = doc["pretrain"]["sizes"]["t"]
+        t.update(lengths=[4], extra_seeds=extra)
+        doc["pretrain"]["sizes"]["trms"] = {**t, "deamoe": {**t["deamoe"], "operator": "rmsnorm"}}
+        path.write_text(yaml.safe_dump(doc))
+        return str(path)
+
+    def join(cfg, size, runs, out, *more):
+        return main(["pretrain", "--config", cfg, "--runs", str(runs), "--size", size, "--steps", "4",
+                     "--out", str(out), *more])
+
+    first, later = config([]), config([{"steps": 4, "seeds": [1]}])
+    _train(first, ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps", "pretrain-trms-deamoe-s0-4steps"],
+           shards, tmp_path / "runs1")
+    assert join(first, "t", tmp_path / "runs1", tmp_path / "a" / "t" / "runs.csv") == 0
+    assert join(first, "trms", tmp_path / "runs1", tmp_path / "a" / "trms" / "runs.csv") == 0
+    # seed 1: small's pair in one call, joined; the RMSNorm DeaMoE alone in another
+    _train(later, ["pretrain-t-baseline-s1-4steps", "pretrain-t-deamoe-s1-4steps"], shards, tmp_path / "runs2")
+    assert join(later, "t", tmp_path / "runs2", tmp_path / "b" / "t" / "runs.csv",
+                "--keep", str(tmp_path / "a" / "t" / "runs.csv")) == 0
+    _train(later, ["pretrain-trms-deamoe-s1-4steps"], shards, tmp_path / "runs3")
+    assert join(later, "trms", tmp_path / "runs3", tmp_path / "b" / "trms" / "runs.csv",
+                "--keep", str(tmp_path / "a" / "trms" / "runs.csv")) == 2
+    assert "pretrain-t-baseline-s1-4steps" in capsys.readouterr().err  # the twin it lacks
+    assert join(later, "trms", tmp_path / "runs3", tmp_path / "b" / "trms" / "runs.csv",
+                "--keep", str(tmp_path / "a" / "trms" / "runs.csv"), str(tmp_path / "b" / "t" / "runs.csv")) == 0
+    joined = pd.read_csv(tmp_path / "b" / "trms" / "runs.csv").set_index("run")
+    small = pd.read_csv(tmp_path / "b" / "t" / "runs.csv").set_index("run")
+    assert list(joined.index) == [f"pretrain-trms-{m}-s{s}-4steps" for s in (0, 1) for m in ("baseline", "deamoe")]
+    twin = joined.loc["pretrain-trms-baseline-s1-4steps"]
+    assert twin["size"] == "trms" and twin["trained_as"] == "pretrain-t-baseline-s1-4steps"
+    pd.testing.assert_series_equal(twin.drop("size"), small.loc["pretrain-t-baseline-s1-4steps"].drop("size"),
+                                   check_names=False)
+    curves = pd.read_csv(tmp_path / "b" / "trms" / "curves.csv")
+    assert set(curves["run"]) == set(joined.index) and set(curves["size"]) == {"trms"}
+    # a run in two of the tables: which row stands for it?
+    assert join(later, "t", tmp_path / "runs2", tmp_path / "c.csv",
+                "--keep", str(tmp_path / "a" / "t" / "runs.csv"), str(tmp_path / "b" / "t" / "runs.csv")) == 2
+    assert "give each run's table once" in capsys.readouterr().err

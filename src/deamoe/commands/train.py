@@ -39,10 +39,11 @@ def register(sub) -> None:
                    help="directory holding <run>/lm_eval.json: add perplexities and task accuracies")
     p.add_argument("--steps", type=config_int("train", "steps"), default=0,
                    help="the runs of this length of each size's tokens axis (default: each size's own steps)")
-    p.add_argument("--keep", default="", metavar="TABLE",
-                   help="an earlier summary CSV of these runs: its row (and curve, from a curves.csv "
-                   "beside it) stands for a run of the plan that --runs does not hold, e.g. the "
-                   "seeds of an earlier call beside newly trained extra_seeds")
+    p.add_argument("--keep", nargs="+", default=[], metavar="TABLE",
+                   help="earlier summary CSVs of these runs: a row (and curve, from a curves.csv "
+                   "beside its table) stands for a run of the plan that --runs does not hold, e.g. the "
+                   "seeds of an earlier call beside newly trained extra_seeds; a run trained as "
+                   "another size's (smallrms' baselines are small's) is found in that size's table")
     p.add_argument("--seeds", type=config_int_list("pretrain", "seeds"), default=[], metavar="S,S",
                    help="only these seeds of the plan (default: all): a length whose first seeds are "
                    "trained and the rest not yet; a later join takes this table with --keep")
@@ -130,10 +131,10 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
 
     input_folder(args.runs, "--runs: the training runs' folder, e.g. results/train")
     outputs = summary_outputs(args.out, evals)
-    kept = []  # inputs too: an earlier table (pretrain --keep) and the curves.csv beside it, if any
-    if keep := getattr(args, "keep", ""):
+    kept = []  # inputs too: earlier tables (pretrain --keep) and the curves.csv beside each, if any
+    for keep in getattr(args, "keep", []):
         curves = Path(keep).with_name("curves.csv")
-        kept = [("--keep", keep)] + ([("--keep's curves table", curves)] if curves.is_file() else [])
+        kept += [("--keep", keep)] + ([("--keep's curves table", curves)] if curves.is_file() else [])
     check_apart([("--out", outputs[0]), *((f"its {p.stem} table", p) for p in outputs[1:])],
                 [("--runs", args.runs), *((("--eval", args.eval_dir),) if evals else ()), *kept])
     check_outputs(files=outputs)
@@ -166,7 +167,7 @@ def cmd_pretrain(args) -> int:
 
     s = load_settings(args.config)
     return _summary_command(args, "pretrain", lambda: pretrain_summary(
-        s, args.config, args.runs, args.out, size=args.size, steps=args.steps, keep=args.keep,
+        s, args.config, args.runs, args.out, size=args.size, steps=args.steps, keep=tuple(args.keep),
         seeds=tuple(args.seeds),
         evals=partial(run_eval_columns, Path(args.eval_dir)) if args.eval_dir else None),
         evals=bool(args.eval_dir))

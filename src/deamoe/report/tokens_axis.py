@@ -126,7 +126,8 @@ def verdict_text(table: pd.DataFrame) -> str:
         # first of a new length) is told beside it, not taken as the line's end
         judged = line[line["seeds"] > 1]
         last = judged.iloc[-1] if not judged.empty else line.iloc[-1]
-        first, upto, beyond = line.iloc[0], line[line["tokens"] <= last["tokens"]], line[line["tokens"] > last["tokens"]]
+        first = line.iloc[0]
+        upto, beyond = line[line["tokens"] <= last["tokens"]], line[line["tokens"] > last["tokens"]]
         label = OPERATOR_LABELS.get(op, op)
         text = (f"{size} ({label}): gap {first['diff DeaMoE - baseline']:+.3f} at "
                 f"{first['tokens per param']:.2g} tokens/param -> {gap_text(last)} at "

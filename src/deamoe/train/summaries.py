@@ -126,18 +126,26 @@ def _provenance(summ: dict) -> dict:
     return recorded(summ, CORPUS + PROVENANCE)
 
 
-def _kept_rows(keep: str):
-    """{run: row} of an earlier summary table, and its curves.csv beside it (None if absent)."""
+def _kept_rows(keeps: tuple[str, ...]) -> dict:
+    """{run: (row, its table, the curves.csv beside that table or None)} of earlier summary
+    tables; a run in two of them is refused (which row would stand for it?)."""
     from deamoe.readers import TableSpec, read_table
 
-    table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
-                                       finite=("seed", "val_loss"), provenance=("git_sha", "date"),
-                                       key=("run",)), "pre-training summary")
-    beside = Path(keep).with_name("curves.csv")
-    curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
-                                          finite=("step", "tokens", "loss")),
-                        "loss curves") if beside.is_file() else None
-    return {r["run"]: r for r in table.to_dict("records")}, curves
+    kept: dict = {}
+    for keep in keeps:
+        table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
+                                           finite=("seed", "val_loss"), provenance=("git_sha", "date"),
+                                           key=("run",)), "pre-training summary")
+        beside = Path(keep).with_name("curves.csv")
+        curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
+                                              finite=("step", "tokens", "loss")),
+                            "loss curves") if beside.is_file() else None
+        for row in table.to_dict("records"):
+            if row["run"] in kept:
+                raise DataError(f"--keep: run {row['run']} is in {kept[row['run']][1]} and in {keep}; "
+                                "give each run's table once")
+            kept[row["run"]] = (row, keep, curves)
+    return kept
 
 
 def _kept_curve(curves, row: dict, keep: str):
@@ -153,23 +161,25 @@ def _kept_curve(curves, row: dict, keep: str):
 
 
 def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size: str = "",
-                     steps: int = 0, keep: str = "", evals: Callable | None = None, seeds: tuple[int, ...] = ()):
+                     steps: int = 0, keep: tuple[str, ...] = (), evals: Callable | None = None,
+                     seeds: tuple[int, ...] = ()):
     """One row per pre-training run (size x model x seed) at each size's own length, or at
     `steps` of its tokens axis: shapes, budget, tokens, passes over the corpus, losses, and with
     `evals` (name, model -> the run's columns and long rows: eval.tables.run_eval_columns) its
     perplexities and task accuracies; curves.csv beside it, and with `evals` also evals.csv
     (one row per run, task and metric).  A run trained as another
-    (runs.trained_as) is read from that one and names it in `trained_as`.  keep: an earlier
-    summary table whose row stands for a run of the plan not in `runs_dir` (seeds trained in
-    another call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a
-    curves.csv stands beside it.  seeds: only these seeds of the plan (default: all), each one
+    (runs.trained_as) is read from that one and names it in `trained_as`.  keep: earlier summary
+    tables whose row stands for a run of the plan not in `runs_dir` (seeds trained in another
+    call, e.g. pretrain.sizes.<size>.extra_seeds added later), with its curve where a curves.csv
+    stands beside its table; a run trained as another is found under either name (smallrms'
+    baselines in small's table).  seeds: only these seeds of the plan (default: all), each one
     the plan has.  s: the checked settings of the config file `config`."""
     import pandas as pd
 
     from deamoe.train import runs as runlib
 
     runs_dir, out_csv = Path(runs_dir), Path(out_csv)
-    kept, kept_curves = _kept_rows(keep) if keep else ({}, None)
+    kept = _kept_rows(keep)
     sizes = [size] if size else list(s.pretrain.sizes)
     paper_7b = table1_row("Baseline-7B")  # the ladder's expert shape ratio is Baseline-7B's
     rows, frames, eval_rows = [], [], []
@@ -179,10 +189,13 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         z = runlib.size(s, r["size"])
         which = r["model"]
         twin = runlib.trained_as(s, name)
-        if name in kept and not (runs_dir / twin / "summary.json").is_file():
-            rows.append({**kept[name], "git_sha": row_sha(kept[name].get("git_sha"))})
-            if kept_curves is not None:
-                frames.append(_kept_curve(kept_curves, kept[name], keep))
+        source = name if name in kept else twin if twin in kept else None
+        if source and not (runs_dir / twin / "summary.json").is_file():
+            row, table, curves = kept[source]
+            # the twin's own row (another size's table) is this run's but for its name and size
+            rows.append({**row, "run": name, "size": r["size"], "git_sha": row_sha(row.get("git_sha"))})
+            if curves is not None:
+                frames.append(_kept_curve(curves, row, table).assign(run=name, size=r["size"]))
             continue
         summ, curve = _load_run(runs_dir, twin, runlib.run_spec(s, twin).steps, config)
         tokens = int(curve["tokens"].iloc[-1])
