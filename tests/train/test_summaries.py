@@ -257,3 +257,49 @@ def test_a_size_whose_baselines_are_another_sizes_finds_them_in_that_sizes_table
     assert join(later, "t", tmp_path / "runs2", tmp_path / "c.csv",
                 "--keep", str(tmp_path / "a" / "t" / "runs.csv"), str(tmp_path / "b" / "t" / "runs.csv")) == 2
     assert "give each run's table once" in capsys.readouterr().err
+
+
+def _pair_and_table(tmp_path: Path, make_config, shards) -> tuple[str, Path]:
+    """A config of seeds 0 and 1 (1: extra_seeds), the runs of seed 1 trained, and a table of
+    seed 0's pair (a/runs.csv, joined with the config of seed 0 alone)."""
+    first = _config(tmp_path / "first", make_config, [])
+    _train(first, ["pretrain-t-baseline-s0-4steps", "pretrain-t-deamoe-s0-4steps"], shards, tmp_path / "runs0")
+    assert _join(first, tmp_path / "runs0", tmp_path / "a" / "runs.csv") == 0
+    later = _config(tmp_path / "later", make_config, [{"steps": 4, "seeds": [1]}])
+    _train(later, ["pretrain-t-baseline-s1-4steps", "pretrain-t-deamoe-s1-4steps"], shards, tmp_path / "runs")
+    return later, tmp_path / "a" / "runs.csv"
+
+
+@pytest.mark.parametrize("key, value", [("hidden_size", 64), ("ffn_type", "moe"), ("n_expert", 16),
+                                        ("size", "medium")])
+def test_pretrain_refuses_a_run_folder_of_another_recipe(tmp_path, make_config, shards, capsys, key, value):
+    """A run folder trained with another config of the same steps (another decoder, FFN or size)
+    was joined as this config's run: only its planned steps were checked."""
+    import json
+
+    config, table = _pair_and_table(tmp_path, make_config, shards)
+    summary = tmp_path / "runs" / "pretrain-t-deamoe-s1-4steps" / "summary.json"
+    doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, key: value}))
+    capsys.readouterr()
+    assert _join(config, tmp_path / "runs", tmp_path / "o" / "runs.csv", "--keep", str(table)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{summary}: {key} is {value!r}, but {config} gives run" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("column, value, shown", [("size", "medium", "'medium'"), ("model", "deamoe", "'deamoe'"),
+                                                  ("seed", "7", "7"), ("h", "999", "999"),
+                                                  ("planned_steps", "6", "6")])
+def test_keep_refuses_a_row_of_another_run(tmp_path, make_config, shards, capsys, column, value, shown):
+    """A --keep row whose size, model, seed, shape or planned steps are not its run's in this
+    config (a table of another size, length or config; a hand-edited row) stood for the run."""
+    config, table = _pair_and_table(tmp_path, make_config, shards)
+    kept = pd.read_csv(table, dtype=str, keep_default_na=False)
+    kept.loc[0, column] = value
+    kept.to_csv(table, index=False)
+    capsys.readouterr()
+    assert _join(config, tmp_path / "runs", tmp_path / "o" / "runs.csv", "--keep", str(table)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{table}:2: the row of run pretrain-t-baseline-s0-4steps: {column} is {shown}" in err, err
+    assert not (tmp_path / "o").exists()

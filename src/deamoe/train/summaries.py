@@ -17,14 +17,16 @@ from deamoe.train.runs import TABLE4
 from deamoe.train.settings import Settings
 
 
-def _load_run(runs_dir: Path, name: str, steps: int, config: str,
+def _load_run(runs_dir: Path, spec, config: str,
               columns: tuple[str, ...] = ()) -> tuple[dict, "object"]:
-    """summary.json and log.csv of run `name`, validated (deamoe.readers), the log holding
-    `columns` too, the run planned for the `steps` that `config` gives it (_check_planned), the
-    summary naming run `name` (not a folder copied from another run's), the log ending at the
-    step the summary says the run took (a log cut short would be averaged as the run's)."""
+    """summary.json and log.csv of run `spec.name`, validated (deamoe.readers), the log holding
+    `columns` too, the run planned for the steps that `config` gives it (_check_planned) and of
+    its recipe (_check_recipe), the summary naming the run (not a folder copied from another
+    run's), the log ending at the step the summary says the run took (a log cut short would be
+    averaged as the run's)."""
     from deamoe.readers import read_run_summary, read_training_log
 
+    name, steps = spec.name, spec.steps
     run = runs_dir / name
     summary, log = run / "summary.json", run / "log.csv"
     for path in (summary, log):
@@ -43,6 +45,7 @@ def _load_run(runs_dir: Path, name: str, steps: int, config: str,
     if doc.get("steps") is not None and last != doc["steps"]:
         raise DataError(f"{log}: the log ends at step {last}, but {summary} says the run took "
                         f"{doc['steps']} steps (cut short, or not this run's log); train {name} again")
+    _check_recipe(doc, spec, summary, config)
     return doc, curve
 
 
@@ -74,6 +77,43 @@ def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
                         "config it was trained with")
 
 
+def _recipe(spec) -> dict:
+    """What a run's summary.json (or a summary table's row) records of its RunSpec."""
+    return {"kind": spec.kind, "size": spec.size, "seed": spec.seed, "ffn_type": spec.ffn_type,
+            **spec.decoder, **spec.ffn}
+
+
+def _check_recipe(got: dict, spec, where, config: str, want: dict | None = None) -> None:
+    """A DataError naming the first value of `got` (a summary.json, or a kept row) that is not
+    the run's in `config`: a run folder or row of another size, decoder or FFN shape would be
+    joined as this run's, its loss beside the wrong pair.  Keys `got` lacks (a summary written
+    before it recorded them, an empty cell) are not checked."""
+    import math
+
+    for key, value in (want or _recipe(spec)).items():
+        have = got.get(key)
+        if value is None or have is None or (isinstance(have, float) and math.isnan(have)):
+            continue
+        if have != value:
+            raise DataError(f"{where}: {key} is {have!r}, but {config} gives run {spec.name} "
+                            f"{value!r}: a run of another config; train it with this one, or "
+                            "summarise it with the config it was trained with")
+
+
+def _check_kept(row: dict, spec, name: str, at: str, config: str) -> None:
+    """A kept row (pretrain --keep) must be run `name` of this config: its size, model and seed
+    those of its name, its planned steps the plan's and its shape the recipe's (a table of
+    another size, length or config would otherwise stand for the run unchecked)."""
+    from deamoe.train.runs import parse_run
+
+    r = parse_run(name)
+    recipe = {("h" if k == "hidden_size" else k): v for k, v in _recipe(spec).items()
+              if k not in ("kind", "size", "seed")}
+    want = {"size": r["size"], "model": r["model"], "seed": r["seed"],
+            "planned_steps": spec.steps, **recipe}
+    _check_recipe(row, spec, f"{at}: the row of run {name}", config, want)
+
+
 def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
     """One row per run (variant x seed); ranks order the variants within each seed.  s: the
     checked settings of the config file `config` (named in messages)."""
@@ -86,7 +126,7 @@ def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
     n = s.ablation.last_n
     for name in ablation_run_names(s):
         twin = trained_as(s, name)  # the pre-training run it is, when it is one
-        summ, curve = _load_run(runs_dir, twin, run_spec(s, twin).steps, config, ("mean_distinct_departments",))
+        summ, curve = _load_run(runs_dir, run_spec(s, twin), config, ("mean_distinct_departments",))
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
@@ -127,7 +167,7 @@ def _provenance(summ: dict) -> dict:
 
 
 def _kept_rows(keeps: tuple[str, ...]) -> dict:
-    """{run: (row, its table, the curves.csv beside that table or None)} of earlier summary
+    """{run: (row, its table, the curves.csv beside that table or None, "FILE:LINE")} of earlier summary
     tables; a run in two of them is refused (which row would stand for it?)."""
     from deamoe.readers import TableSpec, read_table
 
@@ -140,11 +180,11 @@ def _kept_rows(keeps: tuple[str, ...]) -> dict:
         curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
                                               finite=("step", "tokens", "loss")),
                             "loss curves") if beside.is_file() else None
-        for row in table.to_dict("records"):
+        for i, row in enumerate(table.to_dict("records")):
             if row["run"] in kept:
                 raise DataError(f"--keep: run {row['run']} is in {kept[row['run']][1]} and in {keep}; "
                                 "give each run's table once")
-            kept[row["run"]] = (row, keep, curves)
+            kept[row["run"]] = (row, keep, curves, f"{keep}:{i + 2}")
     return kept
 
 
@@ -191,13 +231,14 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         twin = runlib.trained_as(s, name)
         source = name if name in kept else twin if twin in kept else None
         if source and not (runs_dir / twin / "summary.json").is_file():
-            row, table, curves = kept[source]
+            row, table, curves, at = kept[source]
+            _check_kept(row, runlib.run_spec(s, twin), source, at, config)
             # the twin's own row (another size's table) is this run's but for its name and size
             rows.append({**row, "run": name, "size": r["size"], "git_sha": row_sha(row.get("git_sha"))})
             if curves is not None:
                 frames.append(_kept_curve(curves, row, table).assign(run=name, size=r["size"]))
             continue
-        summ, curve = _load_run(runs_dir, twin, runlib.run_spec(s, twin).steps, config)
+        summ, curve = _load_run(runs_dir, runlib.run_spec(s, twin), config)
         tokens = int(curve["tokens"].iloc[-1])
         row = {
             "run": name, "size": r["size"], "model": which, "seed": r["seed"], "ffn_type": summ["ffn_type"],
