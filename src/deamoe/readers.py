@@ -284,52 +284,6 @@ def check_unique(frame, spec: TableSpec, path=None, lines=None) -> None:
         raise DataError(f"{at[i]}: the row of {point} is given twice (also at {at[first]}); keep one")
 
 
-POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_dtype: FP8 tables)
-_KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
-                    positive=("batch", "baseline_us", "deamoe_us"), provenance=("date", "git_sha"),
-                    key=POINT, rows=True)
-# The tables the stages write and the report reads, and the committed measurements under reports/measured/<gpu>/,
-# by file name ("folder/name" where two differ): what `bench import` and `microbench --merge-decode-into` check
-# before replacing a committed one, and what the report checks before showing one.
-TABLES = {
-    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio")),
-    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens",),
-                             key=("model", "tokens")),
-    "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",)),
-    "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n")),
-    "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms")),
-    "slo.csv": TableSpec(("tpot_budget_ms",), finite=("tpot_budget_ms",)),
-    "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",)),
-    "microbench.csv": _KERNEL,
-    "microbench_shared.csv": _KERNEL,
-    "microbench_fp8.csv": TableSpec(_KERNEL.required + ("weight_dtype",), finite=_KERNEL.finite,
-                                    positive=_KERNEL.positive, provenance=_KERNEL.provenance,
-                                    key=_KERNEL.key, rows=True),
-    "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
-                                 finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
-                                 positive=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
-                                 provenance=("date", "git_sha"), key=("model", "batch"), rows=True),
-    "vllm_peer.csv": TableSpec(("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
-                               finite=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha"),
-                               rows=True),
-    "train_throughput.csv": TableSpec(("section", "shape", "ffn", "path", "ms"), finite=("ms",),
-                                      provenance=("date", "git_sha"), rows=True),
-    "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), provenance=("date", "git_sha"),
-                                rows=True),
-    "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
-                          provenance=("date", "git_sha")),
-    "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n")),
-    "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
-    "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
-}
-
-
-def table_spec(path: str | Path) -> TableSpec:
-    """The spec of a table named like one of TABLES (or none: any CSV)."""
-    path = Path(path)
-    return TABLES.get(f"{path.parent.name}/{path.name}") or TABLES.get(path.name, TableSpec())
-
-
 # --- what the stages write and read back ----------------------------------------------------
 
 

@@ -177,7 +177,8 @@ def tpot_table(rows: list[dict], prov: dict, dec: DecoderShape) -> list[dict]:
 def read_tpot(path):
     """A decode_tpot.csv as a DataFrame, validated like the committed one (deamoe.readers):
     a DataError naming the file, and the line of a bad value."""
-    from deamoe.readers import TABLES, read_table
+    from deamoe.readers import read_table
+    from deamoe.table_specs import TABLES
 
     return read_table(path, TABLES["decode_tpot.csv"], "decode_tpot table")
 

@@ -374,7 +374,8 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     from deamoe.bench.shared import SHARED_FILE, is_shared
     from deamoe.errors import ConfigError, DataError
     from deamoe.io import check_outputs, is_committed, write_csvs
-    from deamoe.readers import check_unique, read_table, table_spec
+    from deamoe.readers import check_unique, read_table
+    from deamoe.table_specs import table_spec
 
     twice = next((d for i, d in enumerate(dirs) if Path(d).resolve() in {Path(e).resolve() for e in dirs[:i]}),
                  None)

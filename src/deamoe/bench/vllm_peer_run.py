@@ -67,7 +67,8 @@ def checked_points(points: list[str], table, precision: str = "bf16") -> dict[tu
     """{(model, batch): the table's row} of every 'MODEL:BATCH' point, before any GPU work; a
     PeerError naming the point, or the table and the row it lacks.  precision: the rows of
     that weight precision (a table's `weight_dtype`; a table without it holds bf16 rows)."""
-    from deamoe.readers import POINT, TableSpec, read_table
+    from deamoe.readers import TableSpec, read_table
+    from deamoe.table_specs import POINT
     from deamoe.shapes import table1_row
 
     if not Path(table).is_file():

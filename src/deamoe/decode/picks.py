@@ -97,7 +97,8 @@ class TilePicks:
         a UTF-8 CSV, lacking a column) or its line (a bad batch, model or knob set)."""
         from deamoe.decode.knobs import checked_tiles
         from deamoe.errors import DataError, DeaMoEError, not_a_file
-        from deamoe.readers import POINT, TableSpec, read_table
+        from deamoe.readers import TableSpec, read_table
+        from deamoe.table_specs import POINT
         from deamoe.shapes import table1_row
 
         path = Path(path)

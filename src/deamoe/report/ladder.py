@@ -355,7 +355,8 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
 
 def _curves_beside(sources: list[Loaded]) -> pd.DataFrame | None:
     """The loss curves (curves.csv) beside the loaded tables, stacked; None where there are none."""
-    from deamoe.readers import read_table, table_spec
+    from deamoe.readers import read_table
+    from deamoe.table_specs import table_spec
 
     files = [s.path.with_name("curves.csv") for s in sources]
     frames = [read_table(p, table_spec(p), "loss curves") for p in files if p.exists()]

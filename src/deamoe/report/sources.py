@@ -136,7 +136,8 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     Model size and tokens come from `scale_records` when given (the training runs behind the
     numbers), else from the rows; `scale` states them outright (e.g. analytic results).
     """
-    from deamoe.readers import TableSpec, read_table, table_spec
+    from deamoe.readers import TableSpec, read_table
+    from deamoe.table_specs import table_spec
 
     path = Path(path)
     if path.is_symlink() and not path.exists():  # a table meant to be there, not a stage not run
