@@ -80,3 +80,23 @@ def test_import_of_two_parts_measuring_one_point_is_refused(work, failing):
         shutil.copy(MEASURED / "h200" / "decode_tpot.csv", work / part)
     failing(["bench", "import", "a", "b", "--dest", "dest", "--sha", "abc1234"], "b/decode_tpot.csv:2",
             "given twice", "a/decode_tpot.csv:2")
+
+
+@pytest.mark.parametrize("name, column, value", [("vllm_peer.csv", "us", "0"), ("vllm_peer.csv", "us", "-3"),
+                                                 ("read_sizes.csv", "tbps", "0"),
+                                                 ("train_throughput.csv", "ms", "-2")])
+def test_a_time_or_rate_of_zero_or_below_is_named_with_its_line(work, name, column, value):
+    """A time or read rate of 0 or below in a GPU table the report reads: it showed vLLM's speed
+    ratio as inf (with a RuntimeWarning) or -213x, a negative layer time as measured."""
+    import csv
+
+    from deamoe.errors import DataError
+    from deamoe.report.sources import read_csv
+
+    (work / "run").mkdir()
+    rows = list(csv.reader((MEASURED / "h200" / name).open()))
+    rows[1][rows[0].index(column)] = value
+    with (work / "run" / name).open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    with pytest.raises(DataError, match=f"{name}:2: column {column} is .*not a number > 0"):
+        read_csv(work / "run" / name)
