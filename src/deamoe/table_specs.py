@@ -40,9 +40,11 @@ TABLES = {
                                       provenance=("date", "git_sha"), rows=True),
     "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), positive=("mb", "tbps"),
                                 provenance=("date", "git_sha"), rows=True),
+    # a seed given twice would count twice in the mean over seeds
     "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
-                          provenance=("date", "git_sha")),
-    "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n")),
+                          provenance=("date", "git_sha"), key=("size", "model", "seed")),
+    "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n"),
+                                      key=("variant", "seed")),
     "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
     "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
 }

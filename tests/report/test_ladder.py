@@ -229,3 +229,49 @@ def test_the_table_states_the_text_each_size_trained_on():
     assert text_of(stated.assign(val_split="tail"))["held-out text"] == "each book's tail"
     old = text_of(pd.DataFrame({"val_loss": [4.0]}))  # rows made before they recorded it
     assert old["held-out text"] == "not recorded" and math.isnan(old["corpus tokens"])
+
+
+@pytest.mark.parametrize("how, message", [
+    ("twice", r"small/runs.csv:8: the row of size=small, model=baseline, seed=0 is given twice "
+              r"\(also at .*small/runs.csv:2\)"),
+    ("size", r"small/runs.csv:2: column size is large, not small \(the table's folder\)"),
+    ("length", r"8000steps/runs.csv:3: column planned_steps is 4000, not 8000 \(the table's folder\)"),
+])
+def test_a_row_twice_or_of_another_size_or_length_is_named_with_its_line(tmp_path, how, message):
+    """A seed's row given twice counted twice in its size's mean, a row of another size pasted
+    into a size's table joined the other size's mean, a row planned for another length stood at
+    the folder's: each silently moved the numbers."""
+    from deamoe.errors import DataError
+    from deamoe.report import tokens_axis
+
+    measured = tmp_path / "measured" / "h200"
+    rows = synthetic_rows()
+    _commit(measured, rows)
+    path = measured / "quality" / "small" / "runs.csv"
+    small = rows[rows["size"] == "small"].reset_index(drop=True)
+    if how == "twice":
+        small = pd.concat([small, small.iloc[:1]], ignore_index=True)
+    elif how == "size":
+        small.loc[0, "size"] = "large"
+    else:
+        path = path.parent / "8000steps" / "runs.csv"
+        path.parent.mkdir()
+        small = small.assign(planned_steps=8000)
+        small.loc[1, "planned_steps"] = 4000
+    small.to_csv(path, index=False)
+    with pytest.raises(DataError, match=message):
+        tokens_axis.axis_rows(tmp_path / "results", measured, None)
+    if how != "length":  # (the ladder reads each size's own length only)
+        with pytest.raises(DataError, match=message):
+            ladder.pretrain_gpu(tmp_path / "results", measured, None, ("small", "large"))
+
+
+def test_an_ablation_row_twice_is_named_with_its_line(tmp_path):
+    from deamoe.errors import DataError
+
+    folder = tmp_path / "measured" / "h200" / "quality" / "ablation"
+    folder.mkdir(parents=True)
+    rows = [{"variant": v, "seed": s, "loss_last_n": 3.0 + s, **GPU} for v in ("No.1", "No.2") for s in (0, 1)]
+    pd.DataFrame(rows + rows[:1]).to_csv(folder / "summary.csv", index=False)
+    with pytest.raises(DataError, match=r"summary.csv:6: the row of variant=No.1, seed=0 is given twice"):
+        ladder.table4_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None)

@@ -39,8 +39,7 @@ def axis_frame(size="small", operator="silu", sha="a1b2c3d4e5f60718", steps=STEP
 
 
 def commit(measured, frame: pd.DataFrame) -> None:
-    for n, g in frame.groupby("steps"):
-        size = g["size"].iloc[0]
+    for (size, n), g in frame.groupby(["size", "steps"]):  # a table per size and length
         folder = measured / "quality" / size / (f"{n}steps" if n != 1000 else "")
         folder.mkdir(parents=True, exist_ok=True)
         g.to_csv(folder / "runs.csv", index=False)

@@ -101,12 +101,34 @@ def load_gpu_rows(pairs: list[tuple[Path, Path]], required: tuple[str, ...],
             missing = [c for c in required if c not in s.frame.columns]
             if missing:
                 raise DataError(f"{s.path}: missing column(s) {', '.join(missing)}")
+            _check_folder(s.frame, s.path)
             frames.append(s.frame)
             used.append(s)
             break
     if not frames:
         return None, []
     return pd.concat(frames, ignore_index=True), used
+
+
+def _check_folder(frame: pd.DataFrame, path: Path) -> None:
+    """A DataError naming the first row of quality/<size>/[<n>steps/]runs.csv that is not of that
+    size (or, planned for another length, of that length): a row pasted in from another table
+    joined the other size's mean over seeds, or was shown at the wrong length."""
+    folder, steps = Path(path).parent, None
+    if path.name != "runs.csv" or "size" not in frame:  # (the ablation's table has no size)
+        return
+    if folder.name.endswith("steps") and folder.name[:-5].isdigit():
+        folder, steps = folder.parent, int(folder.name[:-5])
+    bad = frame["size"].astype(str) != folder.name
+    what, want = "size", folder.name
+    if not bad.any() and steps is not None and "planned_steps" in frame:
+        planned = pd.to_numeric(frame["planned_steps"], errors="coerce")
+        bad, what, want = planned.notna() & (planned != steps), "planned_steps", steps
+    if bad.any():
+        i = int(bad.to_numpy().argmax())
+        shown = frame["size"].iloc[i] if what == "size" else f"{planned.iloc[i]:g}"
+        raise DataError(f"{path}:{i + 2}: column {what} is {shown}, not {want} (the "
+                        "table's folder): a row of another table")
 
 
 def quality_pairs(results: Path, measured: Path, patterns: tuple[str, ...]) -> list[tuple[Path, Path]]:
