@@ -336,3 +336,31 @@ def test_a_checkpoint_config_without_a_usable_vocab_size_is_named_before_the_ser
     (tmp_path / "ck" / "config.json").write_text(json.dumps(config))
     with pytest.raises(DataError, match=names):
         bench._checkpoint_config(tmp_path / "ck")
+
+
+def test_tables_refuse_a_level_of_one_model_alone_or_a_pair_from_two_devices(tmp_path):
+    """The SLO table compared DeaMoE at a level the baseline was never served at (its gain made
+    of a missing level: 4 vs 2 here), and a speedup was taken across two machines."""
+    fake_results(tmp_path, {"baseline": [(1, 2.0, 100.0), (2, 4.0, 100.0)],
+                            "deamoe": [(1, 1.6, 100.0), (4, 6.4, 100.0)]})
+    with pytest.raises(DataError, match=r"no serving result of deamoe at concurrency 2 \(.*deamoe/c2.json\) "
+                                        r"beside .*baseline/c2.json"):
+        tables.write_tables(tmp_path, tmp_path / "out", ServeSettings(concurrency=[1, 2, 4]))
+    (tmp_path / "deamoe" / "c4.json").rename(tmp_path / "deamoe" / "c2.json")
+    level = json.loads((tmp_path / "deamoe" / "c2.json").read_text())
+    (tmp_path / "deamoe" / "c2.json").write_text(json.dumps({**level, "concurrency": 2, "device": "NVIDIA H200"}))
+    with pytest.raises(DataError, match=r"deamoe/c2.json: key 'device' is 'NVIDIA H200', but the baseline's "
+                                        r"level \(.*baseline/c2.json\) ran on 'CPU'"):
+        tables.write_tables(tmp_path, tmp_path / "out", ServeSettings(concurrency=[1, 2]))
+    assert not (tmp_path / "out").exists()
+
+
+def test_tables_leave_out_a_level_the_config_no_longer_serves(tmp_path):
+    """A c16.json left by an earlier config's `serve` into the same folder joined the tables:
+    the baseline's interpolated concurrency at 20 ms moved from 4 to 10."""
+    fake_results(tmp_path, {"baseline": [(1, 2.0, 100.0), (4, 8.0, 100.0), (16, 32.0, 100.0)],
+                            "deamoe": [(1, 1.6, 100.0), (4, 6.4, 100.0), (16, 25.6, 100.0)]})
+    tpot, slo = tables.write_tables(tmp_path, tmp_path / "out", ServeSettings(concurrency=[1, 4],
+                                                                              tpot_budgets_ms=[20.0]))
+    assert sorted(set(pd.read_csv(tpot)["concurrency"])) == [1, 4]
+    assert pd.read_csv(slo).loc[0, "baseline_interp_concurrency"] == 4

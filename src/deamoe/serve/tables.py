@@ -34,11 +34,13 @@ def paper_values():
     return FIG3_A40_SPEEDUP, sorted(FIG3_SLO)  # SLO rows strictest budget first
 
 
-def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
+def read_results(root, metric: str = "tpot_mean_ms", levels=None) -> pd.DataFrame:
     """Every level's c<N>.json under root/<model>/ for the two models (baseline, deamoe), each
     validated (deamoe.readers), holding that model, concurrency N and a finite `metric`
     (serve.slo_metric).  Other folders beside them (a user's copy such as baseline.bak) are not
-    read: one file per (model, level) by construction."""
+    read: one file per (model, level) by construction.  With `levels` (serve.concurrency), a
+    level the config no longer measures (left by an earlier config's run) is left out; the two
+    models must then hold the same levels, each pair served on one device (_check_pairs)."""
     from deamoe.readers import input_folder, need, read_serve_result
 
     input_folder(root, "the serving results' folder, e.g. results/serve")
@@ -56,9 +58,12 @@ def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
             if path.stem != f"c{obj['concurrency']}":
                 raise DataError(f"{path}: key 'concurrency' is {obj['concurrency']}, not the level its "
                                 f"name gives ({path.stem[1:]}); rerun `python -m deamoe serve`")
+            if levels is not None and obj["concurrency"] not in levels:
+                continue
             prov = obj.get("provenance") or {}
             rows.append({**{k: v for k, v in obj.items() if k not in ("raw", "provenance")},
-                         **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")}})
+                         **{k: prov.get(k) for k in ("git_sha", "date", "python", "torch")},
+                         "_path": str(path)})
     if not rows:
         raise DataError(f"no serving results ({BASELINE}/c*.json, {DEAMOE}/c*.json) under {root}")
     # the tables compare the two models level by level: one model alone would be a table of NaN
@@ -66,7 +71,29 @@ def read_results(root, metric: str = "tpot_mean_ms") -> pd.DataFrame:
     if lacking:
         raise DataError(f"no serving results of {lacking[0]} ({Path(root) / lacking[0]}/c*.json) beside "
                         f"the other model's; run `python -m deamoe serve` for it")
-    return pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
+    df = pd.DataFrame(rows).sort_values(["model", "concurrency"]).reset_index(drop=True)
+    _check_pairs(df, Path(root))
+    return df.drop(columns="_path")
+
+
+def _check_pairs(df: pd.DataFrame, root: Path) -> None:
+    """A DataError naming a level one model was served at and the other not, or a level whose
+    two results came from different devices: the SLO table compared a DeaMoE level with a
+    baseline never measured there (a gain made of a missing level), and a speedup across two
+    machines would be read as the kernels'."""
+    by = {m: df[df["model"] == m].set_index("concurrency") for m in (BASELINE, DEAMOE)}
+    for have, lack in ((BASELINE, DEAMOE), (DEAMOE, BASELINE)):
+        extra = sorted(set(by[have].index) - set(by[lack].index))
+        if extra:
+            raise DataError(f"no serving result of {lack} at concurrency {extra[0]} ({root / lack}/c{extra[0]}"
+                            f".json) beside {by[have].loc[extra[0], '_path']}: the tables compare the "
+                            f"models level by level; run `python -m deamoe serve` for {lack}")
+    for c, row in by[DEAMOE].iterrows():
+        base = by[BASELINE].loc[c]
+        if str(row["device"]) != str(base["device"]):
+            raise DataError(f"{row['_path']}: key 'device' is {row['device']!r}, but the baseline's "
+                            f"level ({base['_path']}) ran on {base['device']!r}: a speedup across two "
+                            "machines; serve both models on one")
 
 
 def tpot_table(df: pd.DataFrame, metric: str = "tpot_mean_ms") -> pd.DataFrame:
@@ -141,7 +168,7 @@ def _vllm_version() -> str:
 
 
 def write_tables(inp, out, s: ServeSettings, profile: str | None = None) -> tuple[Path, Path]:
-    df = read_results(inp, s.slo_metric)
+    df = read_results(inp, s.slo_metric, s.concurrency)
     tpot = tpot_table(df, s.slo_metric)
     tpot["profile"] = profile or ""
     tpot["vllm"] = _vllm_version()
