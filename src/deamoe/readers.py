@@ -184,7 +184,8 @@ class TableSpec:
     an error), the ones every row must give as a finite number (of those, `positive`: > 0, a
     time or a count of tokens), its provenance columns (each
     row must name the commit and date its numbers came from), the columns naming a row's point
-    (`key`, those present: no two rows alike) and whether it must hold a row (`rows`)."""
+    (`key`, those present: no two rows alike), whether it must hold a row (`rows`) and the
+    numeric columns that count something (`whole`: a batch, a seed; 3.5 was shown as 3)."""
 
     required: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
@@ -193,6 +194,7 @@ class TableSpec:
     provenance: tuple[str, ...] = ()
     key: tuple[str, ...] = ()
     rows: bool = False
+    whole: tuple[str, ...] = ()
 
 
 # a commit's short sha may be all digits: read as text, never as a number
@@ -235,7 +237,7 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
     missing = [c for c in spec.required + spec.provenance if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} of a {what}")
-    for col in dict.fromkeys(spec.numbers + spec.finite):
+    for col in dict.fromkeys(spec.numbers + spec.finite + spec.whole):
         if col not in frame.columns:
             continue
         raw = frame[col]
@@ -253,6 +255,10 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
         if col in spec.positive and (values <= 0).any():
             i = int((values <= 0).to_numpy().argmax())
             raise DataError(f"{path}:{i + 2}: column {col} is {raw.iloc[i]}, not a number > 0")
+        frac = values.notna() & (values % 1 != 0)
+        if col in spec.whole and frac.any():
+            i = int(frac.to_numpy().argmax())
+            raise DataError(f"{path}:{i + 2}: column {col} is {raw.iloc[i]}, not a whole number")
         frame[col] = values
     for col in spec.provenance:
         blank = frame[col].isna() | (frame[col].astype(str).str.strip() == "")

@@ -3,14 +3,20 @@ and of the committed measurements under reports/measured/<gpu>/, by file name.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from deamoe.readers import TableSpec
 
 POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_dtype: FP8 tables)
-_KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), finite=("batch", "baseline_us", "deamoe_us"),
-                    positive=("batch", "baseline_us", "deamoe_us"), provenance=("date", "git_sha"),
-                    key=POINT, rows=True)
+# a kernel table's times, bytes and read roofline beside the two it must hold (empty where not
+# measured): the report divides by them
+_KERNEL_MORE = ("baseline_bytes", "deamoe_bytes", "peak_read_tbps", "torch_grouped_us", "vllm_h200_us",
+                "baseline_from_logits_us")
+_KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), numbers=_KERNEL_MORE,
+                    finite=("batch", "baseline_us", "deamoe_us"),
+                    positive=("batch", "baseline_us", "deamoe_us") + _KERNEL_MORE, provenance=("date", "git_sha"),
+                    key=POINT, rows=True, whole=("batch",))
 # The tables the stages write and the report reads, and the committed measurements under reports/measured/<gpu>/,
 # by file name ("folder/name" where two differ): what `bench import` and `microbench --merge-decode-into` check
 # before replacing a committed one, and what the report checks before showing one.
@@ -20,31 +26,31 @@ TABLES = {
                              key=("model", "tokens")),
     "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",)),
     "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n")),
-    "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms")),
+    "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms"),
+                          whole=("concurrency",)),
     "slo.csv": TableSpec(("tpot_budget_ms",), finite=("tpot_budget_ms",)),
     "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",)),
     "microbench.csv": _KERNEL,
     "microbench_shared.csv": _KERNEL,
-    "microbench_fp8.csv": TableSpec(_KERNEL.required + ("weight_dtype",), finite=_KERNEL.finite,
-                                    positive=_KERNEL.positive, provenance=_KERNEL.provenance,
-                                    key=_KERNEL.key, rows=True),
+    "microbench_fp8.csv": replace(_KERNEL, required=_KERNEL.required + ("weight_dtype",)),
     "decode_tpot.csv": TableSpec(("model", "batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  finite=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
                                  positive=("batch", "baseline_tpot_ms", "deamoe_tpot_ms"),
-                                 provenance=("date", "git_sha"), key=("model", "batch"), rows=True),
+                                 provenance=("date", "git_sha"), key=("model", "batch"), rows=True,
+                                 whole=("batch",)),
     "vllm_peer.csv": TableSpec(("model", "batch", "variant", "us", "bytes", "peak_read_tbps"),
                                finite=("batch", "us", "bytes", "peak_read_tbps"),
                                positive=("batch", "us", "bytes", "peak_read_tbps"), provenance=("date", "git_sha"),
-                               rows=True),
+                               rows=True, whole=("batch",)),
     "train_throughput.csv": TableSpec(("section", "shape", "ffn", "path", "ms"), finite=("ms",), positive=("ms",),
                                       provenance=("date", "git_sha"), rows=True),
     "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), positive=("mb", "tbps"),
                                 provenance=("date", "git_sha"), rows=True),
     # a seed given twice would count twice in the mean over seeds
     "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
-                          provenance=("date", "git_sha"), key=("size", "model", "seed")),
+                          provenance=("date", "git_sha"), key=("size", "model", "seed"), whole=("seed",)),
     "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n"),
-                                      key=("variant", "seed")),
+                                      key=("variant", "seed"), whole=("seed",)),
     "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
     "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
 }

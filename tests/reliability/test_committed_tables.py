@@ -100,3 +100,31 @@ def test_a_time_or_rate_of_zero_or_below_is_named_with_its_line(work, name, colu
         csv.writer(f, lineterminator="\n").writerows(rows)
     with pytest.raises(DataError, match=f"{name}:2: column {column} is .*not a number > 0"):
         read_csv(work / "run" / name)
+
+
+@pytest.mark.parametrize("name, column, value, shown", [
+    ("microbench.csv", "batch", "3.5", "3.5, not a whole number"),
+    ("decode_tpot.csv", "batch", "8.5", "8.5, not a whole number"),
+    ("quality/small/runs.csv", "seed", "1.5", "1.5, not a whole number"),
+    ("microbench.csv", "vllm_h200_us", "0", "0.0, not a number > 0"),
+    ("microbench.csv", "baseline_bytes", "-100", "-100.0, not a number > 0"),
+    ("microbench_fp8.csv", "peak_read_tbps", "-4.6", "-4.6, not a number > 0"),
+])
+def test_a_fractional_count_or_a_kernel_tables_other_times_and_bytes_are_checked(work, name, column, value,
+                                                                                  shown):
+    """A batch of 3.5 was shown as batch 3 (and a seed of 1.5 paired as a seed of its own); a
+    vLLM time of 0 stopped the report with 'ZeroDivisionError', naming no file; negative bytes
+    were shown as -6.5e-05 % of the read roofline."""
+    import csv
+
+    from deamoe.errors import DataError
+    from deamoe.report.sources import read_csv
+
+    rows = list(csv.reader((MEASURED / "h200" / name).open()))
+    rows[1][rows[0].index(column)] = value
+    path = work / "meas" / "h200" / name
+    path.parent.mkdir(parents=True)
+    with path.open("w", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerows(rows)
+    with pytest.raises(DataError, match=f"{path.name}:2: column {column} is {shown}"):
+        read_csv(path)

@@ -136,7 +136,9 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     Model size and tokens come from `scale_records` when given (the training runs behind the
     numbers), else from the rows; `scale` states them outright (e.g. analytic results).
     """
-    from deamoe.readers import TableSpec, read_table
+    from dataclasses import replace
+
+    from deamoe.readers import read_table
     from deamoe.table_specs import table_spec
 
     path = Path(path)
@@ -148,9 +150,8 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     # it); a row without provenance is shown as "not recorded" (only the commands that replace
     # a committed table require it)
     spec = table_spec(path)
-    frame = read_table(path, TableSpec(tuple(dict.fromkeys(required + spec.required)), spec.numbers,
-                                       spec.finite, spec.positive, key=spec.key, rows=spec.rows),
-                       path.name)
+    frame = read_table(path, replace(spec, required=tuple(dict.fromkeys(required + spec.required)),
+                                     provenance=()), path.name)
     if frame.empty:
         return not_run(path, f"{path} has no rows (its stage measured nothing)")
     records = frame.to_dict("records")
