@@ -229,6 +229,9 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
 
     path = Path(path)
     text = _text(path, what)
+    if (nul := text.find("\x00")) >= 0:  # pandas ends a cell there: a column renamed or lost unsaid
+        raise DataError(f"{path}:{text.count(chr(10), 0, nul) + 1}: a NUL byte (character {nul}); not a "
+                        f"CSV {what} (a damaged copy?)")
     _check_fields(text, path, what)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS, index_col=False)

@@ -205,3 +205,14 @@ def test_a_pipe_or_a_dangling_link_where_a_file_is_read_is_named_as_such(work, c
         status, err = run_cli([a.format(name) for a in argv], capsys)
         assert_one_line_error(status, err, "ptb_test.txt.gz" if argv[0] == "eval-data" else name, says)
         (work / name).unlink()
+
+
+def test_a_nul_byte_in_a_table_is_named_with_its_line(tmp_path):
+    """A NUL byte in a CSV table (a damaged copy) ended a header cell there: the report showed
+    figure4_5 without its vLLM columns, unsaid."""
+    from deamoe.readers import read_table
+
+    path = tmp_path / "microbench.csv"
+    path.write_bytes(b"model,batch,baseline_us,deamoe_us\nA,4,1.0,2.0\nB,8,1.0\x00,2.0\n")
+    with pytest.raises(DataError, match=r"microbench.csv:3: a NUL byte \(character 53\)"):
+        read_table(path)
