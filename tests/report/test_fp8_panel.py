@@ -194,3 +194,17 @@ def test_vllm_rows_timed_beside_other_baseline_tiles_are_left_out_and_named(resu
     note = next(n for n in art.notes if n.startswith("vLLM FP8 not shown"))
     assert "DeepSeek-V3 fp8-w8a8 @4:" in note and "@16" not in note
     assert "git 715532f, 2026-12-04" in note
+
+
+@pytest.mark.parametrize("chip", ["h200", "h100"])  # the committed folder's table, another chip's
+def test_a_row_of_another_precision_in_an_fp8_table_is_named_with_its_line(results, measured, chip):
+    """A row whose weight_dtype is no FP8 precision (bf16, int4, a typo) was shown in the FP8
+    table, its vLLM columns empty; `bench import` refused the same table."""
+    from deamoe.errors import DataError
+
+    (measured / chip).mkdir(exist_ok=True)
+    pd.DataFrame([{**ROW, "weight_dtype": p} for p in ("fp8-w8a8", "int4")]).to_csv(
+        measured / chip / "microbench_fp8.csv", index=False)
+    with pytest.raises(DataError, match=rf"{chip}/microbench_fp8.csv:3: column weight_dtype is 'int4', "
+                                        r"not one of fp8, fp8-w8a8"):
+        fp8_panel.figure45_fp8(results, measured / "h200", "tiny")

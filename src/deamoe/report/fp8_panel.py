@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
+from deamoe.errors import DataError
 from deamoe.report.annotate import footer, not_run_panel
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.sources import KERNEL_FP8, microbench_source, read_csv
@@ -89,7 +90,7 @@ def _other_chips(measured: Path) -> list:
         if folder.resolve() in seen:
             continue
         seen.add(folder.resolve())
-        src = read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8)  # absent: not ok
+        src = _fp8_only(read_csv(folder / "microbench_fp8.csv", REQUIRED, scale=KERNEL_FP8))  # absent: not ok
         if src.ok:
             found.append((src, folder))
     return found
@@ -124,8 +125,20 @@ def _rows(frame: pd.DataFrame, bf16: dict, peer: dict, chip: str = "not recorded
     return rows
 
 
+def _fp8_only(src):
+    """`src` once each row's weight_dtype is an FP8 precision (LABELS): a row of another (bf16,
+    a typo, a precision pasted in from elsewhere) was shown in the FP8 table without a word."""
+    if src.ok:
+        bad = ~src.frame["weight_dtype"].astype(str).isin(list(LABELS))
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            raise DataError(f"{src.path}:{i + 2}: column weight_dtype is {src.frame['weight_dtype'].iloc[i]!r}, "
+                            f"not one of {', '.join(LABELS)} (an FP8 table)")
+    return src
+
+
 def figure45_fp8(results: Path, measured: Path, profile: str | None) -> Artifact:
-    src = microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile, KERNEL_FP8)
+    src = _fp8_only(microbench_source(results, measured, "microbench_fp8.csv", REQUIRED, profile, KERNEL_FP8))
     goals = ("goals on one H200: DeaMoE FP8 speedup >= 0.95 of the ideal (bytes) speedup for "
              "DeepSeek-V3 and Qwen3-235B-A22B at every batch 4-128, DeepSeek-V3 peak >= 1.9x; "
              "our FP8 baseline no slower than vLLM's FP8 fused MoE at every point and >= 90% of "
