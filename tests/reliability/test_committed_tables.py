@@ -128,3 +128,16 @@ def test_a_fractional_count_or_a_kernel_tables_other_times_and_bytes_are_checked
         csv.writer(f, lineterminator="\n").writerows(rows)
     with pytest.raises(DataError, match=f"{path.name}:2: column {column} is {shown}"):
         read_csv(path)
+
+
+def test_import_of_rows_of_two_chips_into_one_table_is_refused(work, failing):
+    """Parts run on two machines (an H200 and an H100), or --merge of an H200 run into an H100
+    table, made one table of two chips' times: a curve whose speedups cross chips."""
+    lines = (MEASURED / "h200" / "decode_tpot.csv").read_text().splitlines(keepends=True)
+    h100 = [r.replace("NVIDIA H200", "NVIDIA H100 80GB HBM3") for r in lines[9:]]
+    for part, rows in (("a", lines[1:9]), ("b", h100)):
+        (work / part).mkdir()
+        (work / part / "decode_tpot.csv").write_text(lines[0] + "".join(rows))
+    failing(["bench", "import", "a", "b", "--dest", "dest", "--sha", "abc1234"], "decode_tpot.csv would hold rows",
+            "'NVIDIA H200' and 'NVIDIA H100 80GB HBM3'")
+    assert not (work / "dest").exists()

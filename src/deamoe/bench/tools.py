@@ -412,6 +412,10 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
                 continue
             if merge and (Path(dest) / target).is_file():
                 rows = _merged(read_table(Path(dest) / target, table_spec(target), str(Path(dest) / target)), rows)
+            chips = list(dict.fromkeys(rows["gpu"].dropna().astype(str))) if "gpu" in rows else []
+            if len(chips) > 1:  # parts of two machines, or --merge into another chip's table
+                raise DataError(f"bench import: {target} would hold rows of {chips[0]!r} and {chips[1]!r}: "
+                                "one curve of two chips' times; import each chip's run into its own --dest")
             tables[target] = rows.reset_index(drop=True)
     if not tables:
         raise DataError(f"bench import: no microbench.csv, microbench_fp8.csv or decode_tpot.csv in "
