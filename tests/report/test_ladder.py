@@ -275,3 +275,17 @@ def test_an_ablation_row_twice_is_named_with_its_line(tmp_path):
     pd.DataFrame(rows + rows[:1]).to_csv(folder / "summary.csv", index=False)
     with pytest.raises(DataError, match=r"summary.csv:6: the row of variant=No.1, seed=0 is given twice"):
         ladder.table4_gpu(tmp_path / "results", tmp_path / "measured" / "h200", None)
+
+
+@pytest.mark.parametrize("device", ["CPU (x86_64)", ""])
+def test_a_committed_row_not_run_on_a_gpu_is_named_with_its_line(tmp_path, device):
+    """One row of a CPU run (or without a device) in a committed GPU table made the report skip
+    the whole table as a CPU run's: its size was shown as "not run", its GPU rows unsaid."""
+    from deamoe.errors import DataError
+
+    measured = tmp_path / "measured" / "h200"
+    rows = synthetic_rows()
+    rows.loc[1, "device"] = device or None  # small's second row: line 3 of its table
+    _commit(measured, rows)
+    with pytest.raises(DataError, match=r"quality/small/runs.csv:3: column device is "):
+        ladder.pretrain_gpu(tmp_path / "results", measured, None, ("small", "large"))

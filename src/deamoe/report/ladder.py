@@ -87,6 +87,19 @@ def _is_gpu(frame: pd.DataFrame) -> bool:
     return dev is not None and len(frame) > 0 and not dev.astype(str).str.startswith("CPU").any()
 
 
+def _check_committed_gpu(frame: pd.DataFrame, path: Path) -> None:
+    """A DataError naming the first row of a committed quality table that does not say it ran
+    on a GPU: the whole table was skipped as a CPU run's, its size shown as "not run"."""
+    dev = frame["device"].astype(str) if "device" in frame else None
+    if dev is None:
+        raise DataError(f"{path}: no device column: committed quality rows say the GPU they ran on")
+    cpu = dev.str.startswith("CPU") | frame["device"].isna()
+    if cpu.any():
+        i = int(cpu.to_numpy().argmax())
+        raise DataError(f"{path}:{i + 2}: column device is {frame['device'].iloc[i]!r}: a row not run on a "
+                        "GPU in a committed GPU table; commit only the GPU runs' rows")
+
+
 def load_gpu_rows(pairs: list[tuple[Path, Path]], required: tuple[str, ...],
                   profile: str | None) -> tuple[pd.DataFrame | None, list[Loaded]]:
     """Per table (this run's path, the committed path): the rows a GPU made in this run where
@@ -96,6 +109,8 @@ def load_gpu_rows(pairs: list[tuple[Path, Path]], required: tuple[str, ...],
     for pair in pairs:
         for path in pair:
             s = read_csv(path, profile=profile)
+            if s.ok and path == pair[-1]:  # committed GPU rows: one of a CPU run hid them all
+                _check_committed_gpu(s.frame, path)
             if not (s.ok and _is_gpu(s.frame)):  # a CPU run's rows are not GPU scale
                 continue
             missing = [c for c in required if c not in s.frame.columns]
