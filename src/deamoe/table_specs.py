@@ -47,10 +47,12 @@ TABLES = {
     "read_sizes.csv": TableSpec(("mb", "tbps"), finite=("mb", "tbps"), positive=("mb", "tbps"),
                                 provenance=("date", "git_sha"), rows=True),
     # a seed given twice would count twice in the mean over seeds
-    "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params"),
-                          provenance=("date", "git_sha"), key=("size", "model", "seed"), whole=("seed",)),
+    # (a loss is > 0: a cross-entropy; -1 was averaged into a "within seed noise" verdict)
+    "runs.csv": TableSpec(("size", "model", "seed", "val_loss"), finite=("seed", "val_loss", "params", "tokens"),
+                          positive=("val_loss", "params", "tokens"), provenance=("date", "git_sha"),
+                          key=("size", "model", "seed"), whole=("seed",)),
     "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n"),
-                                      key=("variant", "seed"), whole=("seed",)),
+                                      positive=("loss_last_n",), key=("variant", "seed"), whole=("seed",)),
     "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
     "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
 }

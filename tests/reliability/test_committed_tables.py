@@ -109,12 +109,17 @@ def test_a_time_or_rate_of_zero_or_below_is_named_with_its_line(work, name, colu
     ("microbench.csv", "vllm_h200_us", "0", "0.0, not a number > 0"),
     ("microbench.csv", "baseline_bytes", "-100", "-100.0, not a number > 0"),
     ("microbench_fp8.csv", "peak_read_tbps", "-4.6", "-4.6, not a number > 0"),
+    ("quality/small/runs.csv", "val_loss", "-1", "-1.0, not a number > 0"),
+    ("quality/small/runs.csv", "tokens", "", "empty or NaN, not a finite number"),
+    ("quality/small/runs.csv", "params", "0", "0, not a number > 0"),
+    ("quality/ablation/summary.csv", "loss_last_n", "-3.4", "-3.4, not a number > 0"),
 ])
 def test_a_fractional_count_or_a_kernel_tables_other_times_and_bytes_are_checked(work, name, column, value,
                                                                                   shown):
     """A batch of 3.5 was shown as batch 3 (and a seed of 1.5 paired as a seed of its own); a
     vLLM time of 0 stopped the report with 'ZeroDivisionError', naming no file; negative bytes
-    were shown as -6.5e-05 % of the read roofline."""
+    were shown as -6.5e-05 % of the read roofline; a held-out loss of -1 was averaged into a
+    "within seed noise" verdict, a row without tokens left the tokens axis unsaid."""
     import csv
 
     from deamoe.errors import DataError
