@@ -236,11 +236,16 @@ def test_the_table_states_the_text_each_size_trained_on():
               r"\(also at .*small/runs.csv:2\)"),
     ("size", r"small/runs.csv:2: column size is large, not small \(the table's folder\)"),
     ("length", r"8000steps/runs.csv:3: column planned_steps is 4000, not 8000 \(the table's folder\)"),
+    ("model", r"small/runs.csv:2: run pretrain-small-baseline-s0 is not this row's size small, model Baseline, "
+              r"seed 0 and length"),
+    ("copy", r"small/runs.csv:8: run pretrain-small-baseline-s0 is not this row's size small, model baseline, "
+             r"seed 9 and length"),
 ])
 def test_a_row_twice_or_of_another_size_or_length_is_named_with_its_line(tmp_path, how, message):
     """A seed's row given twice counted twice in its size's mean, a row of another size pasted
     into a size's table joined the other size's mean, a row planned for another length stood at
-    the folder's: each silently moved the numbers."""
+    the folder's, a misspelt model dropped its row, a copied row with another seed stood as a
+    seed of its own: each silently moved the numbers."""
     from deamoe.errors import DataError
     from deamoe.report import tokens_axis
 
@@ -253,6 +258,10 @@ def test_a_row_twice_or_of_another_size_or_length_is_named_with_its_line(tmp_pat
         small = pd.concat([small, small.iloc[:1]], ignore_index=True)
     elif how == "size":
         small.loc[0, "size"] = "large"
+    elif how == "model":  # misspelt: the row was left out of its size's mean unsaid
+        small.loc[0, "model"] = "Baseline"
+    elif how == "copy":  # a copied row, its seed edited: a seed of its own
+        small = pd.concat([small, small.iloc[:1].assign(seed=9)], ignore_index=True)
     else:
         path = path.parent / "8000steps" / "runs.csv"
         path.parent.mkdir()

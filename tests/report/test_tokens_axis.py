@@ -28,11 +28,12 @@ def axis_frame(size="small", operator="silu", sha="a1b2c3d4e5f60718", steps=STEP
         for seed, noise in enumerate(NOISE):
             base = 5.0 - 0.25 * math.log2(n / 1000)
             for model, v in (("baseline", base), ("deamoe", base + GAP[n] + noise)):
-                rows.append({"run": f"pretrain-{folder_size}-{model}-s{seed}-{n}steps", "size": size,
+                suffix = f"-{n}steps" if n != 1000 else ""  # 1000: the size's own length
+                rows.append({"run": f"pretrain-{folder_size}-{model}-s{seed}{suffix}", "size": size,
                              "model": model, "seed": seed, "steps": n, "tokens": n * 32_768,
                              "params": PARAMS, "val_loss": v, "h": 256, "num_hidden_layers": 2,
                              "operator": operator if model == "deamoe" else None,
-                             "trained_as": f"pretrain-{size}-{model}-s{seed}-{n}steps",
+                             "trained_as": f"pretrain-{size}-{model}-s{seed}{suffix}",
                              "corpus_tokens": CORPUS, "epochs": n * 32_768 / CORPUS,
                              "data_sha256": sha, "val_split": "documents", **GPU})
     return pd.DataFrame(rows)
@@ -100,7 +101,7 @@ def test_a_size_sharing_its_baselines_counts_them_once_and_reads_one_corpus(tmp_
     rms = axis_frame(size="smallrms", operator="rmsnorm")
     rms.loc[rms["model"] == "baseline", "trained_as"] = silu.loc[silu["model"] == "baseline", "trained_as"].values
     stale = axis_frame(sha="ffffffffffffffff", steps=(1000,))  # another corpus, same size
-    stale["run"] = stale["run"] + "-old"
+    stale["run"] = stale["run"] + "-16000steps"  # (the folder it is committed in below)
     commit(tmp_path / "measured", pd.concat([silu, rms]))
     # the stale rows as an extra length folder of the same size
     folder = tmp_path / "measured" / "quality" / "small" / "16000steps"

@@ -18,6 +18,7 @@ from deamoe.errors import DataError
 from deamoe.report.sources import Loaded, not_run, read_csv
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.shapes import MODELS
+from deamoe.train.runs import PRETRAIN_RUN
 
 TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
 HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU (README: "
@@ -127,8 +128,10 @@ def load_gpu_rows(pairs: list[tuple[Path, Path]], required: tuple[str, ...],
 
 def _check_folder(frame: pd.DataFrame, path: Path) -> None:
     """A DataError naming the first row of quality/<size>/[<n>steps/]runs.csv that is not of that
-    size (or, planned for another length, of that length): a row pasted in from another table
-    joined the other size's mean over seeds, or was shown at the wrong length."""
+    size (or, planned for another length, of that length), or whose run name says another size,
+    model, seed or length: a row pasted in from another table joined the other size's mean over
+    seeds or was shown at the wrong length, a model misspelt left its seed out unsaid, a copied
+    row with its seed edited stood as a seed of its own."""
     folder, steps = Path(path).parent, None
     if path.name != "runs.csv" or "size" not in frame:  # (the ablation's table has no size)
         return
@@ -144,6 +147,12 @@ def _check_folder(frame: pd.DataFrame, path: Path) -> None:
         shown = frame["size"].iloc[i] if what == "size" else f"{planned.iloc[i]:g}"
         raise DataError(f"{path}:{i + 2}: column {what} is {shown}, not {want} (the "
                         "table's folder): a row of another table")
+    for i, (run, model, seed) in enumerate(zip(frame.get("run", []), frame["model"], frame["seed"])):
+        m = PRETRAIN_RUN.fullmatch(str(run))  # the run's name says its size, model, seed and length
+        said = (m["size"], m["model"], int(m["seed"]), int(m["steps"] or 0)) if m else None
+        if said != (folder.name, str(model), int(seed), steps or 0):
+            raise DataError(f"{path}:{i + 2}: run {run} is not this row's size {folder.name}, model {model}, "
+                            f"seed {seed:g} and length: a row edited or pasted in")
 
 
 def quality_pairs(results: Path, measured: Path, patterns: tuple[str, ...]) -> list[tuple[Path, Path]]:
