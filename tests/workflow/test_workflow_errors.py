@@ -17,6 +17,9 @@ def _errors(proc) -> list[str]:
     ("foo=1", "config: unknown key foo (allowed: "),
     ("pretrain={'sizes': {'a': {'deamoe': {'h_ffn': 24, 'n_dept': 8}}}}",
      "config: pretrain.sizes.a.deamoe: missing key n_expert"),
+    # 12 gpu_slots // 7 is one slot: twelve runs would share the GPU, not seven
+    ("pretrain={'sizes': {'tiny': {'runs_per_gpu': 7}}}",
+     "config: pretrain.sizes.tiny.runs_per_gpu: 7 is not one of [1, 2, 3, 4, 6, 12]"),
     # a file or folder the config names, checked against the disk
     ("data={'source': 'files', 'files': ['nowhere/*.txt']}",
      "config: data.files entry 'nowhere/*.txt' matches no file"),

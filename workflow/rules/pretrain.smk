@@ -36,7 +36,7 @@ GPU_SLOTS = 12
 def gpu_slots(wildcards):
     r = _runs.parse_run(wildcards.run)
     per_gpu = SIZES[r.get("size", ABLATION_SIZE)].runs_per_gpu
-    return max(1, GPU_SLOTS // per_gpu)
+    return GPU_SLOTS // per_gpu  # exact: the schema allows only divisors of GPU_SLOTS
 
 
 wildcard_constraints:
