@@ -7,10 +7,11 @@ Light imports only: the Snakefile imports this module.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import tempfile
 from pathlib import Path
+
+from deamoe.errors import disk_full
 
 
 def write_resolved(path: str | os.PathLike, text: str) -> str | None:
@@ -35,7 +36,7 @@ def write_resolved(path: str | os.PathLike, text: str) -> str | None:
         os.replace(tmp, path)
         return None
     except OSError as exc:
-        hint = "free some space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "make its folder writable"
+        hint = "free some space" if disk_full(exc) else "make its folder writable"
         return (f"{path}: {exc.strerror or exc} while it was written (nothing of it kept); {hint} "
                 "(the resolved config every job reads)")
     finally:

@@ -218,3 +218,14 @@ def test_a_longer_length_of_one_seed_is_shown_beside_the_line_not_judged(tmp_pat
     assert "-0.500 (one seed) at 75 tokens/param (not judged)" in claim.reproduced
     assert claim.verdict == "not reproduced: DeaMoE behind"  # judged at 19 tokens/param, as before
     assert "524M tokens per run" in claim.scale  # the shown length's tokens: 16000 x 32768
+
+
+def test_a_line_of_one_seed_at_every_length_is_not_judged(tmp_path):
+    from deamoe.report import headline
+
+    frame = axis_frame()
+    commit(tmp_path / "measured", frame[frame["seed"] == 0])
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    claim = headline.longer_training({"tokens_axis": art})
+    assert claim.verdict == "not judged: one seed at every length so far"  # not "reproduced"
+    assert "nan" not in claim.reproduced and "(not judged)" in claim.reproduced

@@ -216,7 +216,7 @@ def longer_training(arts: dict) -> Claim:
         return _not_run(claim, want, art)
     at = lambda r: f"{gap_text(r)} at {r['tokens per param']:.2g} tokens/param"  # noqa: E731
     fine = lambda r: r["verdict"].startswith(("within", "DeaMoE ahead"))  # noqa: E731
-    got, behind, closes, short, longest = [], [], [], [], []
+    got, behind, closes, short, longest, judged_lines = [], [], [], [], [], 0
     for (size, op), whole in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
         # judged only where seeds give a spread; a length of one seed so far is shown, not judged
         name, line = f"{size} ({op})", whole[whole["seeds"] > 1].reset_index(drop=True)
@@ -225,6 +225,7 @@ def longer_training(arts: dict) -> Claim:
             got.append(f"{name} " + ", ".join(first_seeds))
             longest.append(whole.iloc[-1])
             continue
+        judged_lines += 1
         distance = (line["tokens per param"] / ratio).map(lambda x: abs(math.log(x)))
         near, last = line.loc[distance.idxmin()], line.iloc[-1]
         at_paper = distance.min() <= math.log(PAPER_RATIO_BAND)
@@ -240,8 +241,9 @@ def longer_training(arts: dict) -> Claim:
                 start -= 1
             if start < len(line):
                 closes.append(f"{name} from {line.loc[start, 'tokens per param']:.2g} tokens/param")
-    verdict = ("reproduced (within seed noise or ahead)" if not behind else "not reproduced: DeaMoE behind"
-               if len(behind) == len(got) else "partly: behind at " + ", ".join(behind))
+    verdict = ("not judged: one seed at every length so far" if not judged_lines
+               else "reproduced (within seed noise or ahead)" if not behind else "not reproduced: DeaMoE behind"
+               if len(behind) == judged_lines else "partly: behind at " + ", ".join(behind))
     if closes:
         verdict += "; within seed noise with longer training: " + ", ".join(closes)
     if short:

@@ -123,6 +123,13 @@ def _sources(settings: DataSettings) -> str:
     return str(BUNDLED) if settings.source == "bundled" else settings.redpajama_name
 
 
+def min_tokens(split: str, seq_len: int) -> int:
+    """The fewest tokens a split needs for one window of seq_len and its next-token targets: the
+    held-out windows are laid end to end (seq_len + 1); a training window starts at a random
+    offset below len - seq_len - 1, which must leave at least one (seq_len + 2)."""
+    return seq_len + (2 if split == "train" else 1)
+
+
 def prepare(settings: DataSettings, out: str | Path, progress: bool = True, seq_len: int = 0) -> dict:
     """Write out/{tokenizer/, train.bin, val.bin, meta.json}; return the meta dict.  seq_len (the
     training sequence length, 0: not checked): each split holds at least one window of it, else
@@ -185,8 +192,9 @@ def prepare(settings: DataSettings, out: str | Path, progress: bool = True, seq_
         if n_train == 0:
             raise DataError("data: val_split=documents held out every document; lower data.val_fraction "
                             "or use more text")
-        for split, n, need in (("held-out", n_val, seq_len + 1), ("training", n_train, seq_len + 2)):
-            if seq_len and n < need:  # (one window and its next-token target)
+        for split, n, need in (("held-out", n_val, min_tokens("val", seq_len)),
+                               ("training", n_train, min_tokens("train", seq_len))):
+            if seq_len and n < need:
                 raise DataError(f"data: the {split} split has {n} tokens, fewer than the {need} of one window "
                                 f"of train.seq_len={seq_len}; raise data.max_bytes or data.val_fraction, "
                                 "or use more text")
@@ -240,7 +248,7 @@ class TokenData:
         """Rows `rows` of the global batch of `step`: (inputs, targets) int64 [len(rows), seq_len]."""
         import torch
 
-        if len(self.train) < seq_len + 2:
+        if len(self.train) < min_tokens("train", seq_len):
             raise DataError(f"{self.directory}/train.bin has {len(self.train)} tokens, fewer than train.seq_len+2")
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, len(self.train) - seq_len - 1, size=batch_size)[rows]
@@ -248,10 +256,9 @@ class TokenData:
 
     def val_batches(self, n_batches: int, batch_size: int, seq_len: int):
         """The first n_batches * batch_size non-overlapping windows of the held-out split."""
-        n_windows = (len(self.val) - 1) // seq_len
-        if n_windows < 1:
+        if len(self.val) < min_tokens("val", seq_len):
             raise DataError(f"{self.directory}/val.bin has {len(self.val)} tokens, fewer than train.seq_len+1")
-        starts = np.arange(min(n_windows, n_batches * batch_size)) * seq_len
+        starts = np.arange(min((len(self.val) - 1) // seq_len, n_batches * batch_size)) * seq_len
         for i in range(0, len(starts), batch_size):
             yield self._windows(self.val, starts[i : i + batch_size], seq_len)
 
