@@ -229,3 +229,33 @@ def test_a_line_of_one_seed_at_every_length_is_not_judged(tmp_path):
     claim = headline.longer_training({"tokens_axis": art})
     assert claim.verdict == "not judged: one seed at every length so far"  # not "reproduced"
     assert "nan" not in claim.reproduced and "(not judged)" in claim.reproduced
+
+
+def test_a_length_with_some_seeds_so_far_is_read_beside_those_seeds_one_length_shorter(tmp_path):
+    # seeds 1 and 2 of three at a new length: one length shorter, those two read GAP + 1/128 while
+    # all three read GAP; a few seeds need not stand where all of them did
+    frame = axis_frame()
+    some = frame[(frame["steps"] == 8000) & (frame["seed"] > 0)].assign(
+        steps=16000, tokens=16000 * 32_768, epochs=16000 * 32_768 / CORPUS)
+    some["run"] = some["run"].str.replace("8000steps", "16000steps")
+    commit(tmp_path / "measured", pd.concat([frame, some]))
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    t = art.table.set_index("steps")
+    assert t.loc[16000, tokens_axis.SAME_SEEDS] == pytest.approx(GAP[8000] + 1 / 128, abs=1e-12)
+    assert t[tokens_axis.SAME_SEEDS].drop(16000).isna().all()  # every seed there: nothing to add
+    assert ("(the same 2 seeds one length shorter, at 37 tokens/param: +0.070; all 3 seeds there: +0.062)"
+            in art.notes[0])
+    # the seeds' set is read, not their count: the same seeds at both lengths add nothing
+    assert "one length shorter" not in tokens_axis.verdict_text(tokens_axis.axis_table(frame))
+
+
+def test_the_headline_names_the_lines_within_seed_noise_beside_those_behind(tmp_path):
+    from deamoe.report import headline
+
+    behind = axis_frame()
+    level = axis_frame(size="medium")
+    level.loc[level["model"] == "deamoe", "val_loss"] -= level["steps"].map(GAP)  # no gap at any length
+    commit(tmp_path / "measured", pd.concat([behind, level]))
+    art = tokens_axis.tokens_axis(tmp_path / "results", tmp_path / "measured", "gpu")
+    assert headline.longer_training({"tokens_axis": art}).verdict == (
+        "partly: behind at small (silu); within seed noise or ahead: medium (silu) at 19 tokens/param (3 seeds)")

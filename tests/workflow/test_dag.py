@@ -165,8 +165,9 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
     # the size's own 1k steps (evaluated) and its tokens axis: 2k, 4k, 8k, 12k steps, and
     # twenty-four more seeds at 8k (extra_seeds)
     ("quality_small", {"data": 1, "train": 78, "eval": 6, "quality": 1, "quality_length": 4, "quality_small": 1}),
-    # 1k, 4k, 8k and 16k steps, two seeds of two models, and four more seeds at 8k (extra_seeds)
-    ("quality_medium", {"data": 1, "train": 24, "eval": 4, "quality": 1, "quality_length": 3, "quality_medium": 1}),
+    # 1k, 4k, 8k and 16k steps, two seeds of two models, and four more seeds at 8k and two at 16k
+    # (extra_seeds)
+    ("quality_medium", {"data": 1, "train": 28, "eval": 4, "quality": 1, "quality_length": 3, "quality_medium": 1}),
     ("quality_large", {"data": 1, "train": 4, "eval": 4, "quality": 1, "quality_large": 1}),
     # its baselines are the small pair's runs: trained (and evaluated) under their names
     ("quality_smallrms", {"data": 1, "train": 30, "eval": 6, "quality": 1, "quality_length": 4,

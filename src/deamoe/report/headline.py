@@ -216,7 +216,7 @@ def longer_training(arts: dict) -> Claim:
         return _not_run(claim, want, art)
     at = lambda r: f"{gap_text(r)} at {r['tokens per param']:.2g} tokens/param"  # noqa: E731
     fine = lambda r: r["verdict"].startswith(("within", "DeaMoE ahead"))  # noqa: E731
-    got, behind, closes, short, longest, judged_lines = [], [], [], [], [], 0
+    got, behind, level, closes, short, longest, judged_lines = [], [], [], [], [], [], 0
     for (size, op), whole in done.sort_values("tokens").groupby(["size", "DeaMoE operator"], sort=False):
         # judged only where seeds give a spread; a length of one seed so far is shown, not judged
         name, line = f"{size} ({op})", whole[whole["seeds"] > 1].reset_index(drop=True)
@@ -234,7 +234,9 @@ def longer_training(arts: dict) -> Claim:
         judged = near if at_paper else last
         short += [] if at_paper else [f"{name} at {last['tokens per param']:.2g}"]
         longest.append(whole.iloc[-1])  # the scale: every length shown
-        if not fine(judged):
+        if fine(judged):
+            level.append(f"{name} at {judged['tokens per param']:.2g} tokens/param ({int(judged['seeds'])} seeds)")
+        else:
             behind.append(name)
             start = len(line)  # the first length from which every longer one is fine
             while start and fine(line.loc[start - 1]):
@@ -243,7 +245,8 @@ def longer_training(arts: dict) -> Claim:
                 closes.append(f"{name} from {line.loc[start, 'tokens per param']:.2g} tokens/param")
     verdict = ("not judged: one seed at every length so far" if not judged_lines
                else "reproduced (within seed noise or ahead)" if not behind else "not reproduced: DeaMoE behind"
-               if len(behind) == judged_lines else "partly: behind at " + ", ".join(behind))
+               if len(behind) == judged_lines else "partly: behind at " + ", ".join(behind)
+               + "; within seed noise or ahead: " + ", ".join(level))
     if closes:
         verdict += "; within seed noise with longer training: " + ", ".join(closes)
     if short:

@@ -26,6 +26,8 @@ from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_
 from deamoe.report.sources import human, not_run
 
 TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
+# the gap one length shorter over only the seeds this length has so far (a length part trained)
+SAME_SEEDS = "same seeds' diff one length shorter"
 REQUIRED = ("size", "model", "seed", "val_loss", "tokens", "params", "corpus_tokens", "data_sha256")
 
 
@@ -64,6 +66,7 @@ def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
     # gap also measures how each model generalises from text it has seen more than once.
     train = (paired_difference(rows, "loss_last_n", by=tuple(by)).set_index(by)
              if "loss_last_n" in rows else pd.DataFrame())
+    shorter = _same_seeds_shorter(rows)
     for (size, tokens), g in rows.groupby(by, sort=False):
         d = diff.loc[(size, tokens)] if (size, tokens) in diff.index else None
         m = lambda model, col: spread[col].get((size, tokens, model), math.nan)  # noqa: E731
@@ -82,10 +85,42 @@ def axis_table(rows: pd.DataFrame) -> pd.DataFrame:
             "train diff DeaMoE - baseline": train["mean"].get((size, tokens), math.nan) if len(train)
             else math.nan,
             "train diff 2 se": 2 * train["se"].get((size, tokens), math.nan) if len(train) else math.nan,
+            SAME_SEEDS: shorter.get((size, tokens), math.nan),
         })
     table = pd.DataFrame(out)
     order = table.groupby("size")["tokens per param"].transform("min")
     return table.assign(_o=order).sort_values(["_o", "size", "tokens"]).drop(columns="_o").reset_index(drop=True)
+
+
+def _same_seeds_shorter(rows: pd.DataFrame) -> dict:
+    """(size, tokens) -> the gap one length shorter over this length's seeds only, where that
+    length has more seeds: a length whose first seeds are trained is read beside what the same
+    seeds did before, since a few seeds need not stand where all of them did."""
+    wide = rows.pivot_table(index=["size", "tokens", "seed"], columns="model", values="val_loss",
+                            aggfunc="first")
+    if not set(MODELS) <= set(wide.columns):
+        return {}
+    per_seed = (wide["deamoe"] - wide["baseline"]).dropna()
+    out = {}
+    for size, line in per_seed.groupby(level="size", sort=False):
+        lengths = sorted(set(line.index.get_level_values("tokens")))
+        for short, long in zip(lengths, lengths[1:]):
+            here = set(line.loc[(size, long)].index)
+            before = line.loc[(size, short)]
+            if here < set(before.index):
+                out[(size, long)] = float(before[sorted(here)].mean())
+    return out
+
+
+def _same_seeds_text(line: pd.DataFrame, row) -> str:
+    """Where a length's seeds stood one length shorter, beside all that length's seeds."""
+    gap = row.get(SAME_SEEDS, math.nan)
+    if not math.isfinite(gap):
+        return ""
+    prev = line[line["tokens"] < row["tokens"]].iloc[-1]
+    return (f" (the same {int(row['seeds'])} seed{'s' if row['seeds'] > 1 else ''} one length shorter, at "
+            f"{prev['tokens per param']:.2g} tokens/param: {gap:+.3f}; all {int(prev['seeds'])} seeds "
+            f"there: {prev['diff DeaMoE - baseline']:+.3f})")
 
 
 def trend(line: pd.DataFrame, at: float) -> dict:
@@ -132,7 +167,7 @@ def verdict_text(table: pd.DataFrame) -> str:
         text = (f"{size} ({label}): gap {first['diff DeaMoE - baseline']:+.3f} at "
                 f"{first['tokens per param']:.2g} tokens/param -> {gap_text(last)} at "
                 f"{last['tokens per param']:.2g} ({last['passes over corpus']:.1f} passes over its text): "
-                f"{last['verdict']}")
+                f"{last['verdict']}" + _same_seeds_text(line, last))
         if math.isfinite(last["train diff DeaMoE - baseline"]):
             text += f" (training-loss gap there {gap_text(last, 'train ')})"
         if len(upto) > 1 and last["seeds"] > 1 and first["seeds"] > 1:
@@ -146,7 +181,7 @@ def verdict_text(table: pd.DataFrame) -> str:
             text += (f"; at {row['tokens per param']:.2g} tokens/param ({row['passes over corpus']:.1f} "
                      f"passes) {gap_text(row)}" + (f", training-loss gap {gap_text(row, 'train ')}"
                                                if math.isfinite(row["train diff DeaMoE - baseline"]) else "")
-                     + ": no spread to judge it against yet")
+                     + ": no spread to judge it against yet" + _same_seeds_text(line, row))
         t = trend(line, PAPER_TOKENS_PER_PARAM)
         if t:
             kind = "extrapolation" if t["extrapolated"] else "interpolation"
