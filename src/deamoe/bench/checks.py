@@ -37,6 +37,11 @@ STREAM_OPTIONS = {
                {"dense_dept_up": True, "split_launches": 2},
                {"dense_dept_up": True, "dense_block_m": 64},
                {"dense_dept_up": True, "split_launches": 2, "dense_parts": 1}]}
+# w8a8 FP8 only: the dense department GEMM through cuBLAS (kernels.fp8_dense_up), on the
+# passes whose expert up-projection reads the department output as written (plain rows)
+CUBLAS_OPTIONS = ({"dense_dept_up": True, "dense_up_cublas": True},
+                  {"dense_dept_up": True, "dense_up_cublas": True, "split_launches": 2})
+CUBLAS_PASSES = ("", "-pq")
 GRAPH_OPTIONS = ({"dense_dept_up": True}, {"dense_dept_up": True, "split_launches": 2},
                  {"dense_dept_up": True, "split_launches": 4, "dense_parts": 1},
                  {"dense_dept_up": True, "split_launches": 4, "dense_parts": 3})
@@ -216,7 +221,9 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
                 cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
                 for how in (p for p in passes if takes_pass(shape, p, fmt)):
-                    for option in STREAM_OPTIONS[shape.kind]:
+                    cublas = (fmt.activations == "fp8" and shape.kind == "deamoe"
+                              and how in CUBLAS_PASSES)
+                    for option in STREAM_OPTIONS[shape.kind] + list(CUBLAS_OPTIONS) * cublas:
                         tiles = pass_tiles(cls(**option), shape, how, fmt)
                         r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
                                        layer=layer, tiles=tiles, fp8=fmt)
@@ -224,11 +231,13 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
                 del layer
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-            options = [o for o in GRAPH_OPTIONS[:2] for _ in (4, 64)]
+            graphed = GRAPH_OPTIONS[:2] + CUBLAS_OPTIONS[:1] * (fmt.activations == "fp8")
+            options = [o for o in graphed for _ in (4, 64)]
             graph = _graph_rows(table1_row(model).deamoe, [DeaMoETiles(**o) for o in options],
-                                [b for _ in GRAPH_OPTIONS[:2] for b in (4, 64)], 5,
+                                [b for _ in graphed for b in (4, 64)], 5,
                                 f"{model} graph", fmt, device)
-            rows += [{**g, "part": "graph", "weights": precision} for g in graph]
+            rows += [{**g, "part": "graph", "weights": precision, "variant": str(o)}
+                     for g, o in zip(graph, [o for o in options for _ in (0, 1)])]
             _partial(rows, Path(out) / "fp8_check.csv", f"{precision} {model}")
     if kernel is not None and Path(kernel).is_file():  # vLLM's FP8 block path beside ours
         from deamoe.bench.vllm_peer_fp8 import fp8_check_rows

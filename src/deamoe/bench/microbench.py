@@ -232,7 +232,7 @@ def _from_logits_us(shape, weights, inputs: StepInputs, knobs, repeats: int,
 def _stage_breakdown(shape, w, x, tiles) -> list[dict]:
     tiles = dataclasses.replace(tiles, split_launches=1)  # each GEMM timed alone
     if shape.kind == "deamoe":
-        tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0)
+        tiles = dataclasses.replace(tiles, dense_dept_up=False, dense_parts=0, dense_up_cublas=False)
     from deamoe.kernels.deamoe_decode import DeaMoEWeights, deamoe_stages
     from deamoe.kernels.fused_moe import fused_moe_stages
     from deamoe.kernels.grouped_gemm import output_dtype

@@ -222,6 +222,7 @@ def search_point(shape, measure, s: "MicrobenchSettings", batch: int | None = No
     final = _timed_once(final_measure or (lambda k: measure(k, s.replays)))
     pick = pick_finalist(tried, s.finalists, final, must) or knobs
     pick = dense_parts_pass(shape, pick, final, s)
+    pick = dense_up_cublas_pass(shape, pick, final, s, qout)
     return pair_dept_down_pass(shape, pick, final, s, qout)
 
 
@@ -236,6 +237,29 @@ def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings")
         return pick
     plain = {k: v for k, v in pick.items() if k != "dense_parts"}
     candidates = [plain] + [{**plain, "dense_parts": n} for n in range(1, split)]
+    timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
+    return candidates[min(timed)[1]] if timed else pick
+
+
+def dense_up_cublas_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings",
+                         qout: bool = False):
+    """w8a8 (qout): a DeaMoE pick with the dense department up-projection and no dense parts,
+    and the same with that GEMM through cuBLAS (kernels.fp8_dense_up), timed by the final
+    measure: the faster.  A tile cannot beat cuBLAS there at >= 128 tokens (the GEMMs alone,
+    docs/kernels.md), nor cuBLAS the tiles at <= 64, so it is tried per point."""
+    if not (s.dense_up_cublas and qout and shape.kind == "deamoe" and pick
+            and pick.get("dense_dept_up") and not pick.get("dense_parts")):
+        return pick
+    from deamoe.decode.knobs import make_tiles
+
+    plain = {k: v for k, v in pick.items() if k != "dense_up_cublas"}
+    candidates = [plain]
+    cublas = {**plain, "dense_up_cublas": 1}
+    try:  # not with a dept_up tile that stores its output quantised or with its absmax
+        make_tiles(shape, cublas)
+        candidates.append(cublas)
+    except ValueError:
+        pass
     timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
     return candidates[min(timed)[1]] if timed else pick
 

@@ -65,6 +65,7 @@ class MicrobenchSettings:
     dense_dept_up: list[bool] = field(default_factory=lambda: [False, True])
     dense_parts: bool = True  # with a dense pick split in n parts, try 1..n-1 of them dense
     pair_dept_down: bool = True  # the pick with dept_down over pair rows (search.py)
+    dense_up_cublas: bool = True  # w8a8: a dense pick with its dense GEMM through cuBLAS too
     final_tile_pass: bool = True
     grid_order: bool = True
     # a microbench.csv whose picks join each point's finalists ("" = none), so a run cannot
@@ -149,6 +150,9 @@ class MicrobenchSettings:
             raise ConfigError(f"microbench.grid_order: {self.grid_order!r}: must be true or false")
         if not isinstance(self.pair_dept_down, bool):
             raise ConfigError(f"microbench.pair_dept_down: {self.pair_dept_down!r}: "
+                              "must be true or false")
+        if not isinstance(self.dense_up_cublas, bool):
+            raise ConfigError(f"microbench.dense_up_cublas: {self.dense_up_cublas!r}: "
                               "must be true or false")
         if not isinstance(self.dense_parts, bool):
             raise ConfigError(f"microbench.dense_parts: {self.dense_parts!r}: "

@@ -40,6 +40,7 @@ from typing import NamedTuple
 
 import torch
 
+from deamoe.kernels import fp8_dense_up
 from deamoe.kernels.align import AlignSpec, align, dense_alignment
 from deamoe.kernels.fp8 import check_qout_reads, check_qscale_writes
 from deamoe.kernels.fp8_absmax import AbsmaxRows, with_zeroed
@@ -113,6 +114,9 @@ class DeaMoETiles:
     # of their own chain, which starts once the routing is known, beside the dense GEMM's tail
     # and without reading their unchosen departments.  0: every part is dense
     dense_parts: int = 0
+    # with dense_dept_up on w8a8 FP8 weights: that GEMM through cuBLAS's block-scaled FP8 GEMM
+    # (kernels.fp8_dense_up; a1 stored planar), not a grouped-GEMM tile
+    dense_up_cublas: bool = False
     # sum out in bf16 where the device has bf16 atomics, without the cast launch at the end
     # (both layers 1.3-16.5 us faster per layer on the H200; max rel err 5.9e-3); off: fp32
     out_bf16: bool = True
@@ -141,6 +145,12 @@ class DeaMoETiles:
                              "pair_dept_down is not built; give '-qo' or a plain tile")
         check_qout_reads(self)
         check_qscale_writes(self)
+        if self.dense_up_cublas and (not self.dense_dept_up or self.dense_parts):
+            raise ValueError("dense_up_cublas needs dense_dept_up=1 and dense_parts=0 (the "
+                             "dense GEMM writes every department's rows)")
+        if self.dense_up_cublas and (self.dept_up.qout or self.dept_up.qscale):
+            raise ValueError(f"dense_up_cublas: cuBLAS writes the department output whole, not "
+                             f"as dept_up tile {self.dept_up.name} stores it")
 
     def operator_misfit(self, operator: str) -> str | None:
         """Why a layer whose inter-stage operator is `operator` cannot run these tiles (None: it
@@ -150,6 +160,8 @@ class DeaMoETiles:
         tiles meet the layer's shape (decode.knobs.make_tiles) and by the layer itself."""
         if operator in FUSED_OPERATORS:
             return None
+        if self.dense_up_cublas:
+            return f"dense_up_cublas needs a fused operator ({', '.join(FUSED_OPERATORS)}), not {operator}"
         if self.dept_up.qout or self.dept_up.qscale:
             how = "quantised ('-qo')" if self.dept_up.qout else "with its absmax ('-qs')"
             return (f"operator {operator} is applied to the department output outside the "
@@ -163,7 +175,8 @@ class DeaMoETiles:
         """The most shared memory one of the layer's GEMMs needs on these tiles
         (GemmSpec.shared_memory; S counted at `itemsize`, as with s_bf16; fp8: the Fp8Format of
         FP8 weights)."""
-        dept_up_m = {self.dense_block_m or self.dept_block_m} if self.dense_dept_up else set()
+        dept_up_m = ({self.dense_block_m or self.dept_block_m}
+                     if self.dense_dept_up and not self.dense_up_cublas else set())
         if not self.dense_dept_up or self.dense_parts:  # the routed department up-projection
             dept_up_m.add(self.dept_block_m)
         sizes = (itemsize, fp8)
@@ -222,7 +235,13 @@ class _Step:
         self.x = x.contiguous()
         self.dev = x.device
         common = dict(n_dept=self.n_dept, per_group=self.per)
-        self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=f, **common),
+        self.cublas = tiles.dense_up_cublas
+        if self.cublas:  # a1 planar: the up halves after all T x n_dept gate halves
+            why = fp8_dense_up.misfit(x, w.dept_gate, w.dept_up, operator)
+            if why:
+                raise ValueError(f"deamoe_forward: dense_up_cublas: {why}")
+        up_off = T * self.n_dept * f if self.cublas else f
+        self.specs = {"expert_up": EXPERT_UP.on(tiles.expert_up, a_up_off=up_off, **common),
                       "expert_down": EXPERT_DOWN.on(tiles.expert_down, act=self.sig, **common),
                       "expert_down_pairs": EXPERT_DOWN_RAW.on(tiles.expert_down, act=self.sig,
                                                               **common),
@@ -231,7 +250,8 @@ class _Step:
         why = tiles.operator_misfit(operator)
         if why:
             raise ValueError(f"deamoe_forward: {why}")
-        self.a1 = gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate)
+        self.a1 = (fp8_dense_up.planar_rows(T, self.n_dept, f, x) if self.cublas
+                   else gemm_output(T * self.n_dept, 2 * f, x, tiles.dept_up, w.dept_gate))
         s_bf16 = tiles.s_bf16 and self.fused and f % 2 == 0 and bf16_atomics(x)
         s_words = (0 if tiles.pair_dept_down else T * self.n_dept * f // 2 if s_bf16
                    else T * self.n_dept * f)
@@ -266,6 +286,9 @@ class _Step:
         )
 
     def dept_up(self, groups=None, dense=False):
+        if dense and self.cublas:  # (dense_parts 0: every department, groups None)
+            fp8_dense_up.dense_dept_up(self.x, self.dept_gate, self.dept_up_w, self.a1, self.sig)
+            return
         if dense:  # every (token, department) row of a1: needs no routing
             al, rows = dense_alignment(self.T, self.n_dept, self.per,
                                        self.tiles.dense_block_m or self.tiles.dept_block_m,

@@ -39,8 +39,8 @@ QUANT_ROWS = 16
 
 
 @triton.jit
-def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, rows, stride_a, width, n_groups, z_ptr, stride_z,
-                           z_lo, z_n, GROUP: tl.constexpr, ROWS: tl.constexpr,
+def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, rows, stride_a, width, stride_sr, stride_sg,
+                           z_ptr, stride_z, z_lo, z_n, GROUP: tl.constexpr, ROWS: tl.constexpr,
                            DOT_F32: tl.constexpr, Z_BLOCK: tl.constexpr):
     """One program per (ROWS rows, group of GROUP columns; the last group partial where width is
     not a multiple of GROUP, as the GEMM's masked last K block; the last rows masked).
@@ -53,7 +53,7 @@ def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, rows, stride_a, width, n_groups,
     ok = row_ok & (cols < width)
     q, a_s = quantize_rows(tl.load(a_ptr + r * stride_a + cols, mask=ok, other=0.0), DOT_F32)
     tl.store(q_ptr + r * width + cols, q, mask=ok)
-    tl.store(s_ptr + r * n_groups + grp, a_s[:, None], mask=row_ok)
+    tl.store(s_ptr + r * stride_sr + grp * stride_sg, a_s[:, None], mask=row_ok)
     if Z_BLOCK > 0:
         zc = (grp * Z_BLOCK + tl.arange(0, Z_BLOCK))[None, :]
         tl.store(z_ptr + r * stride_z + z_lo + zc, tl.zeros([ROWS, Z_BLOCK], tl.float32),
@@ -61,10 +61,12 @@ def quantize_groups_kernel(a_ptr, q_ptr, s_ptr, rows, stride_a, width, n_groups,
 
 
 def quantize_groups(a: torch.Tensor, group: int, launch: bool = True,
-                    zero: ZeroSlots | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                    zero: ZeroSlots | None = None,
+                    by_group: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(q [R, W] e4m3, scales [R, ceil(W / group)] float32) of a [R, W] (rows of unit column
     stride); zero: absmax slots of R rows this launch zeroes too.  launch=False: the buffers
-    only (a compile-only GEMM launch)."""
+    only (a compile-only GEMM launch).  by_group: the scales stored group by group (a view of a
+    [groups, R] buffer), as cuBLAS's block-wise scaling reads them (fp8_dense_up)."""
     rows, width = a.shape
     if a.stride(-1) != 1:
         raise ValueError(f"quantize_groups: a [{rows}, {width}] needs rows of unit column stride")
@@ -74,13 +76,15 @@ def quantize_groups(a: torch.Tensor, group: int, launch: bool = True,
                          f"stride, one per row of a ({rows})")
     n_groups = triton.cdiv(width, group)
     q = torch.empty(rows, width, dtype=torch.float8_e4m3fn, device=a.device)
-    scales = torch.empty(rows, n_groups, dtype=torch.float32, device=a.device)
+    scales = (torch.empty(n_groups, rows, dtype=torch.float32, device=a.device).t() if by_group
+              else torch.empty(rows, n_groups, dtype=torch.float32, device=a.device))
     z_n = 0 if zero is None else max(zero.hi - zero.lo, 0)
     z = (scales, 0, 0) if not z_n else (zero.slots, zero.slots.stride(0), zero.lo)
     if launch and rows:
         block_rows = min(QUANT_ROWS, triton.next_power_of_2(rows))
         quantize_groups_kernel[(triton.cdiv(rows, block_rows), n_groups)](
-            a, q, scales, rows, a.stride(0), width, n_groups, *z, z_n, GROUP=group,
+            a, q, scales, rows, a.stride(0), width, scales.stride(0), scales.stride(1), *z, z_n,
+            GROUP=group,
             ROWS=block_rows, DOT_F32=INTERPRETING,
             Z_BLOCK=triton.next_power_of_2(triton.cdiv(z_n, n_groups)) if z_n else 0)
     return q, scales
