@@ -113,8 +113,8 @@ def _graph_rows(shape, tiles_list, batches, seed: int, case: str, fp8=None,
 
 
 def picks_check(out: Path, table: str, every: bool = False, device="cuda") -> int:
-    """The committed picks with a stream schedule (dense_parts or split_launches; every pick
-    of both layers with `every`) -> out/picks_check.csv.  A table of FP8 picks
+    """The committed picks with a stream schedule (dense_parts or split_launches) or the dense
+    department GEMM through cuBLAS (every pick of both layers with `every`) -> out/picks_check.csv.  A table of FP8 picks
     (microbench_fp8.csv: its weight_dtype column) is checked on weights of that format."""
     import pandas as pd
 
@@ -130,7 +130,8 @@ def picks_check(out: Path, table: str, every: bool = False, device="cuda") -> in
     for (model, precision), group in picks.groupby(["model", "weight_dtype"], sort=False):
         fmt = Fp8Format.of(precision)
         for kind, col in (("baseline", "baseline_tile"), ("deamoe", "deamoe_tile")):
-            chosen = group if every else group[group[col].str.contains("dense_parts=|split_")]
+            chosen = group if every else group[group[col].str.contains(
+                "dense_parts=|split_|dense_up_cublas=1")]
             if chosen.empty:
                 continue
             shape = getattr(table1_row(model), kind)
@@ -201,6 +202,7 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
     too (a call stopped at its time limit keeps every finished part)."""
     from deamoe.kernels.battery import (W8A8_PASSES, Case, build_layer, check_case, full_battery,
                                         pass_tiles, takes_pass)
+    from deamoe.kernels import fp8_dense_up
     from deamoe.kernels.deamoe_decode import DeaMoETiles
     from deamoe.kernels.fp8 import Fp8Format
     from deamoe.kernels.fused_moe import MoETiles
@@ -221,8 +223,8 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
                 layer = build_layer(shape, device, seed=11, dtype=torch.bfloat16)
                 cls = DeaMoETiles if shape.kind == "deamoe" else MoETiles
                 for how in (p for p in passes if takes_pass(shape, p, fmt)):
-                    cublas = (fmt.activations == "fp8" and shape.kind == "deamoe"
-                              and how in CUBLAS_PASSES)
+                    cublas = (shape.kind == "deamoe" and how in CUBLAS_PASSES and device == "cuda"
+                              and fp8_dense_up.format_misfit(shape.h, shape.h_ffn, fmt) is None)
                     for option in STREAM_OPTIONS[shape.kind] + list(CUBLAS_OPTIONS) * cublas:
                         tiles = pass_tiles(cls(**option), shape, how, fmt)
                         r = check_case(Case(model, shape, 13, "random", 33), device, torch.bfloat16,
@@ -231,7 +233,9 @@ def fp8_check(out: Path, precisions, models, kernel: Path | None = None,
                 del layer
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
-            graphed = GRAPH_OPTIONS[:2] + CUBLAS_OPTIONS[:1] * (fmt.activations == "fp8")
+            deamoe = table1_row(model).deamoe
+            cublas = device == "cuda" and fp8_dense_up.format_misfit(deamoe.h, deamoe.h_ffn, fmt) is None
+            graphed = GRAPH_OPTIONS[:2] + CUBLAS_OPTIONS[:1] * cublas
             options = [o for o in graphed for _ in (4, 64)]
             graph = _graph_rows(table1_row(model).deamoe, [DeaMoETiles(**o) for o in options],
                                 [b for _ in graphed for b in (4, 64)], 5,

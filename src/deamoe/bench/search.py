@@ -237,8 +237,7 @@ def dense_parts_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings")
         return pick
     plain = {k: v for k, v in pick.items() if k != "dense_parts"}
     candidates = [plain] + [{**plain, "dense_parts": n} for n in range(1, split)]
-    timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
-    return candidates[min(timed)[1]] if timed else pick
+    return _fastest(candidates, measure, pick)
 
 
 def dense_up_cublas_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings",
@@ -250,18 +249,10 @@ def dense_up_cublas_pass(shape, pick: dict | None, measure, s: "MicrobenchSettin
     if not (s.dense_up_cublas and qout and shape.kind == "deamoe" and pick
             and pick.get("dense_dept_up") and not pick.get("dense_parts")):
         return pick
-    from deamoe.decode.knobs import make_tiles
-
     plain = {k: v for k, v in pick.items() if k != "dense_up_cublas"}
-    candidates = [plain]
     cublas = {**plain, "dense_up_cublas": 1}
-    try:  # not with a dept_up tile that stores its output quantised or with its absmax
-        make_tiles(shape, cublas)
-        candidates.append(cublas)
-    except ValueError:
-        pass
-    timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
-    return candidates[min(timed)[1]] if timed else pick
+    # not with a dept_up tile that stores its output quantised or with its absmax
+    return _fastest([plain] + [cublas] * _runs(shape, cublas), measure, pick)
 
 
 def pair_dept_down_pass(shape, pick: dict | None, measure, s: "MicrobenchSettings",
@@ -273,19 +264,30 @@ def pair_dept_down_pass(shape, pick: dict | None, measure, s: "MicrobenchSetting
     where dept_down reads k_expert rows a token instead of k_dept), so it is tried per point."""
     if not (s.pair_dept_down and shape.kind == "deamoe" and pick):
         return pick
-    from deamoe.decode.knobs import make_tiles
-
     plain = {k: v for k, v in pick.items() if k != "pair_dept_down"}
     paired = {**plain, "pair_dept_down": 1}
     candidates = [plain, paired]
     if qout:
         tile = dataclasses.replace(TileConfig.parse(plain["expert_down"]), qout=True).name
         quantised = {**paired, "expert_down": tile}
-        try:  # dept_down's BLOCK_K must divide the groups expert_down stores (its BLOCK_N)
-            make_tiles(shape, quantised)
-            candidates.append(quantised)
-        except ValueError:
-            pass
+        # dept_down's BLOCK_K must divide the groups expert_down stores (its BLOCK_N)
+        candidates += [quantised] * _runs(shape, quantised)
+    return _fastest(candidates, measure, pick)
+
+
+def _runs(shape, knobs: dict) -> bool:
+    """Whether the layer of `shape` takes these knobs (a candidate of a pass)."""
+    from deamoe.decode.knobs import make_tiles
+
+    try:
+        make_tiles(shape, knobs)
+    except ValueError:
+        return False
+    return True
+
+
+def _fastest(candidates: list[dict], measure, pick):
+    """The candidate `measure` times fastest (None: it did not run); `pick` if none ran."""
     timed = [(t, i) for i, k in enumerate(candidates) if (t := measure(k)) is not None]
     return candidates[min(timed)[1]] if timed else pick
 

@@ -31,23 +31,34 @@ _OPERATORS = {"silu": lambda t: F.silu(t, inplace=True), "gelu": lambda t: t.cop
               "none": lambda t: t}
 
 
+def format_misfit(h: int, h_ffn: int, fmt, on_cuda: bool = True) -> str | None:
+    """Why department weights [.., h_ffn, h] in `fmt` (an Fp8Format or None) cannot take the
+    cuBLAS stage (None: they can)."""
+    if fmt is None:
+        return "it needs block-scaled FP8 department weights (w8a8)"
+    if fmt.activations != "fp8":
+        return f"it needs w8a8 weights (activations quantised), not {fmt.precision}"
+    # cuBLAS's block-wise scaling takes exactly these blocks (on the CPU torch has no block-wise
+    # FP8 GEMM at all: there the tests stand in for it, on smaller blocks)
+    if on_cuda and (fmt.block_n, fmt.block_k) != (128, 128):
+        return f"cuBLAS's block-wise scaling takes 128 x 128 weight blocks, not {fmt.block_n} x {fmt.block_k}"
+    if h_ffn % fmt.block_n or h % fmt.block_k or h % 16:
+        return (f"h_ffn {h_ffn} and h {h} must be multiples of the {fmt.block_n} x {fmt.block_k} "
+                "scale blocks")
+    return None
+
+
 def misfit(x: torch.Tensor, dept_gate, dept_up, operator: str) -> str | None:
     """Why the dense department up-projection cannot run through cuBLAS here (None: it can)."""
     if operator not in _OPERATORS:
         return f"operator {operator} is not applied in place after cuBLAS's GEMM ({', '.join(_OPERATORS)})"
-    if not (isinstance(dept_gate, Fp8Weight) and isinstance(dept_up, Fp8Weight)):
-        return "it needs block-scaled FP8 department weights (w8a8)"
-    fmt = dept_gate.fmt
-    if fmt.activations != "fp8" or dept_up.fmt != fmt:
-        return f"it needs w8a8 weights (activations quantised), not {fmt.precision}"
-    # cuBLAS's block-wise scaling takes exactly these blocks (on the CPU torch has no block-wise
-    # FP8 GEMM at all: there the tests stand in for it, on smaller blocks)
-    if x.is_cuda and (fmt.block_n, fmt.block_k) != (128, 128):
-        return f"cuBLAS's block-wise scaling takes 128 x 128 weight blocks, not {fmt.block_n} x {fmt.block_k}"
-    n_dept, f, k = dept_gate.shape
-    if f % fmt.block_n or k % fmt.block_k or k % 16:
-        return (f"h_ffn {f} and h {k} must be multiples of the {fmt.block_n} x {fmt.block_k} "
-                "scale blocks")
+    fp8 = isinstance(dept_gate, Fp8Weight) and isinstance(dept_up, Fp8Weight)
+    if fp8 and dept_up.fmt != dept_gate.fmt:
+        return "its gate and up weights must share one FP8 format"
+    why = format_misfit(dept_gate.shape[-1], dept_gate.shape[-2], dept_gate.fmt if fp8 else None,
+                        x.is_cuda)
+    if why:
+        return why
     if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         return f"cuBLAS writes bf16, fp16 or fp32, not the layer's {x.dtype}"
     return None
