@@ -115,6 +115,7 @@ def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int =
     at each point, interleaved rounds -> out/variants.csv."""
     import pandas as pd
 
+    from deamoe.bench.checks import stamped
     from deamoe.bench.microbench import committed_points, time_knob_sets
     from deamoe.bench.settings import MicrobenchSettings
     from deamoe.io import write_csv
@@ -131,10 +132,11 @@ def variants(out: Path, sets: dict, points: list[str], table: str, rounds: int =
                               label=f"{model} {batch}")
         for name, r in runs.items():
             rows.append({"model": model, "kind": shape.kind, "batch": batch, "bytes": nbytes,
-                         "variant": name, "us": min(r), "runs": r})
+                         "variant": name, "us": min(r), "runs": r, "weight_dtype": precision})
             print(f"{model:16s} {shape.kind:6s} {batch:4d} {name:18s} {min(r):8.1f} us",
                   flush=True)
-        write_csv(Path(out) / "variants.csv", pd.DataFrame(rows))
+        # every row says where it was timed, like the committed tables made from it
+        write_csv(Path(out) / "variants.csv", stamped(rows))
     df = pd.DataFrame(rows)
     base = df[(df.kind == "moe") & (df.variant == "committed")].set_index(["model", "batch"])
     dea = df[df.kind == "deamoe"].copy()
