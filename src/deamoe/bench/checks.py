@@ -114,8 +114,9 @@ def _graph_rows(shape, tiles_list, batches, seed: int, case: str, fp8=None,
 
 def picks_check(out: Path, table: str, every: bool = False, device="cuda") -> int:
     """The committed picks with a stream schedule (dense_parts or split_launches) or the dense
-    department GEMM through cuBLAS (every pick of both layers with `every`) -> out/picks_check.csv.  A table of FP8 picks
-    (microbench_fp8.csv: its weight_dtype column) is checked on weights of that format."""
+    department GEMM through cuBLAS (every pick of both layers with `every`) ->
+    out/picks_check.csv.  A table of FP8 picks (microbench_fp8.csv: its weight_dtype column) is
+    checked on weights of that format."""
     import pandas as pd
 
     from deamoe.decode.knobs import make_tiles, parse_knobs

@@ -25,7 +25,9 @@ tokens) hides behind weight streaming; the baseline's w13 needs its routing, so 
 option.  It streams every department, chosen or not (at 4 tokens 0.17-0.51 of 8 go unchosen,
 0.6-1.5% of the layer's bytes); with dense_parts only the first parts' departments are dense,
 and the other parts run a routed GEMM 1 in their chains as soon as the routing is known
-(streams.run_forked).
+(streams.run_forked).  On w8a8 FP8 weights the dense GEMM 1 may instead run through cuBLAS's
+block-scaled FP8 GEMM (dense_up_cublas, fp8_dense_up: faster at >= 128 tokens), the one GEMM of
+the layer off the primitive; A1 is then stored planar (gate halves, then up halves).
 
 sigma = rmsnorm (parameter-free over h_ffn) needs the whole row, which a tile does not see: for
 it stages 1 and 3 write raw values and torch applies `deamoe.model.layers.operator` in between
