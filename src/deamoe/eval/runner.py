@@ -169,24 +169,50 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
 
     path = checkpoint_dir(checkpoint)
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # its load report and warnings: the one line below says it
     try:
         tok = AutoTokenizer.from_pretrained(str(path))
         model, info = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
-                                                           output_loading_info=True)
+                                                           output_loading_info=True, ignore_mismatched_sizes=True)
     except Exception as exc:  # noqa: BLE001 -- a damaged file of any kind (JSON, safetensors, shapes)
         first = str(exc).splitlines()[0][:200] if str(exc).strip() else ""
         raise DataError(f"{path}: cannot load model/tokenizer ({type(exc).__name__}: {first})") from None
-    # weights the checkpoint lacks would start from random values: evaluated as if trained
-    absent = sorted(info.get("missing_keys") or []) + [str(k[0]) if isinstance(k, tuple) else str(k)
-                                                       for k in info.get("mismatched_keys") or []]
-    if absent:
-        raise DataError(f"{path}: the checkpoint lacks {len(absent)} of the model's weights or holds them in "
-                        f"another shape (first: {absent[0]}); not a whole trained model")
+    finally:
+        hf_logging.set_verbosity(level)
+    _check_weights(path, info)
     if tok.eos_token_id is None:
         raise DataError(f"{path}: the tokenizer has no eos token (the harness needs one as prefix)")
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
-    return model.to(device).eval(), tok
+    model = model.to(device).eval()
+    # a weight of NaN or infinity evaluates without a word to results the tables refuse
+    bad = next((name for name, p in model.named_parameters() if not torch.isfinite(p).all()), None)
+    if bad is not None:
+        raise DataError(f"{path}: weight {bad} holds NaN or infinite values; not a trained model")
+    return model, tok
+
+
+def _check_weights(path: Path, info: dict) -> None:
+    """A DataError naming the first weight the checkpoint lacks (it would start from random
+    values: evaluated as if trained), holds in another shape than its config.json gives, or holds
+    beyond the model of its config.json (a config.json of fewer layers: a smaller model evaluated)."""
+    absent = sorted(info.get("missing_keys") or [])
+    if absent:
+        raise DataError(f"{path}: the checkpoint lacks {len(absent)} of the model's weights (first: {absent[0]}); "
+                        "not a whole trained model")
+    shapes = sorted(info.get("mismatched_keys") or [], key=str)
+    if shapes:
+        key, held, wanted = (tuple(shapes[0]) + (None, None))[:3] if isinstance(shapes[0], tuple) else (shapes[0], None, None)
+        how = f" ({list(held)}, where config.json gives {list(wanted)})" if held is not None and wanted is not None else ""
+        raise DataError(f"{path}: the checkpoint holds {len(shapes)} weight(s) in another shape than its config.json "
+                        f"gives (first: {key}{how}); the weights and config.json are of different models")
+    extra = sorted(info.get("unexpected_keys") or [])
+    if extra:
+        raise DataError(f"{path}: the checkpoint holds {len(extra)} weight(s) the model of its config.json has no "
+                        f"place for (first: {extra[0]}); the weights and config.json are of different models")
 
 
 def run_eval(s: EvalSettings, checkpoint: str | Path, model_name: str, out: str | Path,
