@@ -155,8 +155,9 @@ KINDS = {"str": (str,), "int": (int,), "number": (int, float), "object": (dict,)
 KIND_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "object": "an object", "list": "a list"}
 
 
-def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: float | None = None):
-    """doc[key], checked to be of `kind` (a KINDS name; numbers finite and >= `low`); a missing
+def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: float | None = None,
+         high: float | None = None):
+    """doc[key], checked to be of `kind` (a KINDS name; numbers finite, >= `low`, <= `high`); a missing
     key is an error unless `optional` (then None).  Errors name the file and the key."""
     if key not in doc or (optional and doc[key] is None):
         if optional:
@@ -172,6 +173,8 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
             raise DataError(f"{path}: key {key!r} is {value}, not a finite number")
         if low is not None and value < low:
             raise DataError(f"{path}: key {key!r} is {value}, must be >= {low}")
+        if high is not None and value > high:
+            raise DataError(f"{path}: key {key!r} is {value}, must be <= {high}")
     return value
 
 
@@ -297,7 +300,7 @@ def check_unique(frame, spec: TableSpec, path=None, lines=None) -> None:
 
 
 LOG_SPEC = TableSpec(("step", "tokens", "loss"), numbers=("lr", "grad_norm", "mean_distinct_departments"),
-                     finite=("step", "tokens", "loss"), positive=("step", "tokens"))
+                     finite=("step", "tokens", "loss"), positive=("step", "tokens", "mean_distinct_departments"))
 
 
 def read_training_log(path: str | Path):
@@ -327,8 +330,10 @@ def read_run_summary(path: str | Path, whole: bool = True) -> dict:
     return doc
 
 
-# the metrics of a task's result that the tables read (the harness's "<metric>,none" keys)
-LM_EVAL_METRICS = ("acc", "acc_norm", "word_perplexity", "byte_perplexity", "bits_per_byte")
+# the metrics of a task's result that the tables read (the harness's "<metric>,none" keys), and
+# their range: an accuracy is a fraction (5 stood in Table 2 as 500%), a perplexity >= 1
+LM_EVAL_METRICS = {"acc": (0, 1), "acc_norm": (0, 1), "word_perplexity": (1, None), "byte_perplexity": (1, None),
+                   "bits_per_byte": (0, None)}
 
 
 def read_lm_eval(path: str | Path) -> dict:
@@ -339,8 +344,8 @@ def read_lm_eval(path: str | Path) -> dict:
     for task, res in results.items():
         if not isinstance(res, dict):
             raise DataError(f"{path}: results.{task} must be an object, got {res!r:.60}")
-        for metric in LM_EVAL_METRICS:
-            need(res, f"{path}: results.{task}", f"{metric},none", "number", optional=True)
+        for metric, (low, high) in LM_EVAL_METRICS.items():
+            need(res, f"{path}: results.{task}", f"{metric},none", "number", optional=True, low=low, high=high)
     for key in ("n-samples", "deamoe"):
         block = need(doc, path, key, "object", optional=True)
         for name, value in (block or {}).items():

@@ -49,6 +49,21 @@ def _load_run(runs_dir: Path, spec, config: str,
     return doc, curve
 
 
+def _check_distinct(curve, summ: dict, log: Path) -> None:
+    """A DataError naming the first row of the log whose mean_distinct_departments is more than
+    the departments a token's experts can span (min of n_dept and k_expert of its summary.json):
+    no count of this run's routing, and Table 4 would show it."""
+    sizes = [summ.get(key) for key in ("n_dept", "k_expert")]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in sizes):
+        return
+    values = curve["mean_distinct_departments"]
+    over = values > min(sizes)
+    if over.any():
+        i = int(over.to_numpy().argmax())
+        raise DataError(f"{log}:{i + 2}: column mean_distinct_departments is {values.iloc[i]:g}, more than the "
+                        f"{min(sizes)} departments a token's experts can span (n_dept, k_expert of its summary.json)")
+
+
 def summary_outputs(out_csv: str | Path, evals: bool = False) -> list[Path]:
     """The files a summary command writes: its table, curves.csv beside it (and evals.csv)."""
     out_csv = Path(out_csv)
@@ -127,6 +142,7 @@ def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
     for name in ablation_run_names(s):
         twin = trained_as(s, name)  # the pre-training run it is, when it is one
         summ, curve = _load_run(runs_dir, run_spec(s, twin), config, ("mean_distinct_departments",))
+        _check_distinct(curve, summ, runs_dir / twin / "log.csv")
         r = parse_run(name)
         variant = r["variant"]
         op, init, topk, paper = TABLE4[variant]
