@@ -58,3 +58,20 @@ def test_weights_of_another_model_are_named_in_one_line(work, capsys, checkpoint
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ck: ") and all(n in last for n in names), last
     assert tree(work) == before
+
+
+def test_a_checkpoint_context_shorter_than_the_serving_length_is_named_before_the_server_starts(
+        work, failing, checkpoint, monkeypatch):
+    """vLLM started, refused serve.max_model_len in its start-up and died; the command printed the
+    tail of its log, a Python traceback among it, and blamed the server."""
+    from deamoe.serve import bench
+
+    def started(*args, **kwargs):
+        raise AssertionError("the server was started")
+
+    monkeypatch.setattr(bench, "VllmServer", started)
+    shutil.copytree(checkpoint, work / "ck")
+    _config(work / "ck", max_position_embeddings=16)
+    write_config(work / "c.yaml", serve={"input_len": 8, "output_len": 4})
+    failing(["serve", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "sv"],
+            "ck/config.json: max_position_embeddings=16 is less than the 28 tokens", "serve.max_model_len")

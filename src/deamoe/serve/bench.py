@@ -31,14 +31,20 @@ def backend_name() -> str:
     return "vllm not installed"
 
 
-def _checkpoint_config(checkpoint: Path) -> dict:
+def _checkpoint_config(checkpoint: Path, model_len: int = 0) -> dict:
     """The checkpoint's config.json, checked before the server starts: a vocab_size that is no
-    whole number >= 1 let vLLM start and die in its start-up, naming nothing."""
+    whole number >= 1, or a context (max_position_embeddings) shorter than the `model_len` tokens
+    the server is started with, let vLLM start and die in its start-up, its traceback the message."""
     from deamoe.readers import need, read_json
 
     cfg = checkpoint_dir(checkpoint) / "config.json"
     config = read_json(cfg, "checkpoint config")
     need(config, cfg, "vocab_size", "int", low=1)
+    context = need(config, cfg, "max_position_embeddings", "int", optional=True, low=1)
+    if context is not None and context < model_len:
+        raise DataError(f"{cfg}: max_position_embeddings={context} is less than the {model_len} tokens of "
+                        "serve.max_model_len (default serve.input_len + serve.output_len + 16); lower them "
+                        "to the checkpoint's context")
     return config
 
 
@@ -107,7 +113,7 @@ def run(checkpoint, model: str, s: ServeSettings, out, log_path) -> list[dict]:
     from deamoe.io import write_text
 
     checkpoint, out, log_path = Path(checkpoint), Path(out), Path(log_path)
-    cfg = _checkpoint_config(checkpoint)
+    cfg = _checkpoint_config(checkpoint, s.model_len)
     client = pick_client(s, checkpoint)
     client_log = _client_log(log_path)
     for log in (log_path, client_log):
