@@ -69,6 +69,16 @@ def read_text(path: str | os.PathLike, what: str = "") -> str:
         raise DataError(f"{path}:{line}: not UTF-8 text (byte {raw[exc.start:exc.start + 1]!r} at "
                         f"offset {exc.start} {where})") from None
 
+
+def no_nul(text: str, path, what: str) -> str:
+    """`text` (of file `path`, a `what`), or a DataError naming the line of its first NUL byte:
+    no text file holds one (a damaged or binary file)."""
+    if (nul := text.find("\x00")) >= 0:
+        raise DataError(f"{path}:{text.count(chr(10), 0, nul) + 1}: a NUL byte (character {nul}); not a "
+                        f"{what} (a damaged copy?)")
+    return text
+
+
 # --- YAML -----------------------------------------------------------------------------------
 
 
@@ -231,10 +241,7 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
     import pandas as pd
 
     path = Path(path)
-    text = _text(path, what)
-    if (nul := text.find("\x00")) >= 0:  # pandas ends a cell there: a column renamed or lost unsaid
-        raise DataError(f"{path}:{text.count(chr(10), 0, nul) + 1}: a NUL byte (character {nul}); not a "
-                        f"CSV {what} (a damaged copy?)")
+    text = no_nul(_text(path, what), path, f"CSV {what}")  # pandas ends a cell there: a column lost unsaid
     _check_fields(text, path, what)
     try:
         frame = pd.read_csv(io.StringIO(text), dtype=TEXT_COLUMNS, index_col=False)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from deamoe.errors import DataError
 from deamoe.eval.data import open_text
+from deamoe.readers import no_nul
 
 # task name -> shipped file in data/eval/
 PERPLEXITY_FILES = {
@@ -86,6 +87,7 @@ def validate_corpus(task: str, path: Path, text: str) -> None:
     """PTB: one sentence per line, lower case (numbers are 'N'), no tabs; WikiText: has headings."""
     if not text.strip():
         raise DataError(f"{path}: empty corpus")
+    no_nul(text, path, "perplexity corpus")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()

@@ -28,7 +28,7 @@ import numpy as np
 
 from deamoe.errors import DataError, not_a_file
 from deamoe.io import atomic_dir, atomic_outputs, atomic_path
-from deamoe.readers import read_text
+from deamoe.readers import no_nul, read_text
 from deamoe.train.settings import DataSettings
 
 DOC_SEPARATOR = "\n\x1e\n"  # joins the books of the bundled corpus
@@ -39,7 +39,7 @@ BUNDLED = REPO_ROOT / "data" / "corpus" / "gutenberg-slice.txt.gz"
 def _read(path: Path) -> str:
     if not path.is_file():
         raise DataError(f"corpus file {path}: {not_a_file(path)}")
-    return read_text(path)
+    return no_nul(read_text(path), path, "text file of the corpus")
 
 
 def _split_docs(text: str) -> list[str]:
@@ -55,9 +55,11 @@ def corpus_files(patterns) -> list[Path]:
         if not hits:
             raise DataError(f"data.files entry {pattern!r} matches no file")
         files = [Path(h) for h in hits if Path(h).is_file()]
-        if not files and not all(Path(h).is_dir() for h in hits):  # a pipe or device
-            odd = next(h for h in hits if not Path(h).is_dir())
-            raise DataError(f"data.files entry {pattern!r} matches no regular file ({odd}: {not_a_file(odd)})")
+        # a pipe, device or link to nothing: beside other files it was left out of the corpus unsaid
+        odd = next((h for h in hits if not Path(h).is_file() and not Path(h).is_dir()), None)
+        if odd is not None:
+            raise DataError(f"data.files entry {pattern!r} matches {'no regular file (' if not files else ''}"
+                            f"{odd}: {not_a_file(odd)}{'' if files else ')'}")
         if not files:
             raise DataError(f"data.files entry {pattern!r} matches no regular file (only "
                             f"{'a folder' if len(hits) == 1 else 'folders'}: give a glob of its text "
