@@ -28,6 +28,7 @@ training, not after) and hold `folder_lock` on the folder they write (one writer
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import json
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from deamoe.errors import FULL_DISK, DeaMoEError, disk_full
+from deamoe.locks import folder_lock, output_lock  # noqa: F401 (the commands take them from here)
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
                               file_in_the_way, foreign_entries, in_staging, is_committed, is_lock_file,
                               is_ours, make_parent, mark_whole, name_in_marker, remove_created,
@@ -316,10 +318,11 @@ def atomic_path(path: str | os.PathLike, replace_committed: bool = False) -> Ite
     check_output_file(path, replace_committed)
     with _staged(path) as stage:
         tmp = stage / path.name
+        last = _last_writes(lambda: (check_output_file(path, replace_committed),  # (appeared meanwhile?)
+                                     # before the rename: a named file that is absent harms nobody
+                                     replace_committed or name_in_marker(path)))
         yield tmp
-        check_output_file(path, replace_committed)  # something may have appeared meanwhile
-        if not replace_committed:
-            name_in_marker(path)  # before the rename: a named file that is absent harms nobody
+        last()
         os.replace(tmp, path)
 
 
@@ -337,80 +340,59 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
     with _staged(path) as stage:
         tmp = stage / path.name
         tmp.mkdir()
+        last = _last_writes(lambda: (mark_whole(tmp), check_replaceable_dir(path)))
         yield tmp
-        mark_whole(tmp)
-        check_replaceable_dir(path)
+        last()
         if path.exists():
             os.replace(path, stage / ".old")  # removed with the staging folder
         os.replace(tmp, path)
 
 
+class _Outputs(contextlib.ExitStack):
+    """atomic_outputs' stack: the outputs entered on it leave it their last writes (_last_writes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.last_writes: list = []
+
+    def enter_context(self, cm):
+        token = _OUTPUTS.set(self)
+        try:
+            return super().enter_context(cm)
+        finally:
+            _OUTPUTS.reset(token)
+
+
+_OUTPUTS: contextvars.ContextVar[_Outputs | None] = contextvars.ContextVar("_OUTPUTS", default=None)
+
+
+def _last_writes(write):
+    """`write` (what an output writes before it is moved in: its marker), as a function that runs
+    it once: atomic_outputs runs those of all its outputs before the first is moved in, else the
+    output runs its own."""
+    done = []
+
+    def run():
+        if not done:
+            done.append(write())
+
+    if (outputs := _OUTPUTS.get()) is not None:
+        outputs.last_writes.append(run)
+    return run
+
+
 @contextlib.contextmanager
 def atomic_outputs() -> Iterator[contextlib.ExitStack]:
     """An ExitStack to enter several `atomic_path` / `atomic_dir` outputs on, published together:
-    when the block succeeds they are renamed into place (last entered first) while Ctrl-C and
-    SIGTERM wait, so a stopped command leaves every old output or every new one, never a mix."""
-    with contextlib.ExitStack() as stack:
+    when the block succeeds each one's last writes (markers) are made, then they are renamed into
+    place (last entered first) while Ctrl-C and SIGTERM wait, so a stopped command, or one whose
+    disk filled as the markers were written, leaves every old output or every new one, never a mix."""
+    with _Outputs() as stack:
         yield stack
+        for write in stack.last_writes:
+            write()
         with _stops_deferred():
             stack.close()
-
-
-# --- one writer per folder ------------------------------------------------------------------
-
-@contextlib.contextmanager
-def folder_lock(folder: str | os.PathLike, name: str = ".deamoe.lock", what: str = "another process",
-                subject: str | os.PathLike | None = None) -> Iterator[Path]:
-    """Hold an exclusive lock on `folder` for the block: flock on FOLDER/NAME, which holds our PID.
-
-    A second holder fails at once with an error naming `subject` (default: the folder) and the
-    first one's PID.  The kernel drops a flock when its process ends, however it ends (kill -9
-    included), so no stale lock is left.  The lock file is removed when the block ends (and the
-    folder too, if this call created it and the block failed leaving it empty), so a finished or
-    failed command leaves nothing behind.  A file of that name that is no lock file (it holds
-    more than a PID) is never taken over.
-    """
-    folder = Path(folder)
-    subject = folder if subject is None else subject
-    lock = folder / name
-    if (lock.exists() or lock.is_symlink()) and not is_lock_file(lock):
-        raise OutputPathError(f"{lock} exists and is not a deamoe lock file; remove it yourself or "
-                              "give another output folder")
-    created = make_parent(folder)
-    while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            remove_created(created)
-            raise DeaMoEError(
-                f"{subject} is in use by {what} (PID {holder}, lock {lock}); wait for it to end "
-                f"or stop it (kill {holder}) first"
-            ) from None
-        # the holder before us may have removed the file between our open and our flock
-        with contextlib.suppress(FileNotFoundError):
-            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
-                break
-        os.close(fd)
-    ok = False
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield lock
-        ok = True
-    finally:
-        lock.unlink(missing_ok=True)  # still holding it: nobody else can be using this file
-        os.close(fd)
-        if not ok:
-            remove_created(created)
-
-
-def output_lock(path: str | os.PathLike, what: str = "another deamoe command"):
-    """The lock of an output that is replaced as a whole (`atomic_dir`): `.NAME.lock` beside it."""
-    path = Path(os.path.abspath(path))
-    return folder_lock(path.parent, f".{path.name}.lock", what=what, subject=path)
 
 
 # --- writing and reading ----------------------------------------------------------------------

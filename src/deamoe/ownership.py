@@ -55,9 +55,12 @@ def whole_folder_above(path: str | os.PathLike) -> Path | None:
 
 
 def remove_created(created: list[Path]) -> None:
-    """Remove folders this write created, if still empty (a failed command leaves no trace)."""
+    """Remove folders this write created, if still empty but for a marker of this write's names
+    (none moved in: a failed command leaves no trace)."""
     for folder in reversed(created):
         with contextlib.suppress(OSError):
+            if [p.name for p in folder.iterdir()] == [OUTPUT_MARKER] and (folder / OUTPUT_MARKER).is_file():
+                (folder / OUTPUT_MARKER).unlink()
             folder.rmdir()
 
 

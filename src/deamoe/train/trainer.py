@@ -89,9 +89,11 @@ def _save_state(path: Path, model, opt, step, rows, fingerprint, d) -> None:
 
     msd, osd = _state_dicts(model, opt, d)
     if d.main:
-        with atomic_path(path) as tmp:
+        # through a Python file: a full disk is then ENOSPC (named by atomic_path), where torch's own
+        # writer says only "unexpected pos" (a fault of the program, exit status 1)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
             torch.save({"step": step, "model": msd, "optimizer": osd, "rows": rows,
-                        "fingerprint": fingerprint, "world": d.world}, tmp)
+                        "fingerprint": fingerprint, "world": d.world}, f)
     if d.world > 1:
         import torch.distributed as dist
 
