@@ -253,3 +253,12 @@ def test_a_tiny_peer_run_names_a_folder_of_the_users_files(work, failing):
     (work / "o" / "roofline.json").write_text("{}\n")
     failing(_peer("o", "--tiny"), "o holds files deamoe did not write", "o/roofline.json",
             "give a new folder")
+
+
+@pytest.mark.parametrize("argv", [["bench", "fp8-check", "o", "--kernel", "k.py"],
+                                  ["bench", "peer", "check", "--kernel", "k.py"]], ids=lambda a: a[1])
+def test_a_kernel_file_that_exits_as_it_is_imported_is_named(work, failing, argv):
+    """A file raising SystemExit (a stub for a machine without vLLM) ended the command with its
+    status (3), saying nothing."""
+    (work / "k.py").write_text("raise SystemExit(3)\n")
+    failing(argv, "k.py: not a kernel file of `bench peer extract`", "SystemExit: 3")

@@ -125,7 +125,8 @@ def load_peer(path: Path):
     redo = "run `python -m deamoe bench peer extract` again"
     try:
         spec.loader.exec_module(mod)
-    except Exception as exc:  # noqa: BLE001 - any fault of a foreign file is its, named
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any fault of a foreign file is its, named
+        # (SystemExit: a file that exits as it is imported ended the command with its status, unsaid)
         why = str(exc).splitlines()[0] if str(exc) else ""
         raise PeerError(f"{path}: not a kernel file of `bench peer extract` ({type(exc).__name__}: "
                         f"{why}); {redo}") from None
