@@ -21,6 +21,17 @@ def test_a_malformed_local_tokenizer_is_named(tmp_path, text):
         load_named(str(tmp_path))
 
 
+@pytest.mark.parametrize("name", ["/no/such/tokenizer", "./no-such-tokenizer", "../no-such", "~/no-such-tokenizer"])
+def test_a_tokenizer_path_that_does_not_exist_is_named_before_any_hub_lookup(monkeypatch, name):
+    # taken for a hub name, huggingface_hub retried it for ~25 s before the one line
+    import transformers
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained",
+                        lambda *a, **k: pytest.fail("looked up as a hub name"))
+    with pytest.raises(DataError, match=r"^data.tokenizer='.*': no such folder"):
+        load_named(name)
+
+
 def test_a_result_and_an_error_come_back_from_the_worker():
     assert interruptible(sorted, [3, 1, 2], reverse=True) == [3, 2, 1]
     with pytest.raises(ZeroDivisionError):

@@ -65,6 +65,11 @@ def load_named(name: str):
     """A Hugging Face tokenizer by hub name or local path; offline without a cached copy -> DataError."""
     from transformers import AutoTokenizer
 
+    # written as a path (a hub name never starts so): a missing folder is said at once, not
+    # taken for a hub name that huggingface_hub then retries for half a minute
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().is_dir():
+        raise DataError(f"data.tokenizer={name!r}: no such folder (a tokenizer saved with "
+                        "save_pretrained, a Hugging Face hub name, or bpe to train one here)")
     try:
         tok = AutoTokenizer.from_pretrained(name)
     except Exception as exc:  # noqa: BLE001 - as `load`: a malformed tokenizer.json is a KeyError
