@@ -120,3 +120,28 @@ def test_a_full_file_system_inside_a_staging_folder_names_the_output_given(tmp_p
             with atomic_dir(stage / "figures"):
                 _disk_full()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stop_before_the_cleanup_holds_stops_back_still_removes_the_staging_folder(tmp_path, monkeypatch):
+    # SIGTERM in the instant between the end of a write and the cleanup's holding back of stops
+    # raised there and left `.NAME.xxxx/.deamoe-staging` behind (a training run's log.csv)
+    import contextlib
+
+    import deamoe.io as dio
+
+    real, entered = dio._stops_deferred, []
+
+    @contextlib.contextmanager
+    def stop_on_cleanup():
+        entered.append(1)
+        if len(entered) == 2:  # the first: making the folder; the second: removing it
+            raise KeyboardInterrupt
+        with real():
+            yield
+
+    monkeypatch.setattr(dio, "_stops_deferred", stop_on_cleanup)
+    with pytest.raises(KeyboardInterrupt):
+        with dio.atomic_path(tmp_path / "log.csv") as tmp:
+            tmp.write_text("step\n")
+    assert len(entered) == 2 and (tmp_path / "log.csv").read_text() == "step\n"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".log.csv")] == []

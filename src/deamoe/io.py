@@ -260,13 +260,22 @@ def _staged(path: Path) -> Iterator[Path]:
                                   "free some space or give a path on another file system") from None
         ok = True
     finally:
-        with _stops_deferred():
+        def clean():  # run twice at most: a second time removes nothing
+            nonlocal stage, fd
             if stage is not None:
                 shutil.rmtree(stage, ignore_errors=True)  # made by mkdtemp above: ours alone
+                stage = None
             if fd is not None:
                 os.close(fd)
+                fd = None
             if not ok:
                 remove_created(created)
+
+        try:
+            with _stops_deferred():
+                clean()
+        finally:  # a stop that came before its handlers held it back: the folder still goes
+            clean()
 
 
 @contextlib.contextmanager
@@ -275,10 +284,11 @@ def _stops_deferred() -> Iterator[None]:
     thread's handlers only note a stop (blocking the signals would not do: the kernel may hand
     Ctrl-C to another thread, numpy's BLAS pool, and Python raises it all the same)."""
     main = threading.current_thread() is threading.main_thread()
-    caught = []
-    handlers = {n: signal.signal(n, lambda got, _: caught.append(got))
-                for n in ((signal.SIGINT, signal.SIGTERM) if main else ())}
+    caught, handlers = [], {}
     try:
+        # one at a time inside the try: a stop between the two leaves neither handler changed
+        for n in (signal.SIGINT, signal.SIGTERM) if main else ():
+            handlers[n] = signal.signal(n, lambda got, _: caught.append(got))
         yield
     finally:
         for n, handler in handlers.items():  # None: a handler set outside Python
