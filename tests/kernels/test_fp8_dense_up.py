@@ -57,17 +57,20 @@ def test_quantiser_stores_scales_group_by_group_with_the_same_values():
     assert torch.equal(sg, s) and torch.equal(qg.view(torch.uint8), q.view(torch.uint8))
 
 
-def test_the_stage_writes_both_halves_planar_with_the_operator(cublas):
+@pytest.mark.parametrize("operator", ["silu", "gelu", "none"])
+def test_the_stage_writes_both_halves_planar_with_the_operator(cublas, operator):
+    from deamoe.model.layers import operator as layer_operator
+
     torch.manual_seed(0)
     n_dept, f, h, tokens = 3, 64, 96, 5
     gate, up = (quantize(torch.randn(n_dept, f, h) / 8, W8A8) for _ in range(2))
     x = torch.randn(tokens, h)
     a1 = fp8_dense_up.planar_rows(tokens, n_dept, f, x)
-    fp8_dense_up.dense_dept_up(x, gate, up, a1, "silu")
+    fp8_dense_up.dense_dept_up(x, gate, up, a1, operator)
     q, s = quantize_groups(x, 32)
     xq = q.float() * s.repeat_interleave(32, 1)  # the activations as the GEMM sees them
     for half, w in zip(a1.view(2, tokens, n_dept, f), (gate, up)):
-        want = torch.nn.functional.silu(torch.einsum("th,jfh->tjf", xq, w.dequantize()))
+        want = layer_operator(operator)(torch.einsum("th,jfh->tjf", xq, w.dequantize()))
         torch.testing.assert_close(half, want, rtol=1e-5, atol=1e-5)
 
 

@@ -27,10 +27,18 @@ import torch.nn.functional as F
 
 from deamoe.kernels.fp8 import Fp8Weight
 from deamoe.kernels.fp8_quant import quantize_groups
+from deamoe.kernels.gemm_spec import ACTS
 
-# the operator sigma in place on the GEMMs' bf16 output (the grouped GEMM's _act: gelu on erf)
-_OPERATORS = {"silu": lambda t: F.silu(t, inplace=True), "gelu": lambda t: t.copy_(F.gelu(t)),
-              "none": lambda t: t}
+def _apply_operator(a1: torch.Tensor, name: str) -> None:
+    """The layer's operator sigma (deamoe.model.layers.operator) on a1, in place."""
+    if name == "none":
+        return
+    if name == "silu":  # the same F.silu, in place: no second buffer of a1's size to stream
+        F.silu(a1, inplace=True)
+        return
+    from deamoe.model.layers import operator
+
+    a1.copy_(operator(name)(a1))
 
 
 def format_misfit(h: int, h_ffn: int, fmt, on_cuda: bool = True) -> str | None:
@@ -52,8 +60,8 @@ def format_misfit(h: int, h_ffn: int, fmt, on_cuda: bool = True) -> str | None:
 
 def misfit(x: torch.Tensor, dept_gate, dept_up, operator: str) -> str | None:
     """Why the dense department up-projection cannot run through cuBLAS here (None: it can)."""
-    if operator not in _OPERATORS:
-        return f"operator {operator} is not applied in place after cuBLAS's GEMM ({', '.join(_OPERATORS)})"
+    if operator not in ACTS:  # the operators the kernels apply in their epilogues
+        return f"operator {operator} is not applied after cuBLAS's GEMM ({', '.join(ACTS)})"
     fp8 = isinstance(dept_gate, Fp8Weight) and isinstance(dept_up, Fp8Weight)
     if fp8 and dept_up.fmt != dept_gate.fmt:
         return "its gate and up weights must share one FP8 format"
@@ -93,5 +101,5 @@ def dense_dept_up(x: torch.Tensor, dept_gate: Fp8Weight, dept_up: Fp8Weight, a1:
         torch._scaled_mm(q, w.q.view(n_dept * f, k).t(), scales,
                          w.scale.view(n_dept * f // fmt.block_n, -1).t(), out_dtype=x.dtype,
                          out=half)
-    _OPERATORS[operator](a1)
+    _apply_operator(a1, operator)
     return a1

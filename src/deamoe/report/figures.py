@@ -204,10 +204,9 @@ def quality_gap(art: Artifact):
     rows = art.rows
     pairs = None
     if rows is not None:
-        wide = rows.pivot_table(index=["size", "seed"], columns="model", values="val_loss", aggfunc="first")
         params = rows[rows["model"] == "baseline"].groupby("size")["params"].max()
-        if {"baseline", "deamoe"} <= set(wide.columns):
-            pairs = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
+        pairs = ladder.per_seed_difference(rows, "val_loss")
+        if pairs is not None:
             pairs["params"] = pairs["size"].map(params)
             ops = {size: ladder.operator_of(g) for size, g in rows.groupby("size")}
             pairs["DeaMoE operator"] = pairs["size"].map(

@@ -36,14 +36,21 @@ def seed_spread(rows: pd.DataFrame, value: str, by=("size", "model")) -> pd.Data
     return out
 
 
-def paired_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFrame:
-    """DeaMoE minus baseline of `value` for each (group, seed) where both ran; then per group
-    (`by`: the size, or size and length) the number of pairs, mean, sample std and standard error
-    of the mean of that difference."""
+def per_seed_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFrame | None:
+    """DeaMoE minus baseline of `value` for each (group, seed) where both ran: columns
+    [*by, seed, diff]; None where one of the models has no rows."""
     wide = rows.pivot_table(index=[*by, "seed"], columns="model", values=value, aggfunc="first")
     if not set(MODELS) <= set(wide.columns):
+        return None
+    return (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
+
+
+def paired_difference(rows: pd.DataFrame, value: str, by=("size",)) -> pd.DataFrame:
+    """per_seed_difference; then per group (`by`: the size, or size and length) the number of
+    pairs, mean, sample std and standard error of the mean of that difference."""
+    diff = per_seed_difference(rows, value, by)
+    if diff is None:
         return pd.DataFrame(columns=[*by, "n", "mean", "std", "se"])
-    diff = (wide["deamoe"] - wide["baseline"]).dropna().rename("diff").reset_index()
     return seed_spread(diff, "diff", by=tuple(by))
 
 

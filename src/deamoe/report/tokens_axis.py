@@ -22,7 +22,8 @@ from deamoe.paper import PRETRAIN_TOKENS_PER_PARAM as PAPER_TOKENS_PER_PARAM
 from deamoe.report.annotate import footer, not_run_panel
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.ladder import (HOW_TO_RUN, MODELS, OPERATOR_LABELS, load_gpu_rows, operator_of,
-                                  paired_difference, quality_pairs, seed_spread, verdict)
+                                  paired_difference, per_seed_difference, quality_pairs, seed_spread,
+                                  verdict)
 from deamoe.report.sources import human, not_run
 
 TITLE = "Quality along the tokens axis: held-out gap against training length, by size"
@@ -96,11 +97,10 @@ def _same_seeds_shorter(rows: pd.DataFrame) -> dict:
     """(size, tokens) -> the gap one length shorter over this length's seeds only, where that
     length has more seeds: a length whose first seeds are trained is read beside what the same
     seeds did before, since a few seeds need not stand where all of them did."""
-    wide = rows.pivot_table(index=["size", "tokens", "seed"], columns="model", values="val_loss",
-                            aggfunc="first")
-    if not set(MODELS) <= set(wide.columns):
+    diff = per_seed_difference(rows, "val_loss", by=("size", "tokens"))
+    if diff is None:
         return {}
-    per_seed = (wide["deamoe"] - wide["baseline"]).dropna()
+    per_seed = diff.set_index(["size", "tokens", "seed"])["diff"]
     out = {}
     for size, line in per_seed.groupby(level="size", sort=False):
         lengths = sorted(set(line.index.get_level_values("tokens")))

@@ -57,9 +57,10 @@ def corpus_files(patterns) -> list[Path]:
         files = [Path(h) for h in hits if Path(h).is_file()]
         # a pipe, device or link to nothing: beside other files it was left out of the corpus unsaid
         odd = next((h for h in hits if not Path(h).is_file() and not Path(h).is_dir()), None)
+        if odd is not None and files:
+            raise DataError(f"data.files entry {pattern!r} matches {odd}: {not_a_file(odd)}")
         if odd is not None:
-            raise DataError(f"data.files entry {pattern!r} matches {'no regular file (' if not files else ''}"
-                            f"{odd}: {not_a_file(odd)}{'' if files else ')'}")
+            raise DataError(f"data.files entry {pattern!r} matches no regular file ({odd}: {not_a_file(odd)})")
         if not files:
             raise DataError(f"data.files entry {pattern!r} matches no regular file (only "
                             f"{'a folder' if len(hits) == 1 else 'folders'}: give a glob of its text "
