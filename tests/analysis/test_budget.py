@@ -84,3 +84,11 @@ def test_fp8_loaded_bytes_are_the_e4m3_values_and_their_block_scales():
     # the same routings: FP8 bytes a little over half the bf16 bytes, the ratio within 1e-3
     assert ((df.baseline_bytes_fp8 / df.baseline_bytes) - 0.5).between(0, 0.001).all()
     assert (df.ratio_fp8 - df.ratio).abs().max() < 1e-3
+
+
+def test_deamoe_flops_count_at_most_one_department_per_picked_expert():
+    # soft routing allows k_expert < k_dept; a token then computes in k_expert departments at most
+    few = DeaMoEShape(h=8, h_ffn=4, n_dept=4, n_expert=8, k_dept=3, k_expert=2)
+    even = few.replace(k_dept=2)
+    assert ffn_flops(few) == ffn_flops(even) == 2 * (2 * 3 * 8 * 4 + 2 * 3 * 4 * 4 + 8 * 8)
+    assert ffn_flops(few.replace(k_expert=3)) > ffn_flops(even)

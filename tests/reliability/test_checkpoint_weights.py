@@ -8,6 +8,7 @@ import json
 import shutil
 
 import pytest
+import torch
 
 from cli_battery import REPO, run_cli, tree, write_config
 
@@ -41,6 +42,9 @@ DAMAGE = {
                                     ["has no place for", "model.layers.1."]),
     "a weight of NaN": (lambda ck: _weights(ck, lambda w: w[_o_proj(w)].fill_(float("nan"))),
                         ["o_proj.weight holds NaN or infinite values"]),
+    # transformers cast it to the float dtype without a word: evaluated as a model
+    "a weight of integers": (lambda ck: _weights(ck, lambda w: w.update({_o_proj(w): w[_o_proj(w)].to(torch.int64)})),
+                             ["o_proj.weight is stored as I64 in model.safetensors, not floating point"]),
 }
 
 

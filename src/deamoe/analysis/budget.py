@@ -9,7 +9,8 @@ element-wise work (SiLU, sigma, the gate product, routing weights) is not counte
   DeaMoE    params = n_dept * 3 h h_ffn + n_expert * 3 h_ffn^2 + h n_expert
             flops  = 2 (k_dept * 3 h h_ffn + k_expert * 3 h_ffn^2 + h n_expert)
 The DeaMoE FLOPs use k_dept, the cap on departments per token: soft routing may use fewer, so
-this is the matched upper bound the paper describes.
+this is the matched upper bound the paper describes.  A department computes only for the experts
+a token picks in it, so with k_expert < k_dept (soft routing allows it) the cap is k_expert.
 
 Shared experts (n_shared > 0) add the same term to both layers: params 3 h s, FLOPs 2 * 3 h s per
 token, with s = shape.shared_ffn (n_shared * shared_mult * h_ffn); decoding loads them once per
@@ -81,7 +82,8 @@ def ffn_flops(shape: MoEShape | DeaMoEShape) -> int:
     """FFN + router FLOPs for one token in one layer (2 per multiply-accumulate)."""
     router = shape.h * shape.n_expert
     if isinstance(shape, DeaMoEShape):
-        macs = shape.k_dept * 3 * shape.h * shape.h_ffn + shape.k_expert * 3 * shape.h_ffn**2
+        depts = min(shape.k_dept, shape.k_expert)  # a department without a picked expert is skipped
+        macs = depts * 3 * shape.h * shape.h_ffn + shape.k_expert * 3 * shape.h_ffn**2
     else:
         macs = shape.k_expert * 3 * shape.h * shape.h_ffn
     return 2 * (macs + router + shared_params(shape))

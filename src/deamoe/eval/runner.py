@@ -169,6 +169,7 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     import deamoe.model  # noqa: F401  (registers DeaMoE with the Auto classes)
 
     path = checkpoint_dir(checkpoint)
+    _check_stored_dtypes(path)
     from transformers.utils import logging as hf_logging
 
     level = hf_logging.get_verbosity()
@@ -193,6 +194,30 @@ def load_checkpoint(checkpoint: str | Path, device: str, dtype: str):
     if bad is not None:
         raise DataError(f"{path}: weight {bad} holds NaN or infinite values; not a trained model")
     return model, tok
+
+
+_FLOAT_DTYPES = {"F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2"}
+
+
+def _check_stored_dtypes(path: Path) -> None:
+    """A DataError naming the first weight a safetensors file stores as integers or booleans:
+    transformers casts them to the float dtype without a word (integer weights evaluate as a model,
+    most often of zeros).  Reads the files' headers only."""
+    import json
+    import struct
+
+    for file in sorted(path.glob("*.safetensors")):
+        try:
+            with open(file, "rb") as fh:
+                size = struct.unpack("<Q", fh.read(8))[0]
+                header = json.loads(fh.read(size)) if size < 100_000_000 else {}
+        except (OSError, struct.error, ValueError, UnicodeDecodeError):
+            continue  # a damaged file: the loader below names it
+        for name, entry in header.items():
+            dtype = entry.get("dtype") if isinstance(entry, dict) else None
+            if name != "__metadata__" and dtype is not None and dtype not in _FLOAT_DTYPES:
+                raise DataError(f"{path}: weight {name} is stored as {dtype} in {file.name}, not floating point; "
+                                "not a trained model's weights")
 
 
 def _check_weights(path: Path, info: dict) -> None:
