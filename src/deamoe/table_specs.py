@@ -53,8 +53,10 @@ TABLES = {
                           key=("size", "model", "seed"), whole=("seed",)),
     "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n"),
                                       positive=("loss_last_n",), key=("variant", "seed"), whole=("seed",)),
-    "curves.csv": TableSpec(("step", "loss"), finite=("step", "tokens", "loss")),
-    "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr")),
+    # a step given twice would draw a run's curve back on itself and count in its smoothing twice
+    "curves.csv": TableSpec(("run", "step", "tokens", "loss"), finite=("step", "tokens", "loss"),
+                            key=("run", "step")),
+    "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr"), key=("run", "task", "metric")),
 }
 
 

@@ -108,6 +108,9 @@ KEPT_DAMAGE = {  # the earlier summary given with --keep, and the curves.csv bes
     "a kept val_loss NaN": ("runs.csv", lambda t: ",3,nan,".join(t.rsplit(",3,5.0,", 1)), ["q/runs.csv:3", "val_loss"]),
     "a kept loss NaN": ("curves.csv", lambda t: t.replace(",5.5,", ",nan,", 1), ["q/curves.csv:3", "loss"]),
     "the kept curves truncated": ("curves.csv", lambda t: t[:t.rindex("\n3,")], ["q/curves.csv", "ends at step 2"]),
+    # its curve drew back on itself in the report
+    "a kept curve row given twice": ("curves.csv", lambda t: t + t.splitlines()[2] + "\n",
+                                     ["q/curves.csv:8", "step=2", "is given twice", "q/curves.csv:3"]),
 }
 
 

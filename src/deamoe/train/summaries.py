@@ -186,6 +186,7 @@ def _kept_rows(keeps: tuple[str, ...]) -> dict:
     """{run: (row, its table, the curves.csv beside that table or None, "FILE:LINE")} of earlier summary
     tables; a run in two of them is refused (which row would stand for it?)."""
     from deamoe.readers import TableSpec, read_table
+    from deamoe.table_specs import table_spec
 
     kept: dict = {}
     for keep in keeps:
@@ -193,9 +194,7 @@ def _kept_rows(keeps: tuple[str, ...]) -> dict:
                                            finite=("seed", "val_loss"), provenance=("git_sha", "date"),
                                            key=("run",)), "pre-training summary")
         beside = Path(keep).with_name("curves.csv")
-        curves = read_table(beside, TableSpec(required=("run", "step", "tokens", "loss"),
-                                              finite=("step", "tokens", "loss")),
-                            "loss curves") if beside.is_file() else None
+        curves = read_table(beside, table_spec(beside), "loss curves") if beside.is_file() else None
         for i, row in enumerate(table.to_dict("records")):
             if row["run"] in kept:
                 raise DataError(f"--keep: run {row['run']} is in {kept[row['run']][1]} and in {keep}; "
