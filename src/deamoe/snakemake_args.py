@@ -55,6 +55,49 @@ def repeated_config_option(argv: list[str]) -> str | None:
     return None
 
 
+def _leaves(node, path: tuple[str, ...], twice: list):
+    """Each key path a composed YAML node sets; a key given twice in one mapping (composing keeps
+    both, where loading keeps only the last) goes into `twice`."""
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        keys = [str(key.value) for key, _ in node.value]
+        twice += [(*path, k) for i, k in enumerate(keys) if k in keys[:i]]
+        for key, (_, value) in zip(keys, node.value):
+            yield from _leaves(value, (*path, key), twice)
+    else:
+        yield path
+
+
+def repeated_config_key(argv: list[str]) -> str | None:
+    """A key the --config items set twice (`train="{steps: 5, steps: 6}"`, or `train="{steps: 50}"
+    train="{steps: 5}"`, or `train=5 train="{steps: 5}"`): Snakemake merges the items and keeps the
+    last value without a word, dropping the first -- as YAML would in a config file, where the
+    workflow refuses it (deamoe.readers.load_yaml).  Items setting different keys of one section
+    merge, and are fine."""
+    import yaml
+
+    seen: list[tuple[str, ...]] = []
+    for item in (v for values in _values(argv, ("-C", "--config")) for v in values):
+        key, eq, value = item.partition("=")
+        if not eq:
+            continue  # Snakemake names an item that is no KEY=VALUE
+        try:  # as Snakemake reads a value: its quotes stripped, YAML without types
+            node = yaml.compose(value.strip("'\""), Loader=yaml.BaseLoader)
+        except yaml.YAMLError:
+            node = None  # not YAML: a text value (the schema names it where text is no good)
+        twice: list[tuple[str, ...]] = []
+        for path in _leaves(node, (key,), twice):
+            clash = next((p for p in seen if p[:len(path)] == path or path[:len(p)] == p), None)
+            if clash and not twice:
+                twice.append(clash if len(clash) < len(path) else path)
+            seen.append(path)
+        if twice:
+            return (f"config: --config sets {'.'.join(twice[0])} twice; Snakemake would keep only the "
+                    "last value and drop the first without a word: give each key once")
+    return None
+
+
 def profile_folder(argv: list[str], basedir: str | Path) -> tuple[str, Path | None] | None:
     """(the --workflow-profile given, the folder Snakemake takes it from or None where there is
     none); None when no profile is given (or `none`)."""
@@ -112,5 +155,5 @@ def profile_configfiles_problem(argv: list[str], basedir: str | Path) -> str | N
 
 def command_line_problem(argv: list[str], basedir: str | Path) -> str | None:
     """The first of the checks above that finds a fault, as the line to print; None for none."""
-    return (config_yaml_problem() or repeated_config_option(argv)
+    return (config_yaml_problem() or repeated_config_option(argv) or repeated_config_key(argv)
             or workflow_profile_problem(argv, basedir) or profile_configfiles_problem(argv, basedir))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 from snakemake.exceptions import WorkflowError
+from snakemake.io import WILDCARD_REGEX
 from snakemake.settings.types import DeploymentMethod
 from snakemake.utils import validate
 
@@ -331,7 +332,14 @@ def target_problems(wf):
         ("", wf.dag_settings.targets), ("--forcerun ", wf.dag_settings.forcerun),
         ("--until ", wf.dag_settings.until), ("--omit-from ", wf.dag_settings.omit_from))
         for item in sorted(items or ()) if not wf.is_rule(item)]
-    problems = []
+    # a rule of many jobs named as a target: Snakemake's "Target rules may not contain wildcards"
+    # came after its banner, naming neither the rule nor what to give instead
+    problems = [f"{name}: rule {name} runs one job per {', '.join(f'{{{w}}}' for w in rule.wildcard_names)}; "
+                f"give one of its outputs with that filled in "
+                f"({WILDCARD_REGEX.sub(lambda m: '{' + m.group('name') + '}', str(rule.output[0]))}), or a "
+                "rule that needs them"
+                for name in sorted(wf.dag_settings.targets or ()) if wf.is_rule(name)
+                for rule in [wf.get_rule(name)] if rule.has_wildcards()]
     for flag, item in given:
         if not item.strip():  # an unset shell variable (`snakemake "$TARGET"`): relpath raised
             problems.append(f"{flag}{item!r}: an empty target; give a rule's name or a path a rule "
