@@ -1,7 +1,8 @@
 """Checks of the Snakemake command line that started the workflow, run by the Snakefile before
 Snakemake reads its config: each case here is one Snakemake accepts without a word while running
 something other than what the user asked for.  Each returns one line (the fault and what to give
-instead) or None; the Snakefile prints it and stops.
+instead) or None; the Snakefile prints it and stops.  Also the one hook the workflow puts
+around Snakemake's run (after_dag_built), kept out of the Snakefile for the reason it gives.
 """
 
 from __future__ import annotations
@@ -151,6 +152,27 @@ def profile_configfiles_problem(argv: list[str], basedir: str | Path) -> str | N
     return (f"config: --configfile replaces the configfile list of the profile {profile[0]}, dropping "
             f"its scale ({', '.join(missing)}); name its files first: --configfile "
             f"{' '.join(listed)} {' '.join(given[-1])} (or set `profile:` in yours: a scale of its own)")
+
+
+def after_dag_built(workflow, check):
+    """`workflow.execute` (a run, dry or not) that calls `check()` once the run's DAG is built,
+    before any job.  Defined here, not in the Snakefile: Snakemake names the innermost frame of
+    Snakefile code an error passes through as its origin, so a wrapper there turned every failed
+    run's last lines into "WorkflowError in file .../common.smk, line N"."""
+    execute, build = workflow.execute, workflow._build_dag
+
+    def build_and_check():
+        build()
+        check()
+
+    def run(*args, **kwargs):
+        workflow._build_dag = build_and_check
+        try:
+            return execute(*args, **kwargs)
+        finally:
+            workflow._build_dag = build
+
+    return run
 
 
 def command_line_problem(argv: list[str], basedir: str | Path) -> str | None:

@@ -54,3 +54,26 @@ def test_a_rule_of_many_jobs_named_as_a_target_is_one_line(snakemake, workdir, t
             proc.stderr
         assert "Error" not in proc.stderr and "Traceback" not in proc.stderr
         assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+@pytest.mark.parametrize("mine, named", [
+    ("file", "results/analysis/table1.csv exists and was not written by deamoe"),
+    ("folder", "results/analysis/table1.csv is a directory"),
+])
+def test_a_users_file_at_an_up_to_date_output_is_refused_not_taken(snakemake, workdir, mine, named):
+    """With no job to run Snakemake said "Nothing to be done" (exit 0) and ran no onstart, so a
+    table of one's own at the output path was taken for the result."""
+    out = workdir / "results" / "analysis" / "table1.csv"
+    (out if mine == "folder" else out.parent).mkdir(parents=True)
+    (out / "notes.txt" if mine == "folder" else out).write_text("my own\n")
+    proc = snakemake(workdir, "--cores", "1", "table1")
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert _errors(proc) == [f"refused, nothing run: {named}" + _errors(proc)[0].split(named, 1)[1]], proc.stderr
+    assert (out / "notes.txt" if mine == "folder" else out).read_text() == "my own\n"
+    assert snakemake(workdir, "-n", "--cores", "1", "table1").returncode == 0  # a dry run only reads
+
+
+def test_an_up_to_date_output_of_the_workflows_own_is_nothing_to_do(snakemake, workdir):
+    assert snakemake(workdir, "--cores", "1", "table1").returncode == 0
+    proc = snakemake(workdir, "--cores", "1", "table1")
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stderr, proc.stderr[-2000:]

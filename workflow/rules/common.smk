@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.io import WILDCARD_REGEX
-from snakemake.settings.types import DeploymentMethod
+from snakemake.settings.types import DeploymentMethod, ExecMode
 from snakemake.utils import validate
 
 SCHEMA_DIR = Path(workflow.basedir) / "workflow" / "schemas"
@@ -33,6 +33,7 @@ from deamoe.resolved import write_resolved
 from deamoe.schema import first_problem, load as load_schema, property_schema, typed_leaves
 from deamoe.settings import parse_config_file
 from deamoe.shapes import MODELS
+from deamoe.snakemake_args import after_dag_built
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
@@ -321,6 +322,21 @@ def _delete_only_ours(only_temp=False, dryrun=False):
 
 
 workflow.delete_output = _delete_only_ours
+
+def _no_foreign_result_when_nothing_to_do():
+    """Where a run finds no job to run, Snakemake says "Nothing to be done" and runs no `onstart`,
+    so a user's file (or a folder) at an output path was taken for the result without a word
+    (`snakemake table1` over a table of one's own): the outputs are checked as `onstart` checks
+    them, and the run stops naming each."""
+    if workflow.dryrun or len(workflow.dag) or workflow.exec_mode != ExecMode.DEFAULT:
+        return  # a job to run: onstart checks; a dry run reads only
+    problems = [p for job in workflow.dag.jobs if job.rule.name != "resolved_config"
+                for p in foreign_job_outputs(job)]
+    if problems:
+        config_stop(problems, prefix="refused, nothing run")
+
+
+workflow.execute = after_dag_built(workflow, _no_foreign_result_when_nothing_to_do)
 
 
 def target_problems(wf):
