@@ -198,7 +198,9 @@ class TableSpec:
     time or a count of tokens), its provenance columns (each
     row must name the commit and date its numbers came from), the columns naming a row's point
     (`key`, those present: no two rows alike), whether it must hold a row (`rows`) and the
-    numeric columns that count something (`whole`: a batch, a seed; 3.5 was shown as 3)."""
+    numeric columns that count something (`whole`: a batch, a seed; 3.5 was shown as 3), and the
+    values a column may hold (`allowed`, (column, values) pairs: a model or variant that no stage
+    writes, a row added by hand, was shown as a reproduced one)."""
 
     required: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
@@ -208,6 +210,7 @@ class TableSpec:
     key: tuple[str, ...] = ()
     rows: bool = False
     whole: tuple[str, ...] = ()
+    allowed: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 # a commit's short sha may be all digits: read as text, never as a number
@@ -284,6 +287,12 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
             i = int(when.isna().to_numpy().argmax())
             raise DataError(f"{path}:{i + 2}: column date is {frame['date'].iloc[i]!r}, not an ISO "
                             "8601 date (e.g. 2026-12-05T09:30:00Z)")
+    for col, values in spec.allowed:
+        other = ~frame[col].astype(str).isin(values) if col in frame.columns else None
+        if other is not None and other.any():
+            i = int(other.to_numpy().argmax())
+            raise DataError(f"{path}:{i + 2}: column {col} is {str(frame[col].iloc[i])!r:.40}, not one this "
+                            f"pipeline writes ({', '.join(values)})")
     if spec.rows and frame.empty:
         raise DataError(f"{path}: a {what} with no rows (only a header)")
     check_unique(frame, spec, path)

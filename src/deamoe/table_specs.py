@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from deamoe.paper import TABLE4
 from deamoe.readers import TableSpec
+from deamoe.shapes import ALL_MODEL_NAMES, MODELS
 
 POINT = ("model", "batch", "weight_dtype")  # a measured layer's point (weight_dtype: FP8 tables)
 # a kernel table's times, bytes and read roofline beside the two it must hold (empty where not
@@ -21,15 +23,22 @@ _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), numbers=_KER
 # by file name ("folder/name" where two differ): what `bench import` and `microbench --merge-decode-into` check
 # before replacing a committed one, and what the report checks before showing one.
 TABLES = {
-    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio")),
+    # `key` on every table a report row is picked from: a row given twice (a hand-edited table,
+    # two runs' tables joined) was shown twice (Table 1, pre-training), or one of the two was
+    # taken or both averaged without a word (Tables 2-3: the first; Figure 3: their mean)
+    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio"),
+                            key=("model",), allowed=(("model", ALL_MODEL_NAMES),)),
     "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens",),
-                             key=("model", "tokens")),
-    "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",)),
-    "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n")),
+                             key=("model", "tokens"), allowed=(("model", ALL_MODEL_NAMES),)),
+    "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",),
+                                key=("run", "model", "task", "metric")),
+    "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n"),
+                                key=("run", "model", "dataset")),
     "tpot.csv": TableSpec(("model", "concurrency", "tpot_mean_ms"), finite=("concurrency", "tpot_mean_ms"),
-                          whole=("concurrency",)),
-    "slo.csv": TableSpec(("tpot_budget_ms",), finite=("tpot_budget_ms",)),
-    "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",)),
+                          whole=("concurrency",), key=("model", "concurrency")),
+    "slo.csv": TableSpec(("tpot_budget_ms",), finite=("tpot_budget_ms",), key=("tpot_budget_ms", "slo_metric")),
+    "pretrain/summary.csv": TableSpec(("val_loss",), finite=("val_loss",), key=("run", "size", "model", "seed"),
+                                      allowed=(("model", MODELS),)),
     "microbench.csv": _KERNEL,
     "microbench_shared.csv": _KERNEL,
     "microbench_fp8.csv": replace(_KERNEL, required=_KERNEL.required + ("weight_dtype",)),
@@ -52,7 +61,8 @@ TABLES = {
                           positive=("val_loss", "params", "tokens"), provenance=("date", "git_sha"),
                           key=("size", "model", "seed"), whole=("seed",)),
     "ablation/summary.csv": TableSpec(("variant", "loss_last_n"), finite=("seed", "loss_last_n"),
-                                      positive=("loss_last_n",), key=("variant", "seed"), whole=("seed",)),
+                                      positive=("loss_last_n",), key=("variant", "seed"), whole=("seed",),
+                                      allowed=(("variant", tuple(row[0] for row in TABLE4)),)),
     # a step given twice would draw a run's curve back on itself and count in its smoothing twice
     "curves.csv": TableSpec(("run", "step", "tokens", "loss"), finite=("step", "tokens", "loss"),
                             key=("run", "step")),
