@@ -39,6 +39,8 @@ def config_problems(doc: dict) -> list[str]:
     for name, value in doc.items():
         if value is None or name == "config" or (name not in parsers and schema.load(name) is None):
             continue  # absent: its defaults, which cannot conflict with what is given
+        if not isinstance(value, dict) and any(p.startswith(f"{name}: ") for p in problems):
+            continue  # named by the top level ("train: 5 is not of type 'object'"): not twice
         try:
             if name in parsers:
                 parsed[name] = parsers[name](value)

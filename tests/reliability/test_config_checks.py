@@ -167,3 +167,10 @@ def test_perplexity_only_without_a_perplexity_task_is_named_before_the_model_loa
     write_config(work / "c.yaml", eval={"tasks": ["boolq"]})
     failing(["eval", "--config", "c.yaml", "--checkpoint", "ck", "--model", "deamoe", "--out", "e",
              "--perplexity-only"], "--perplexity-only", "eval.tasks has no perplexity corpus")
+
+
+@pytest.mark.parametrize("section, value", [("train", 5), ("report", [1]), ("analysis", "x")])
+def test_a_section_that_is_no_mapping_is_named_once(section, value):
+    """The top level's "train: 5 is not of type 'object'" was followed on the same line by the
+    section's own parser or schema saying it again ("train must be a mapping, got int")."""
+    assert config_problems({section: value}) == [f"{section}: {value!r} is not of type 'object'"]
