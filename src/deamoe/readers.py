@@ -200,7 +200,9 @@ class TableSpec:
     (`key`, those present: no two rows alike), whether it must hold a row (`rows`) and the
     numeric columns that count something (`whole`: a batch, a seed; 3.5 was shown as 3), and the
     values a column may hold (`allowed`, (column, values) pairs: a model or variant that no stage
-    writes, a row added by hand, was shown as a reproduced one)."""
+    writes, a row added by hand, was shown as a reproduced one), and the columns read once a
+    column is there (`together`, groups: that column first; a column of them cut from a
+    hand-edited table failed in the report as a fault of the program)."""
 
     required: tuple[str, ...] = ()
     numbers: tuple[str, ...] = ()
@@ -211,6 +213,7 @@ class TableSpec:
     rows: bool = False
     whole: tuple[str, ...] = ()
     allowed: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    together: tuple[tuple[str, ...], ...] = ()
 
 
 # a commit's short sha may be all digits: read as text, never as a number
@@ -253,6 +256,11 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
     missing = [c for c in spec.required + spec.provenance if c not in frame.columns]
     if missing:
         raise DataError(f"{path}: missing column(s) {', '.join(missing)} of a {what}")
+    for first, *rest in spec.together:
+        cut = [c for c in rest if c not in frame.columns] if first in frame.columns else []
+        if cut:
+            raise DataError(f"{path}: missing column(s) {', '.join(cut)} of a {what} (read with its "
+                            f"column {first})")
     for col in dict.fromkeys(spec.numbers + spec.finite + spec.whole):
         if col not in frame.columns:
             continue

@@ -19,6 +19,12 @@ _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), numbers=_KER
                     finite=("batch", "baseline_us", "deamoe_us"),
                     positive=("batch", "baseline_us", "deamoe_us") + _KERNEL_MORE, provenance=("date", "git_sha"),
                     key=POINT, rows=True, whole=("batch",))
+# Table 1's search beside the paper's configuration, Figure 2's FP8 bytes: what the report reads
+# of each once its first column is there
+_TABLE1_SEARCH = ("searched_n_expert", "searched_n_dept", "searched_k_dept", "searched_k_expert",
+                  "paper_config_small_batch_loading", "searched_small_batch_loading", "search_objective",
+                  "search_tolerance")
+_LOADING_FP8 = ("ratio_fp8", "baseline_bytes_fp8", "baseline_bytes")
 # The tables the stages write and the report reads, and the committed measurements under reports/measured/<gpu>/,
 # by file name ("folder/name" where two differ): what `bench import` and `microbench --merge-decode-into` check
 # before replacing a committed one, and what the report checks before showing one.
@@ -27,9 +33,11 @@ TABLES = {
     # two runs' tables joined) was shown twice (Table 1, pre-training), or one of the two was
     # taken or both averaged without a word (Tables 2-3: the first; Figure 3: their mean)
     "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio"),
-                            key=("model",), allowed=(("model", ALL_MODEL_NAMES),)),
+                            numbers=tuple(c for c in _TABLE1_SEARCH if c != "search_objective"), key=("model",),
+                            allowed=(("model", ALL_MODEL_NAMES),), together=(_TABLE1_SEARCH,)),
     "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens",),
-                             key=("model", "tokens"), allowed=(("model", ALL_MODEL_NAMES),)),
+                             numbers=_LOADING_FP8, key=("model", "tokens"), allowed=(("model", ALL_MODEL_NAMES),),
+                             together=(_LOADING_FP8,)),
     "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",),
                                 key=("run", "model", "task", "metric")),
     "perplexity.csv": TableSpec(("model", "dataset"), numbers=("word_perplexity", "byte_perplexity", "n"),

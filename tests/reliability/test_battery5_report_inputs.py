@@ -58,3 +58,20 @@ OTHER = {
 def test_a_row_of_a_model_no_stage_writes_is_named(work, failing, where):
     text, line, what = OTHER[where]
     _report_refuses(work, failing, where, text, f"res/{where}{line}", what, "not one this pipeline writes")
+
+
+CUT = {
+    # the report read the search's other columns once searched_n_expert was there, Figure 2's FP8
+    # bytes once ratio_fp8 was, Table 3 a `perplexity` column without word_perplexity: each an
+    # "unexpected error" (exit 1) naming no file
+    "analysis/table1.csv": ("model,flops_ratio,params_ratio,searched_n_expert,searched_n_dept\n"
+                            "DeepSeek-V3,0.99,0.99,8,856\n", "searched_k_dept"),
+    "analysis/loading.csv": ("model,tokens,ratio,ratio_fp8\nDeepSeek-V3,4,0.6,0.6\n", "baseline_bytes_fp8"),
+    "eval/perplexity.csv": ("run,model,dataset,byte_perplexity\nr0,deamoe,ptb,10\n", "word_perplexity"),
+}
+
+
+@pytest.mark.parametrize("where", list(CUT))
+def test_a_column_cut_from_a_group_the_report_reads_is_named(work, failing, where):
+    text, column = CUT[where]
+    _report_refuses(work, failing, where, text, f"res/{where}", f"missing column(s) {column}")
