@@ -3,6 +3,8 @@ each fault one line (`config: ...`, `target: ...`) before any job, nothing writt
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 
@@ -77,3 +79,14 @@ def test_an_up_to_date_output_of_the_workflows_own_is_nothing_to_do(snakemake, w
     assert snakemake(workdir, "--cores", "1", "table1").returncode == 0
     proc = snakemake(workdir, "--cores", "1", "table1")
     assert proc.returncode == 0 and "Nothing to be done" in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("path", ["reports/", "reports/tables/table1.md", "report"])
+def test_a_report_path_of_another_kind_is_one_line(snakemake, workdir, path):
+    """Snakemake's "Report file does not end with .html or .zip" came as a WorkflowError "in file
+    workflow/rules/report.smk" (the workflow's wrapper of the reporter), naming no path."""
+    proc = snakemake(workdir, "--report", path)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert _errors(proc)[-1] == (f"report: --report {Path(path)}: not a report file name; give a path ending in "
+                                 ".html or .zip (e.g. reports/report.html)"), proc.stderr
+    assert "WorkflowError" not in proc.stderr and "report.smk" not in proc.stderr

@@ -143,8 +143,12 @@ def _report_as_an_output(report_plugin, report_settings, global_report_settings)
     from deamoe.ownership import OutputPathError
 
     path = getattr(report_settings, "path", None)
-    if path is None or Path(path).suffix not in (".html", ".zip"):  # Snakemake names a wrong suffix
+    if path is None:
         return _snakemake_create_report(report_plugin, report_settings, global_report_settings)
+    if Path(path).suffix not in (".html", ".zip"):
+        # (Snakemake's own error, raised under this wrapper, named report.smk as its origin)
+        config_stop([f"--report {path}: not a report file name; give a path ending in .html or .zip "
+                     "(e.g. reports/report.html)"], prefix="report")
     def stop(signum, frame):  # SIGTERM unwinds as Ctrl-C does: the temporary report removed
         raise _ReportStopped()
 
