@@ -299,8 +299,9 @@ def read_table(path: str | Path, spec: TableSpec = TableSpec(), what: str = "tab
         other = ~frame[col].astype(str).isin(values) if col in frame.columns else None
         if other is not None and other.any():
             i = int(other.to_numpy().argmax())
-            raise DataError(f"{path}:{i + 2}: column {col} is {str(frame[col].iloc[i])!r:.40}, not one this "
-                            f"pipeline writes ({', '.join(values)})")
+            shown = "empty" if pd.isna(frame[col].iloc[i]) else repr(str(frame[col].iloc[i]))[:40]
+            raise DataError(f"{path}:{i + 2}: column {col} is {shown}, not one this pipeline writes "
+                            f"({', '.join(values)})")
     if spec.rows and frame.empty:
         raise DataError(f"{path}: a {what} with no rows (only a header)")
     check_unique(frame, spec, path)

@@ -75,3 +75,8 @@ CUT = {
 def test_a_column_cut_from_a_group_the_report_reads_is_named(work, failing, where):
     text, column = CUT[where]
     _report_refuses(work, failing, where, text, f"res/{where}", f"missing column(s) {column}")
+
+
+def test_a_row_without_its_model_is_named_as_empty(work, failing):
+    _report_refuses(work, failing, "analysis/table1.csv", "model,flops_ratio,params_ratio\n,0.99,0.99\n",
+                    "res/analysis/table1.csv:2", "column model is empty, not one this pipeline writes")

@@ -323,6 +323,7 @@ def _delete_only_ours(only_temp=False, dryrun=False):
 
 workflow.delete_output = _delete_only_ours
 
+
 def _no_foreign_result_when_nothing_to_do():
     """Where a run finds no job to run, Snakemake says "Nothing to be done" and runs no `onstart`,
     so a user's file (or a folder) at an output path was taken for the result without a word
