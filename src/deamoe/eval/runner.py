@@ -203,21 +203,18 @@ def _check_stored_dtypes(path: Path) -> None:
     """A DataError naming the first weight a safetensors file stores as integers or booleans:
     transformers casts them to the float dtype without a word (integer weights evaluate as a model,
     most often of zeros).  Reads the files' headers only."""
-    import json
-    import struct
+    from safetensors import safe_open
 
     for file in sorted(path.glob("*.safetensors")):
         try:
-            with open(file, "rb") as fh:
-                size = struct.unpack("<Q", fh.read(8))[0]
-                header = json.loads(fh.read(size)) if size < 100_000_000 else {}
-        except (OSError, struct.error, ValueError, UnicodeDecodeError):
-            continue  # a damaged file: the loader below names it
-        for name, entry in header.items():
-            dtype = entry.get("dtype") if isinstance(entry, dict) else None
-            if name != "__metadata__" and dtype is not None and dtype not in _FLOAT_DTYPES:
-                raise DataError(f"{path}: weight {name} is stored as {dtype} in {file.name}, not floating point; "
-                                "not a trained model's weights")
+            with safe_open(str(file), "pt") as fh:
+                stored = {name: fh.get_slice(name).get_dtype() for name in fh.keys()}
+        except Exception:  # noqa: BLE001 -- a damaged file: the loader below names it
+            continue
+        name = next((n for n, dtype in stored.items() if dtype not in _FLOAT_DTYPES), None)
+        if name is not None:
+            raise DataError(f"{path}: weight {name} is stored as {stored[name]} in {file.name}, not floating "
+                            "point; not a trained model's weights")
 
 
 def _check_weights(path: Path, info: dict) -> None:
