@@ -88,15 +88,17 @@ def test_gpu_profile_ladder_spans_20x_with_the_planned_seeds():
 
 
 def test_gpu_profile_tokens_axis():
-    """small: 1k (its own steps) to 12k steps, 3 seeds; medium: 1k to 16k, 2 seeds; each with its
-    RMSNorm pair, whose baselines are the SiLU size's runs."""
+    """small: 1k (its own steps) to 12k steps, 3 seeds (27 at 8k); medium: 1k to 16k, 2 seeds;
+    each with its RMSNorm pair, whose baselines are the SiLU size's runs."""
     s = load_settings(doc=profile_doc("gpu"))
     assert runs.size(s, "small").lengths == runs.size(s, "smallrms").lengths == (1000, 2000, 4000, 8000, 12000)
     assert runs.size(s, "medium").lengths == runs.size(s, "mediumrms").lengths == (1000, 4000, 8000, 16000)
     assert runs.size(s, "large").lengths == (700,)
     assert runs.axis_lengths(s, "small") == (2000, 4000, 8000, 12000)
     names = runs.pretrain_run_names(s, ["smallrms"], 8000)
-    assert len(names) == 6 and names[0] == "pretrain-smallrms-baseline-s0-8000steps"
+    # three seeds and twenty-four extra at 8k (extra_seeds), of two models
+    assert len(names) == 54 and names[0] == "pretrain-smallrms-baseline-s0-8000steps"
+    assert names[-1] == "pretrain-smallrms-deamoe-s26-8000steps"
     assert runs.trained_as(s, names[0]) == "pretrain-small-baseline-s0-8000steps"
     assert runs.trained_as(s, names[1]) == names[1]  # its DeaMoE has another operator
     assert runs.run_spec(s, names[0]).steps == 8000

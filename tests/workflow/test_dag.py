@@ -169,8 +169,9 @@ def test_profiles_plan_the_whole_dag_with_valid_numbers(snakemake, workdir, prof
     # (extra_seeds)
     ("quality_medium", {"data": 1, "train": 28, "eval": 4, "quality": 1, "quality_length": 3, "quality_medium": 1}),
     ("quality_large", {"data": 1, "train": 4, "eval": 4, "quality": 1, "quality_large": 1}),
-    # its baselines are the small pair's runs: trained (and evaluated) under their names
-    ("quality_smallrms", {"data": 1, "train": 30, "eval": 6, "quality": 1, "quality_length": 4,
+    # its baselines are the small pair's runs: trained (and evaluated) under their names; the same
+    # twenty-four extra seeds at 8k
+    ("quality_smallrms", {"data": 1, "train": 78, "eval": 6, "quality": 1, "quality_length": 4,
                           "quality_smallrms": 1}),
     # one length of the axis (three seeds and twenty-four extra, of two models)
     ("results/quality/small/8000steps/runs.csv", {"data": 1, "train": 54, "quality_length": 1}),
