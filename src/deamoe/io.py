@@ -44,7 +44,7 @@ from deamoe.errors import FULL_DISK, DeaMoEError, disk_full
 from deamoe.locks import folder_lock, output_lock  # noqa: F401 (the commands take them from here)
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
                               file_in_the_way, foreign_entries, in_staging, is_committed, is_lock_file,
-                              is_ours, make_parent, mark_whole, name_in_marker, remove_created,
+                              is_ours, make_parent, mark_whole, misleading, name_in_marker, remove_created,
                               unrecordable, whole_folder_above, written_whole)
 
 
@@ -52,7 +52,9 @@ def _no_file_in_the_way(path: Path) -> None:
     """An OutputPathError when a folder above `path` is a file (its folder could not be made), the
     nearest existing one cannot be written (else found only when the finished work is renamed
     into place), or another output, written as a whole (a checkpoint: writing into it would
-    change that output)."""
+    change that output); before these, a path that would not be written where it reads."""
+    if why := misleading(path):
+        raise OutputPathError(f"{path}: an output path that {why}; give a file or folder name")
     blocker = file_in_the_way(path)
     if blocker is not None:
         raise OutputPathError(f"{blocker}: cannot create the output folder (a file is in the way)")

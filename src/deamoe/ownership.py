@@ -47,6 +47,21 @@ def file_in_the_way(path: str | os.PathLike) -> Path | None:
     return next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
 
 
+def misleading(path: str | os.PathLike) -> str | None:
+    """Why output `path` would not be written where it reads, or None: a part '-' (stdout to other
+    tools: deamoe writes files, and `--out -` made a file named '-'), or '..' after a folder that
+    does not exist (the checks find nothing there; once that folder is made the path leads to the
+    one above it, e.g. `sub/..` to the working directory)."""
+    parts = Path(path).parts
+    if "-" in parts:
+        return "goes through '-', which deamoe does not take for stdout (its commands write files)"
+    missing = next((Path(*parts[:i]) for i, part in enumerate(parts) if part == ".." and i
+                    and not Path(*parts[:i]).is_dir()), None)
+    if missing is not None:
+        return f"has '..' after {missing}, which does not exist (the path would lead elsewhere once it is made)"
+    return None
+
+
 def whole_folder_above(path: str | os.PathLike) -> Path | None:
     """The folder above `path` that a command wrote as a whole (a checkpoint, a tokenizer, a
     model's serving results), or None: a file written into one would change that output, which
