@@ -62,7 +62,7 @@ def register(sub) -> None:
                    help="comma-separated batch sizes (overrides microbench.batches)")
     p.add_argument("--weight-dtype", type=_precisions, help="comma-separated weight precisions "
                    "(overrides microbench.weight_dtype): bf16, fp8, fp8-w8a8")
-    p.add_argument("--skip", default="", help="comma-separated parts to skip: "
+    p.add_argument("--skip", type=name_list, default=[], help="comma-separated parts to skip: "
                    "battery,roofline,layers,torch,decode,vllm_peer")
     p.add_argument("--tiles-from", help="a microbench.csv (e.g. a committed table) whose per-layer "
                    "picks the decode benchmark uses for models this run does not measure")
@@ -156,8 +156,8 @@ def _register_bench(sub) -> None:
              "OUT/train_layer_kernels.csv")
     t.add_argument("--config", default="workflow/profiles/gpu/train-sections.yaml",
                    help="training config: the layers and runs of its largest pretrain size")
-    t.add_argument("--parts", default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
-    t.add_argument("--paths", default="torch,fast+compile",
+    t.add_argument("--parts", type=name_list, default="layer,step", help="comma-separated: layer, step, fsdp, kernels")
+    t.add_argument("--paths", type=name_list, default="torch,fast+compile",
                    help="comma-separated step paths: torch, fast, fast+compile")
     t.add_argument("--tokens", type=int_range(1, 2**20), default=32768, help="tokens per layer call")
     t.add_argument("--steps", type=int_range(1, 10**4), default=10,
@@ -213,8 +213,8 @@ def _train(args) -> int:
     from deamoe.bench.train_bench import PARTS, PATHS, bench_train, choices
     from deamoe.settings import load_settings
 
-    parts = choices("--parts", args.parts.split(","), PARTS)
-    paths = choices("--paths", args.paths.split(","), tuple(PATHS))
+    parts = choices("--parts", args.parts, PARTS)
+    paths = choices("--paths", args.paths, tuple(PATHS))
     settings = load_settings(args.config)  # a bad config is named before the GPU check
     _outputs(args.out, "train_fsdp_throughput.csv" if "fsdp" in parts else "train_throughput.csv",
              *(["train_layer_kernels.csv"] if "kernels" in parts else []))
@@ -403,7 +403,7 @@ def cmd_microbench(args: argparse.Namespace) -> int:
         s = dataclasses.replace(s, batches=args.batches)
     if args.weight_dtype:
         s = MicrobenchSettings(**{**dataclasses.asdict(s), "weight_dtype": list(args.weight_dtype)})
-    skip = {x.strip() for x in args.skip.split(",") if x.strip()}
+    skip = set(args.skip)
     unknown = skip - {"battery", "roofline", "layers", "torch", "decode", "vllm_peer"}
     if unknown:
         raise ConfigError(f"--skip: unknown part(s) {', '.join(sorted(unknown))}")

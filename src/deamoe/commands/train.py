@@ -130,6 +130,8 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
     from deamoe.train.summaries import summary_outputs
 
     input_folder(args.runs, "--runs: the training runs' folder, e.g. results/train")
+    if evals:  # else named only after every run's summary is read, or as a missing run's
+        input_folder(args.eval_dir, "--eval: the evaluations' folder, e.g. results/eval")
     outputs = summary_outputs(args.out, evals)
     kept = []  # inputs too: earlier tables (pretrain --keep) and the curves.csv beside each, if any
     for keep in getattr(args, "keep", []):
