@@ -14,7 +14,7 @@ min_version("9.0")
 # --workflow-profile, --config given twice, a --configfile that drops the profile's scale), and a
 # broken config.yaml, as one line before Snakemake reads the config (deamoe.snakemake_args).
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))
-from deamoe.snakemake_args import command_line_problem
+from deamoe.snakemake_args import command_line_problem, resource_override_problem
 
 if _problem := command_line_problem(sys.argv, workflow.basedir):
     print(_problem, file=sys.stderr)
@@ -46,6 +46,12 @@ include: "workflow/rules/quality.smk"
 include: "workflow/rules/serve.smk"
 include: "workflow/rules/microbench.smk"
 include: "workflow/rules/report.smk"
+
+
+# --set-threads and --set-resources against the rules just defined (deamoe.snakemake_args)
+if _problem := resource_override_problem(workflow):
+    print(_problem, file=sys.stderr)
+    sys.exit(1)
 
 
 rule all:

@@ -154,6 +154,29 @@ def profile_configfiles_problem(argv: list[str], basedir: str | Path) -> str | N
             f"{' '.join(listed)} {' '.join(given[-1])} (or set `profile:` in yours: a scale of its own)")
 
 
+def resource_override_problem(workflow) -> str | None:
+    """--set-threads or --set-resources (or a profile's set-threads, set-resources) naming no rule
+    of the workflow, which Snakemake drops without a word (`trian=8` left train on its own
+    threads), or threads that are no whole number >= 1 (`train=0` passed a dry run and handed the
+    job 0 threads); an expression (`2*threads`) is Snakemake's to evaluate.  Checked once the
+    rules are defined."""
+    settings, rules = workflow.resource_settings, sorted(r.name for r in workflow.rules)
+    for option, given in (("--set-threads", settings.overwrite_threads),
+                          ("--set-resources", settings.overwrite_resources)):
+        unknown = next((name for name in given if name not in rules), None)
+        if unknown is not None:
+            return f"resources: {option} names {unknown!r}, no rule of this workflow (rules: {', '.join(rules)})"
+    for rule, threads in settings.overwrite_threads.items():
+        raw = getattr(threads, "raw", threads)
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            continue
+        if number < 1 or number != int(number):
+            return f"resources: --set-threads {rule}={raw}: threads must be a whole number >= 1"
+    return None
+
+
 def after_dag_built(workflow, check):
     """`workflow.execute` (a run, dry or not) that calls `check()` once the run's DAG is built,
     before any job.  Defined here, not in the Snakefile: Snakemake names the innermost frame of
