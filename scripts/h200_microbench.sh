@@ -25,8 +25,9 @@ set -uo pipefail
 for flag in CHECK TRACE; do
     [[ "${!flag:-0}" =~ ^[01]$ ]] || { echo "h200_microbench: $flag='${!flag}' must be 0 or 1" >&2; exit 2; }
 done
-[[ "${T_MB:-560}" =~ ^[1-9][0-9]*$ ]] || {
-    echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1" >&2; exit 2; }
+# at most 9 digits, as gpu_run.sh's GPU_RUN_LIMIT: timeout takes a longer number as no limit at all
+[[ "${T_MB:-560}" =~ ^[1-9][0-9]{0,8}$ ]] || {
+    echo "h200_microbench: T_MB='${T_MB}' must be a whole number of seconds >= 1 and below 10^9" >&2; exit 2; }
 source "$(dirname "$0")/gpu_site.sh"   # the carried wheels (.whl: jsonschema, for the config) and src/
 gpu_sha_ok h200_microbench || exit 2
 # paths given are the caller's; the script runs in the repository root (.whl, src/, the default config)
