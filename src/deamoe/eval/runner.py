@@ -47,7 +47,11 @@ def set_hf_environment(s: EvalSettings) -> None:
 def check_online(host: str | None = None, timeout: float = 5.0) -> None:
     from urllib.parse import urlparse
 
-    host = host or urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co")).hostname
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"  # empty: the hub's default too
+    host = host or urlparse(endpoint).hostname
+    if host is None:  # `HF_ENDPOINT=hf-mirror.com` (no scheme): the check would dial "None"
+        raise DeaMoEError(f"HF_ENDPOINT {endpoint!r} names no host; give a URL such as "
+                          "https://huggingface.co (with its scheme), or unset it")
     try:
         socket.create_connection((host, 443), timeout=timeout).close()
     except OSError as exc:
