@@ -61,9 +61,10 @@ def test_import_puts_the_shared_expert_layers_beside_the_main_table(tmp_path):
 
 
 def test_import_of_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
-    assert main(["bench", "import", str(tmp_path), "--dest", str(tmp_path / "d")]) == 2
+    (tmp_path / "run").mkdir()  # (--dest beside it: an output inside the run folder is refused)
+    assert main(["bench", "import", str(tmp_path / "run"), "--dest", str(tmp_path / "d")]) == 2
     err = capsys.readouterr().err
-    assert "no microbench.csv, microbench_fp8.csv or decode_tpot.csv" in err and str(tmp_path) in err
+    assert "no microbench.csv, microbench_fp8.csv or decode_tpot.csv" in err and str(tmp_path / "run") in err
 
 
 def test_gpu_tools_say_they_need_cuda(tmp_path, capsys):

@@ -54,3 +54,13 @@ def test_bench_train_default_parts_and_paths_still_parse():
     args = build_parser().parse_args(["bench", "train", "o"])
     assert (args.parts, args.paths) == (["layer", "step"], ["torch", "fast+compile"])
     assert build_parser().parse_args(["microbench", "--config", str(REPO / "config.yaml"), "--out", "o"]).skip == []
+
+
+@pytest.mark.parametrize("dest, how", [("d", "is run folder d"), ("d/sub", "lies inside run folder d")])
+def test_import_never_writes_into_the_run_folder_it_imports(work, failing, dest, how):
+    """A device run's folder holds the tables deamoe wrote there: --dest d replaced what it read."""
+    import shutil
+
+    (work / "d").mkdir()
+    shutil.copy(REPO / "reports" / "measured" / "h200" / "microbench.csv", work / "d")
+    failing(["bench", "import", "d", "--dest", dest], "--dest", how)

@@ -375,7 +375,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
 
     from deamoe.bench.shared import SHARED_FILE, is_shared
     from deamoe.errors import ConfigError, DataError
-    from deamoe.io import check_outputs, is_committed, write_csvs
+    from deamoe.io import check_apart, check_outputs, is_committed, write_csvs
     from deamoe.readers import check_unique, read_table
     from deamoe.table_specs import table_spec
 
@@ -387,6 +387,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     if bad is not None:  # not "no table in it", which hides a mistyped name
         what = "not a folder" if Path(bad).exists() else "no such folder"
         raise DataError(f"bench import: {bad}: {what}")
+    check_apart([("--dest", dest)], [("run folder", d) for d in dirs])  # else it replaces what it imports
     tables = {}
     for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
