@@ -142,19 +142,23 @@ def main(argv: list[str] | None = None, parser: argparse.ArgumentParser | None =
     """Run `argv` (default: sys.argv) through `parser` (default: every stage's commands)."""
     import signal
 
-    parser = parser or build_parser()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--traceback" in argv[1:]:  # the top-level flag, taken after the command too
-        argv = ["--traceback", *(a for a in argv if a != "--traceback")]
-    args = parser.parse_args(argv)
-    args.prog = parser.prog
-    if problem := _given_sha_problem():
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
     previous = None
     with contextlib.suppress(ValueError):  # not the main thread (e.g. a test's worker): leave it
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
+        # a stop while the stage modules load (seconds where torch is imported) is one line too
+        try:
+            parser = parser or build_parser()
+            argv = list(sys.argv[1:] if argv is None else argv)
+            if "--traceback" in argv[1:]:  # the top-level flag, taken after the command too
+                argv = ["--traceback", *(a for a in argv if a != "--traceback")]
+            args = parser.parse_args(argv)
+        except KeyboardInterrupt as exc:
+            return _stopped(exc, getattr(parser, "prog", "python -m deamoe"))
+        args.prog = parser.prog
+        if problem := _given_sha_problem():
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         return _run(args)
     finally:
         if previous is not None:
@@ -185,12 +189,8 @@ def _run(args) -> int:
     except DeaMoEError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except Terminated:
-        print(f"terminated: {_prog(args)} {args.command}", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:  # Ctrl-C: outputs are atomic, a training run keeps its last checkpoint
-        print(f"interrupted: {_prog(args)} {args.command}", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C: outputs are atomic, a training run keeps its last checkpoint
+        return _stopped(exc, f"{_prog(args)} {args.command}")
     except BrokenPipeError as exc:
         if not _stdout_gone():  # a pipe of the command's own (a server's, a worker's)
             return _unexpected(args, exc)
@@ -203,6 +203,15 @@ def _run(args) -> int:
         return 2
     except Exception as exc:  # noqa: BLE001 - a fault of the program: one line unless asked
         return _unexpected(args, exc)
+
+
+def _stopped(exc: KeyboardInterrupt, what: str) -> int:
+    """Ctrl-C (exit status 130) or SIGTERM (Terminated, 143), named in one line."""
+    if isinstance(exc, Terminated):
+        print(f"terminated: {what}", file=sys.stderr)
+        return 143
+    print(f"interrupted: {what}", file=sys.stderr)
+    return 130
 
 
 def _stdout_gone() -> bool:

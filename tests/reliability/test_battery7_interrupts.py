@@ -1,0 +1,48 @@
+"""A stop at any moment of a command is one line.
+
+Ctrl-C or SIGTERM while `python -m deamoe` loads its stage modules (before the command runs;
+seconds where torch is imported) printed a KeyboardInterrupt traceback, or SIGTERM ended the
+process without a word.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from cli_battery import run_cli
+
+
+@pytest.mark.parametrize("stop, status, word", [(KeyboardInterrupt, 130, "interrupted"),
+                                                ("Terminated", 143, "terminated")])
+def test_a_stop_while_the_commands_load_is_one_line(work, capsys, monkeypatch, stop, status, word):
+    from deamoe import cli
+
+    stop = getattr(cli, stop) if isinstance(stop, str) else stop
+
+    def loading():
+        raise stop()
+
+    monkeypatch.setattr(cli, "build_parser", loading)
+    got, err = run_cli(["table1", "--out", "t.csv"], capsys)
+    assert got == status and err == f"{word}: python -m deamoe\n", err
+    assert list(work.iterdir()) == []
+
+
+def test_sigterm_while_the_commands_load_unwinds_as_a_stop(work, capsys, monkeypatch):
+    """The handler that turns SIGTERM into a stop is in place before the stage modules load."""
+    from deamoe import cli
+
+    def loading():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)  # the signal is handled before this ends
+        raise AssertionError("SIGTERM was not handled")
+
+    monkeypatch.setattr(cli, "build_parser", loading)
+    before = signal.getsignal(signal.SIGTERM)
+    got, err = run_cli(["table1", "--out", "t.csv"], capsys)
+    assert got == 143 and err == "terminated: python -m deamoe\n", err
+    assert signal.getsignal(signal.SIGTERM) is before  # given back as it was
