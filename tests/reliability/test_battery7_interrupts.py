@@ -1,8 +1,9 @@
-"""A stop at any moment of a command is one line.
+"""A stop at any moment of a command is one line, and a rebuild gives the same files.
 
 Ctrl-C or SIGTERM while `python -m deamoe` loads its stage modules (before the command runs;
 seconds where torch is imported) printed a KeyboardInterrupt traceback, or SIGTERM ended the
-process without a word.
+process without a word.  A figure's SVG carried the time it was drawn and random element ids, so
+a report rebuilt from the same results differed from the first.
 """
 
 from __future__ import annotations
@@ -46,3 +47,26 @@ def test_sigterm_while_the_commands_load_unwinds_as_a_stop(work, capsys, monkeyp
     got, err = run_cli(["table1", "--out", "t.csv"], capsys)
     assert got == 143 and err == "terminated: python -m deamoe\n", err
     assert signal.getsignal(signal.SIGTERM) is before  # given back as it was
+
+
+def _figure():
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([1, 2, 3], [3, 1, 2], label="a")
+    ax.fill_between([1, 2], 0, 1)
+    ax.legend()
+    return fig
+
+
+def test_a_rebuilt_figure_has_the_same_bytes(tmp_path):
+    """A rerun of the report (after a stop, or on the same results) gives the same figure files."""
+    from deamoe.report.figures import _save
+
+    first = _save(_figure(), tmp_path / "a", "f", dpi=50)
+    time.sleep(1.1)  # a second later: a drawn date would differ
+    second = _save(_figure(), tmp_path / "b", "f", dpi=50)
+    assert [p.name for p in first] == ["f.png", "f.svg"]
+    for a, b in zip(first, second):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    assert b"<dc:date>" not in first[1].read_bytes()

@@ -34,8 +34,11 @@ def _save(fig, out_dir: Path, name: str, dpi: int) -> list[Path]:
     paths = []
     for ext in ("png", "svg"):
         path = Path(out_dir) / f"{name}.{ext}"
-        with atomic_path(path) as tmp:
-            fig.savefig(tmp, dpi=dpi, format=ext)
+        # an SVG carries the time it was drawn and random element ids unless told otherwise: a
+        # rebuild from the same results gives the same bytes (as the PNG does)
+        svg = {"metadata": {"Date": None}} if ext == "svg" else {}
+        with atomic_path(path) as tmp, plt.rc_context({"svg.hashsalt": name}):
+            fig.savefig(tmp, dpi=dpi, format=ext, **svg)
         paths.append(path)
     plt.close(fig)
     return paths
