@@ -56,10 +56,25 @@ def check_gpus(device: str, nproc: int) -> None:
                           f"has {os.cpu_count()} cores")
 
 
+def env_int(name: str, env=os.environ, default: int = 0) -> int:
+    """The whole number in the environment variable `name` (set by torchrun or SLURM), `default`
+    where it is unset or empty; another value is named, not an int() error naming no variable."""
+    value = env.get(name, "")
+    if not value.strip():
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not a whole number (torchrun and "
+                          "SLURM set it; unset it outside them)") from None
+
+
 def slurm_launchers(env=os.environ) -> int:
     """How many copies of this command SLURM started in this job step (one per node); 1 outside
     SLURM and under the one-task step that runs each Snakemake job."""
-    return int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or 1) if "SLURM_PROCID" in env else 1
+    if "SLURM_PROCID" not in env:
+        return 1
+    return env_int("SLURM_STEP_NUM_TASKS", env) or env_int("SLURM_NTASKS", env) or 1
 
 
 def first_host(nodelist: str) -> str:
@@ -88,9 +103,9 @@ def torchrun_args(nproc: int, env=os.environ) -> list[str]:
     n = slurm_launchers(env)
     if n <= 1:
         return ["--standalone", f"--nproc-per-node={nproc}"]
-    job = env.get("SLURM_JOB_ID", "0")
+    job = env_int("SLURM_JOB_ID", env)
     host = first_host(env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST") or "localhost")
-    port = 29500 + int(job) % 20000
+    port = 29500 + job % 20000
     return [f"--nnodes={n}", f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
             f"--rdzv-endpoint={host}:{port}", f"--rdzv-id=deamoe-{job}"]
 
@@ -121,10 +136,10 @@ def setup(device_name: str) -> Dist:
     import torch.distributed as dist
 
     device = resolve_device(device_name)
-    if not under_torchrun() or int(os.environ["WORLD_SIZE"]) == 1:
+    if not under_torchrun() or env_int("WORLD_SIZE") == 1:
         return Dist(0, 1, 0, torch.device(device))
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local = int(os.environ.get("LOCAL_RANK", 0))
+    rank, world = env_int("RANK"), env_int("WORLD_SIZE")
+    local = env_int("LOCAL_RANK")
     if device == "cuda":
         check_gpus(device, local + 1)
         torch.cuda.set_device(local)
