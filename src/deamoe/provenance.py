@@ -29,6 +29,10 @@ def git_sha(where: Path = Path(__file__).resolve().parent) -> str:
         return os.environ["DEAMOE_GIT_SHA"][:12]
     try:
         sha = _git(where, "rev-parse", "--short=12", "HEAD")
+        # a copy without .git inside another repository (a home folder kept in git) is not that
+        # repository's commit: its files are untracked there
+        if sha and not _git(where, "ls-files", "--", "."):
+            return "unknown"
         if sha and _git(where, "status", "--porcelain", "--untracked-files=no"):
             sha += UNCOMMITTED
         return sha or "unknown"
