@@ -80,7 +80,7 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
     named now, not after the work).
     """
     path = Path(path)
-    if why := unrecordable(path):  # (the name as Python writes it: one line, whatever it holds)
+    if why := unrecordable(path) or _too_long_to_stage(path):  # (the name as Python writes it: one line)
         raise OutputPathError(f"{str(path)!r}: an output file name that {why}; give another name")
     check_marker(path.parent)  # found now, not when the finished output is recorded
     _no_file_in_the_way(path)
@@ -95,6 +95,21 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
         raise OutputPathError(
             f"{path} exists and was not written by deamoe (not named in "
             f"{path.parent / OUTPUT_MARKER}); give another path or remove it yourself")
+
+
+def _too_long_to_stage(path: Path) -> str | None:
+    """Why file output `path` cannot be staged beside itself, or None: its staging folder
+    `.NAME.xxxxxxxx` (_staged) is 10 bytes longer than its name, and found too long only when the
+    finished work was written, it read as 'cannot write here' naming the folder."""
+    folder = next((p for p in path.parents if p.is_dir()), Path.cwd())
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(path.name)) + 10 > limit:
+        return (f"is too long: its staging folder (.NAME. and 8 characters) would pass the file system's "
+                f"{limit}-byte limit on a name")
+    return None
 
 
 def _existing_folder(path: Path) -> bool:
