@@ -1,6 +1,11 @@
 import signal
+import sys
 
-from deamoe.cli import main
+try:
+    from deamoe.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the dispatcher itself loads: one line, as a moment later
+    print("interrupted: python -m deamoe", file=sys.stderr)
+    raise SystemExit(130) from None
 
 if __name__ == "__main__":
     status = main()

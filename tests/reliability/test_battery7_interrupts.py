@@ -1,8 +1,8 @@
 """A stop at any moment of a command is one line, and a rebuild gives the same files.
 
 Ctrl-C or SIGTERM while `python -m deamoe` loads its stage modules (before the command runs;
-seconds where torch is imported) printed a KeyboardInterrupt traceback, or SIGTERM ended the
-process without a word.  A figure's SVG carried the time it was drawn and random element ids, so
+seconds where torch is imported), or while it imports the dispatcher, printed a KeyboardInterrupt
+traceback, or SIGTERM ended the process without a word.  A figure's SVG carried the time it was drawn and random element ids, so
 a report rebuilt from the same results differed from the first.
 """
 
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -47,6 +49,26 @@ def test_sigterm_while_the_commands_load_unwinds_as_a_stop(work, capsys, monkeyp
     got, err = run_cli(["table1", "--out", "t.csv"], capsys)
     assert got == 143 and err == "terminated: python -m deamoe\n", err
     assert signal.getsignal(signal.SIGTERM) is before  # given back as it was
+
+
+# Ctrl-C while `python -m deamoe` imports its dispatcher (an import hook stands in for the moment)
+LOADING = """
+import runpy, sys
+class Stop:
+    def find_spec(self, name, path=None, target=None):
+        if name == "deamoe.cli":
+            raise KeyboardInterrupt
+sys.meta_path.insert(0, Stop())
+sys.argv = ["deamoe", *sys.argv[1:]]
+runpy.run_module("deamoe", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_ctrl_c_while_the_dispatcher_loads_is_one_line(tmp_path):
+    done = subprocess.run([sys.executable, "-c", LOADING, "table1", "--out", "t.csv"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stderr == "interrupted: python -m deamoe\n" and done.returncode == 130, done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def _figure():
