@@ -129,7 +129,7 @@ def test_a_stop_before_the_cleanup_holds_stops_back_still_removes_the_staging_fo
 
     import deamoe.io as dio
 
-    real, entered = dio._stops_deferred, []
+    real, entered = dio.stops_deferred, []
 
     @contextlib.contextmanager
     def stop_on_cleanup():
@@ -139,7 +139,7 @@ def test_a_stop_before_the_cleanup_holds_stops_back_still_removes_the_staging_fo
         with real():
             yield
 
-    monkeypatch.setattr(dio, "_stops_deferred", stop_on_cleanup)
+    monkeypatch.setattr(dio, "stops_deferred", stop_on_cleanup)
     with pytest.raises(KeyboardInterrupt):
         with dio.atomic_path(tmp_path / "log.csv") as tmp:
             tmp.write_text("step\n")

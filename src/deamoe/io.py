@@ -254,7 +254,7 @@ def _staged(path: Path) -> Iterator[Path]:
     try:
         # Ctrl-C / SIGTERM wait while the folder and its mark are made, and while they are
         # removed: a stop in either would leave a folder no later run takes for a dead writer's
-        with _stops_deferred():
+        with stops_deferred():
             try:
                 stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
                 # The mark appears already locked (created under another name, then renamed), so
@@ -289,14 +289,14 @@ def _staged(path: Path) -> Iterator[Path]:
                 remove_created(created)
 
         try:
-            with _stops_deferred():
+            with stops_deferred():
                 clean()
         finally:  # a stop that came before its handlers held it back: the folder still goes
             clean()
 
 
 @contextlib.contextmanager
-def _stops_deferred() -> Iterator[None]:
+def stops_deferred() -> Iterator[None]:
     """SIGINT and SIGTERM held back for the block and delivered when it ends; meanwhile the main
     thread's handlers only note a stop (blocking the signals would not do: the kernel may hand
     Ctrl-C to another thread, numpy's BLAS pool, and Python raises it all the same)."""
@@ -328,7 +328,7 @@ def staging_dir(path: str | os.PathLike, publish: bool = False) -> Iterator[Path
             check_output_folder(folder)
         for target in moves.values():
             check_output_file(target)
-        with _stops_deferred():
+        with stops_deferred():
             for src, target in moves.items():
                 make_parent(target.parent)
                 name_in_marker(target)
@@ -418,7 +418,7 @@ def atomic_outputs() -> Iterator[contextlib.ExitStack]:
         yield stack
         for write in stack.last_writes:
             write()
-        with _stops_deferred():
+        with stops_deferred():
             stack.close()
 
 

@@ -92,3 +92,40 @@ def test_a_rebuilt_figure_has_the_same_bytes(tmp_path):
     for a, b in zip(first, second):
         assert a.read_bytes() == b.read_bytes(), a.name
     assert b"<dc:date>" not in first[1].read_bytes()
+
+
+class _StoppedMidWrite:
+    """The file torch.save writes the resume state into, sending SIGTERM to this process on its
+    third write: the stop lands inside torch's own call to write."""
+
+    def __init__(self, f):
+        self.f, self.writes = f, 0
+
+    def write(self, data):
+        self.writes += 1
+        if self.writes == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def test_sigterm_while_the_resume_state_is_written_stops_cleanly(work, shards, capsys, monkeypatch):
+    """Raised inside torch's writer, the stop read as RuntimeError "unexpected pos" (a fault of the
+    program, exit status 1); now the state is written, then the run stops as after any SIGTERM."""
+    import torch
+
+    from cli_battery import train_config
+
+    train_config(work / "c.yaml", shards, steps=6, checkpoint_every=2)
+    real = torch.save
+    monkeypatch.setattr(torch, "save", lambda obj, f, *a, **k: real(obj, _StoppedMidWrite(f), *a, **k))
+    argv = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", str(shards / "data"), "--out", "run"]
+    status, err = run_cli(argv, capsys)
+    assert status == 143 and "terminated: python -m deamoe train\n" in err and "unexpected" not in err, err
+    assert torch.load(work / "run" / "state" / "resume.pt", weights_only=False)["step"] == 2
+    assert [p.name for p in (work / "run").rglob(".*") if p.name != ".deamoe-output"] == []
+    monkeypatch.setattr(torch, "save", real)
+    status, err = run_cli(argv, capsys)
+    assert status == 0 and "resumed from step 2" in err, err

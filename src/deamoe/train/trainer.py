@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from deamoe.errors import DeaMoEError
-from deamoe.io import atomic_dir, atomic_path, write_json
+from deamoe.io import atomic_dir, atomic_path, stops_deferred, write_json
 from deamoe.train import parallel
 from deamoe.train.data import TokenData, corpus_fields
 from deamoe.train.runs import RunSpec, model_config, train_flops_per_token
@@ -90,8 +90,9 @@ def _save_state(path: Path, model, opt, step, rows, fingerprint, d) -> None:
     msd, osd = _state_dicts(model, opt, d)
     if d.main:
         # through a Python file: a full disk is then ENOSPC (named by atomic_path), where torch's own
-        # writer says only "unexpected pos" (a fault of the program, exit status 1)
-        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        # writer says only "unexpected pos" (a fault of the program, exit status 1).  A stop waits
+        # for the state to be written: raised inside torch's call to f.write, it read as that error
+        with stops_deferred(), atomic_path(path) as tmp, open(tmp, "wb") as f:
             torch.save({"step": step, "model": msd, "optimizer": osd, "rows": rows,
                         "fingerprint": fingerprint, "world": d.world}, f)
     if d.world > 1:
