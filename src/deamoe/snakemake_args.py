@@ -7,6 +7,7 @@ around Snakemake's run (after_dag_built), kept out of the Snakefile for the reas
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from deamoe.errors import ConfigError
@@ -172,7 +173,7 @@ def resource_override_problem(workflow) -> str | None:
             number = float(raw)
         except (TypeError, ValueError):
             continue
-        if number < 1 or number != int(number):
+        if not (math.isfinite(number) and number >= 1 and number == int(number)):  # nan, inf too
             return f"resources: --set-threads {rule}={raw}: threads must be a whole number >= 1"
     return None
 

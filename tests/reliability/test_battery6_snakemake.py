@@ -14,6 +14,8 @@ def _last_line(proc) -> str:
 @pytest.mark.parametrize("args, line", [
     (["--set-threads", "train=0"], "resources: --set-threads train=0: threads must be a whole number >= 1"),
     (["--set-threads", "eval=1.5"], "resources: --set-threads eval=1.5: threads must be a whole number >= 1"),
+    (["--set-threads", "train=nan"], "resources: --set-threads train=nan: threads must be a whole number >= 1"),
+    (["--set-threads", "train=inf"], "resources: --set-threads train=inf: threads must be a whole number >= 1"),
     (["--set-threads", "trian=2"], "resources: --set-threads names 'trian', no rule of this workflow"),
     (["--set-resources", "evl:mem_mb=100"], "resources: --set-resources names 'evl', no rule of this workflow"),
 ])
