@@ -1,7 +1,7 @@
 """Probe: DeaMoE's FP8 (w8a8) department GEMMs alone at 64 / 128 tokens, beside cuBLAS's FP8 GEMM.
 
 At 64-128 tokens on the H200 they stream at 0.34-0.76 of the read roofline, the expert GEMMs at
-0.90-0.97 (docs/kernels.md, "Searched again on an H200").  For DeepSeek-V3 and Qwen3-235B-A22B
+0.90-0.97 (docs/kernels-fp8.md, "Searched again on an H200").  For DeepSeek-V3 and Qwen3-235B-A22B
 each GEMM is timed alone in a CUDA graph cycling --copies weight copies (L2 holds none; template:
 git show d0c7b7b:experiments/dense-stacked/probe.py): dept_up (routed gate|up + silu), dept_down
 (routed, summed into out) and dept_up_dense (the layer's dense_dept_up) as the layer launches

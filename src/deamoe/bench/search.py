@@ -245,7 +245,7 @@ def dense_up_cublas_pass(shape, pick: dict | None, measure, s: "MicrobenchSettin
     """w8a8 (qout): a DeaMoE pick with the dense department up-projection and no dense parts,
     and the same with that GEMM through cuBLAS (kernels.fp8_dense_up), timed by the final
     measure: the faster.  A tile cannot beat cuBLAS there at >= 128 tokens (the GEMMs alone,
-    docs/kernels.md), nor cuBLAS the tiles at <= 64, so it is tried per point."""
+    docs/kernels-fp8.md), nor cuBLAS the tiles at <= 64, so it is tried per point."""
     if not (s.dense_up_cublas and qout and shape.kind == "deamoe" and pick
             and pick.get("dense_dept_up") and not pick.get("dense_parts")):
         return pick

@@ -14,7 +14,8 @@
   battery.py        randomised correctness battery vs deamoe.model.layers.reference_forward
 One layer's whole decode step on these kernels (router, routing, shared experts, tile picks) is
 deamoe.decode; the benchmarks, GPU checks and A/B tools that time it live in deamoe.bench.
-docs/kernels.md gives the design, the measurements behind each decision and the ideas rejected.
+docs/kernels.md gives the design, the measurements behind each decision and the ideas rejected;
+on FP8 weights docs/kernels-fp8.md, and the FP8 A/Bs and rejected ideas docs/kernels-fp8-search.md.
 
 Without a CUDA GPU the kernels run under Triton's interpreter (TRITON_INTERPRET=1, set by
 `import deamoe` before Triton can load: Triton reads it when a function is decorated, its own

@@ -89,7 +89,7 @@ class Fp8Format:
         it); None: w8a8 quantises A in the main loop, one group of block_k per tile row.  A
         w8a8 K step is FP8_MMA_MIN_K columns at least.  (A step over two scale blocks, split in
         registers into a scaled MMA per block, was built and timed: the GEMM alone no faster,
-        DeaMoE's layer slower at every point; docs/kernels.md.)"""
+        DeaMoE's layer slower at every point; docs/kernels-fp8-search.md.)"""
         if self.block_k % block_k:
             return False
         if self.activations != "fp8":

@@ -6,7 +6,7 @@ block-wise scales (torch._scaled_mm: A in 1 x 128 groups, B in 128 x 128 blocks 
 checkpoint's own format, the numbers of the grouped GEMM's '-pq' tiles) streams closer to the
 read roofline than our grouped GEMM's tiles at >= 128 tokens, where these GEMMs are bound by the
 per-block scale work of the main loop rather than by memory.  Measured alone on an H100 80GB HBM3
-(docs/kernels.md, `reports/measured/h100/fp8_dept_gemm_probe.csv`): at 128 tokens the stage with
+(docs/kernels-fp8.md, `reports/measured/h100/fp8_dept_gemm_probe.csv`): at 128 tokens the stage with
 one GEMM over all departments took 94.9 us for DeepSeek-V3 and 48.0 us for Qwen3-235B-A22B
 against the Triton pick's 113.3 and 65.5 us (x's quantiser in both); at 16-64 tokens the Triton
 tiles are level or faster.  Here the gate and the up halves are one GEMM each: the weights are

@@ -32,9 +32,9 @@ from deamoe.kernels.tile_config import TileConfig
 # on 4 warps).  One program per (row, group), as vLLM's Triton quantiser launches, made tens of
 # thousands of programs of 128 values each, which ran at ~0.6 TB/s alone (DeepSeek-V3's
 # department output at 128 tokens, 1024 x 4096 values, 20.9 us on an H100); with 16 rows a
-# program DeaMoE's FP8 layer is 0.3-3.1% faster (docs/kernels.md).  Beside another stream's GEMM
-# a launch of a few hundred rows took 5-14 us at 4-16 tokens, latency rather than work, and the
-# layer's times at those batches moved only 0.3-0.5%.
+# program DeaMoE's FP8 layer is 0.3-3.1% faster (docs/kernels-fp8-search.md).  Beside another
+# stream's GEMM a launch of a few hundred rows took 5-14 us at 4-16 tokens, latency rather than
+# work, and the layer's times at those batches moved only 0.3-0.5%.
 QUANT_ROWS = 16
 
 
