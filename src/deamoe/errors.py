@@ -54,6 +54,14 @@ def not_a_file(path: str | os.PathLike) -> str:
     return f"a link to {os.readlink(path)}, which does not exist"
 
 
+def absent(path: str | os.PathLike) -> bool:
+    """Whether nothing at all is at `path`: the one case in which an input may be taken as not
+    there (a stage not run, an optional file not given).  A link to nothing, a folder or a pipe
+    where a file is read was put there: its reader names it (not_a_file), where `exists()` or
+    `is_file()` skipped it without a word or called it missing."""
+    return not os.path.lexists(path)
+
+
 # How a write that filled the file system reads: an OSError's strerror, or the text of a library
 # that wraps it (safetensors: "IoError(Os { code: 28, kind: StorageFull, message: ... })").
 FULL_DISK = ("No space left on device", "Disk quota exceeded", "StorageFull")

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from deamoe.errors import ConfigError, DataError, not_a_file
+from deamoe.errors import ConfigError, DataError, absent, not_a_file
 
 # --- text files -----------------------------------------------------------------------------
 
@@ -413,7 +413,7 @@ def read_token_shards(directory: str | Path):
 
     directory = Path(directory)
     meta_path = directory / "meta.json"
-    if not meta_path.is_file():
+    if directory.is_file() or absent(meta_path):  # (a folder or link there: read_json names it)
         why = ("a file; give the folder `python -m deamoe data` wrote" if directory.is_file()
                else "missing meta.json; run `python -m deamoe data`")
         raise DataError(f"no token shards in {directory} ({why})")

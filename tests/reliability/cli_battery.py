@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tree(root: Path) -> dict[str, str]:
-    """{relative path: sha256 (files) or 'dir' (folders) or 'link'} of everything under root."""
+    """{relative path: sha256 (files) or 'dir' (folders) or 'link' or 'special' (pipes)} of everything
+    under root."""
     out = {}
     for folder, dirs, files in os.walk(root):
         for name in dirs + files:
@@ -30,6 +31,8 @@ def tree(root: Path) -> dict[str, str]:
                 out[rel] = "link"
             elif path.is_dir():
                 out[rel] = "dir"
+            elif not path.is_file():  # a pipe: reading it would wait for a writer
+                out[rel] = "special"
             else:
                 out[rel] = hashlib.sha256(path.read_bytes()).hexdigest()
     return out
@@ -92,6 +95,25 @@ def train_config(path: Path, corpus: Path, **train) -> Path:
                   "seeds": [0], "max_budget_deviation": 0.05},
         serve={"input_len": 8, "output_len": 4},
     )
+
+
+RUNS = ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0")  # the runs of train_config's size t, seed 0
+
+
+def finished_runs(root: Path) -> None:
+    """runs/RUN/summary.json and log.csv of both RUNS, as training finished them, and each one's
+    evaluation (ev/RUN/lm_eval.json): what pretrain and eval-tables read."""
+    from deamoe.io import write_json
+
+    for run in RUNS:
+        write_json(root / "runs" / run / "summary.json", {
+            "run": run, "ffn_type": run.split("-")[2].replace("baseline", "moe"), "params": 1000,
+            "hidden_size": 32, "num_hidden_layers": 1, "val_loss": 5.0, "tokens_per_s": 10.0,
+            "git_sha": "abc1234", "date": "2026-01-01"})
+        (root / "runs" / run / "log.csv").write_text("step,tokens,loss,lr\n1,64,6.0,0.001\n2,128,5.5,0.001\n"
+                                                      "3,192,5.0,0.001\n")
+        write_json(root / "ev" / run / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 900.0}},
+                                                         "n-samples": {"ptb": {"effective": 2}}})
 
 
 def copy_shards(shards: Path, to: Path) -> Path:

@@ -10,7 +10,7 @@ import pytest
 
 from deamoe.io import write_json
 
-from cli_battery import REPO, copy_shards, run_cli, train_config, tree, write_config
+from cli_battery import REPO, RUNS, copy_shards, finished_runs, run_cli, train_config, tree, write_config
 
 TRAIN = ["train", "--config", "c.yaml", "--run", "ablation-no1-s0", "--data", "d", "--out", "run"]
 
@@ -55,21 +55,6 @@ def test_damaged_token_shards(work, failing, shards, kind):
 
 # --- what the summaries read: each run's summary.json and log.csv, lm_eval.json ------------------
 
-RUNS = ("pretrain-t-baseline-s0", "pretrain-t-deamoe-s0")
-GOOD_LOG = "step,tokens,loss,lr\n1,64,6.0,0.001\n2,128,5.5,0.001\n3,192,5.0,0.001\n"
-
-
-def _finished_runs(work):
-    for run in RUNS:
-        write_json(work / "runs" / run / "summary.json", {
-            "run": run, "ffn_type": run.split("-")[2].replace("baseline", "moe"), "params": 1000,
-            "hidden_size": 32, "num_hidden_layers": 1, "val_loss": 5.0, "tokens_per_s": 10.0,
-            "git_sha": "abc1234", "date": "2026-01-01"})
-        (work / "runs" / run / "log.csv").write_text(GOOD_LOG)
-        write_json(work / "ev" / run / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 900.0}},
-                                                         "n-samples": {"ptb": {"effective": 2}}})
-
-
 RUN = "runs/pretrain-t-deamoe-s0"
 RUN_DAMAGE = {
     "summary truncated": ("summary.json", lambda t: t[:30], ["summary.json", "not valid JSON"]),
@@ -97,7 +82,7 @@ RUN_DAMAGE = {
 @pytest.mark.parametrize("kind", list(RUN_DAMAGE))
 def test_damaged_run_results(work, failing, shards, kind):
     train_config(work / "c.yaml", shards)
-    _finished_runs(work)
+    finished_runs(work)
     name, damage, names = RUN_DAMAGE[kind]
     path = work / RUN / name
     path.write_bytes(damage(path.read_text()).encode("utf-8", "surrogateescape"))
@@ -117,7 +102,7 @@ KEPT_DAMAGE = {  # the earlier summary given with --keep, and the curves.csv bes
 @pytest.mark.parametrize("kind", list(KEPT_DAMAGE))
 def test_damaged_kept_summary(work, failing, shards, capsys, kind):
     train_config(work / "c.yaml", shards)
-    _finished_runs(work)
+    finished_runs(work)
     assert run_cli(["pretrain", "--config", "c.yaml", "--runs", "runs", "--out", "q/runs.csv"], capsys)[0] == 0
     (work / RUN / "summary.json").unlink()  # the kept row stands for this run
     name, damage, names = KEPT_DAMAGE[kind]
@@ -143,7 +128,7 @@ LM_EVAL_DAMAGE = {
 @pytest.mark.parametrize("command", ["eval-tables", "pretrain"])
 def test_damaged_lm_eval_result(work, failing, shards, kind, command):
     train_config(work / "c.yaml", shards)
-    _finished_runs(work)
+    finished_runs(work)
     text, names = LM_EVAL_DAMAGE[kind]
     (work / "ev" / RUNS[1] / "lm_eval.json").write_text(text)
     argv = (["eval-tables", "--config", "c.yaml", "--in", "ev", "--out", "et"] if command == "eval-tables" else
@@ -158,7 +143,7 @@ def test_evaluations_of_runs_the_config_no_longer_trains_are_left_out_of_the_tab
     import pandas as pd
 
     train_config(work / "c.yaml", shards)
-    _finished_runs(work)
+    finished_runs(work)
     for stale in ("pretrain-t-deamoe-s7", "pretrain-old-deamoe-s0"):
         write_json(work / "ev" / stale / "lm_eval.json", {"results": {"ptb": {"word_perplexity,none": 1.0}}})
     assert run_cli(["eval-tables", "--config", "c.yaml", "--in", "ev", "--out", "et"], capsys)[0] == 0

@@ -374,7 +374,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     import pandas as pd
 
     from deamoe.bench.shared import SHARED_FILE, is_shared
-    from deamoe.errors import ConfigError, DataError
+    from deamoe.errors import ConfigError, DataError, absent
     from deamoe.io import check_apart, check_outputs, is_committed, write_csvs
     from deamoe.readers import check_unique, read_table
     from deamoe.table_specs import table_spec
@@ -391,7 +391,7 @@ def import_tables(dirs: list[Path], dest: Path, sha: str | None = None, merge: b
     tables = {}
     for name in ("microbench.csv", "microbench_fp8.csv", "decode_tpot.csv"):
         # each part as the committed table must be (columns, numbers, provenance), before any write
-        found = [d / name for d in dirs if (d / name).exists()]
+        found = [d / name for d in dirs if not absent(d / name)]  # a link to nothing: named
         parts = [read_table(path, table_spec(name), name) for path in found]
         for path, part in zip(found, parts):
             _check_points(path, part)

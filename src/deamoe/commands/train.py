@@ -125,6 +125,7 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
     """A summary command: its outputs checked before any work, its folder held while it writes."""
     from pathlib import Path
 
+    from deamoe.errors import absent
     from deamoe.io import check_apart, check_outputs, folder_lock
     from deamoe.readers import input_folder
     from deamoe.train.summaries import summary_outputs
@@ -136,7 +137,7 @@ def _summary_command(args, name: str, write, evals: bool = False) -> int:
     kept = []  # inputs too: earlier tables (pretrain --keep) and the curves.csv beside each, if any
     for keep in getattr(args, "keep", []):
         curves = Path(keep).with_name("curves.csv")
-        kept += [("--keep", keep)] + ([("--keep's curves table", curves)] if curves.is_file() else [])
+        kept += [("--keep", keep)] + ([] if absent(curves) else [("--keep's curves table", curves)])
     check_apart([("--out", outputs[0]), *((f"its {p.stem} table", p) for p in outputs[1:])],
                 [("--runs", args.runs), *((("--eval", args.eval_dir),) if evals else ()), *kept])
     check_outputs(files=outputs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from deamoe.errors import DataError
+from deamoe.errors import DataError, absent
 from deamoe.paper import TABLE2_HARNESS, TABLE3_HARNESS, table2_value, table3_value
 from deamoe.provenance import recorded
 
@@ -60,7 +60,9 @@ def load_results(in_dir: str | Path, settings=None) -> dict[str, dict]:
 
     input_folder(in_dir, "the evaluations' folder, e.g. results/eval")
     found = {}
-    for path in sorted(Path(in_dir).glob("*/lm_eval.json")):
+    # (not glob("*/lm_eval.json"): it drops a link to nothing, which read_lm_eval names)
+    runs = [d for d in sorted(Path(in_dir).iterdir()) if d.is_dir()]
+    for path in (d / "lm_eval.json" for d in runs if not absent(d / "lm_eval.json")):
         if settings is None or not _outside(settings, path.parent.name):
             found[path.parent.name] = read_lm_eval(path)  # a malformed one named, with its key
     if not found:
@@ -132,7 +134,7 @@ def run_eval_columns(eval_dir: Path, name: str, model: str) -> tuple[dict, list[
     from deamoe.readers import read_lm_eval
 
     path = eval_dir / name / "lm_eval.json"
-    if not path.is_file():
+    if absent(path):  # (a link to nothing or a folder there: read_lm_eval names it)
         raise DataError(f"run {name}: {path} is missing (evaluate it first: python -m deamoe eval)")
     doc = read_lm_eval(path)
     cols, long = {}, []

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
-from deamoe.errors import DataError
+from deamoe.errors import DataError, absent
 from deamoe.report.sources import Loaded, not_run, read_csv
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.shapes import MODELS
@@ -412,7 +412,7 @@ def _curves_beside(sources: list[Loaded]) -> pd.DataFrame | None:
     from deamoe.table_specs import table_spec
 
     files = [s.path.with_name("curves.csv") for s in sources]
-    frames = [read_table(p, table_spec(p), "loss curves") for p in files if p.exists()]
+    frames = [read_table(p, table_spec(p), "loss curves") for p in files if not absent(p)]
     return pd.concat(frames, ignore_index=True) if frames else None
 
 

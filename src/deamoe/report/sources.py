@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from deamoe.errors import DataError, not_a_file
+from deamoe.errors import DataError, absent
 
 # Columns / JSON keys that describe where a number came from rather than the number itself.
 HARDWARE_KEYS = ("device", "gpu", "backend", "python", "torch", "triton", "transformers",
@@ -142,9 +142,7 @@ def read_csv(path: Path, required: tuple[str, ...] = (), profile: str | None = N
     from deamoe.table_specs import table_spec
 
     path = Path(path)
-    if path.is_symlink() and not path.exists():  # a table meant to be there, not a stage not run
-        raise DataError(f"{path}: {not_a_file(path)}")
-    if not path.exists():
+    if absent(path):  # (a link to nothing is a table meant to be there: read_table names it)
         return not_run(path, f"{path} does not exist (its stage did not run)")
     # the columns and numbers of a table of that name (a time of 0 too: the panels divide by
     # it); a row without provenance is shown as "not recorded" (only the commands that replace
@@ -166,7 +164,7 @@ def read_json(path: Path) -> dict | None:
     from deamoe.readers import read_json as read_object
 
     path = Path(path)
-    return read_object(path, "result file") if path.exists() else None
+    return None if absent(path) else read_object(path, "result file")
 
 
 def run_summaries(results: Path, runs: list[str]) -> list[dict]:
@@ -176,7 +174,7 @@ def run_summaries(results: Path, runs: list[str]) -> list[dict]:
     out = []
     for run in runs:
         path = Path(results) / "train" / run / "summary.json"
-        if path.exists():
+        if not absent(path):
             out.append({"run": run, **flatten_json(read_run_summary(path, whole=False))})
     return out
 
@@ -188,7 +186,7 @@ def training_logs(results: Path, runs: list[str]) -> pd.DataFrame | None:
     frames = []
     for run in runs:
         path = Path(results) / "train" / run / "log.csv"
-        if path.exists():
+        if not absent(path):
             frames.append(read_training_log(path).assign(run=run))
     return pd.concat(frames, ignore_index=True) if frames else None
 
@@ -222,7 +220,7 @@ def microbench_source(results: Path, measured: Path, name: str, required, profil
     """This run's GPU numbers if it had a GPU, else the committed ones, else not run."""
     status = read_json(results / "microbench" / "status.json") or {}
     here = results / "microbench" / name
-    if here.exists() or here.is_symlink():  # a broken link: read_csv names it
+    if not absent(here):
         return read_csv(here, required=required, profile=profile, scale=scale)
     committed = read_csv(measured / name, required=required, scale=scale)
     if committed.ok:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from deamoe import paper
+from deamoe.errors import absent
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.shared_rows import shared_peer_note, shared_rows
 from deamoe.report.sources import (ANALYTIC, KERNEL, microbench_source, read_csv, read_json,
@@ -228,7 +229,7 @@ def _read_sizes_note(path: Path) -> str | None:
     """One line from the committed streaming read by read size: what ONE launch of N bytes
     reaches, i.e. the per-launch floor under every GEMM of a layer (a malformed table: a
     DataError naming it, as every committed table read)."""
-    if not path.exists():
+    if absent(path):
         return None
     df = read_csv(path).frame
     best = df.groupby("mb")["tbps"].max()
@@ -317,7 +318,7 @@ def figure45(results: Path, measured: Path, profile: str | None) -> Artifact:
                      "for the same bytes on this row's GPU, as a % of its measured roofline; "
                      "above 100, that time was measured on a faster chip of the same type "
                      "(the lent H200s read at 4.57-4.65 TB/s)")
-    if (measured / "vllm_peer.csv").exists():
+    if not absent(measured / "vllm_peer.csv"):
         notes.append("vLLM's own kernel, timed on the same GPU and routings as our baseline: "
                      "the vllm_peer table (reports/tables/vllm_peer.md)")
     sizes = _read_sizes_note(measured / "read_sizes.csv")

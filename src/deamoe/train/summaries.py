@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from deamoe.errors import ConfigError, DataError
+from deamoe.errors import ConfigError, DataError, absent
 from deamoe.io import write_csv
 from deamoe.provenance import recorded, row_sha
 from deamoe.shapes import table1_row
@@ -30,7 +30,7 @@ def _load_run(runs_dir: Path, spec, config: str,
     run = runs_dir / name
     summary, log = run / "summary.json", run / "log.csv"
     for path in (summary, log):
-        if not path.is_file():
+        if absent(path):  # (a folder or a link to nothing there: its reader names it)
             raise DataError(f"run {name}: {path} is missing (train it first: python -m deamoe train --run {name})")
     curve = read_training_log(log)
     missing = [c for c in columns if c not in curve.columns]
@@ -191,10 +191,10 @@ def _kept_rows(keeps: tuple[str, ...]) -> dict:
     kept: dict = {}
     for keep in keeps:
         table = read_table(keep, TableSpec(required=("run", "size", "model", "seed"),
-                                           finite=("seed", "val_loss"), provenance=("git_sha", "date"),
-                                           key=("run",)), "pre-training summary")
+                                           finite=("seed", "val_loss"), positive=("val_loss",),
+                                           provenance=("git_sha", "date"), key=("run",)), "pre-training summary")
         beside = Path(keep).with_name("curves.csv")
-        curves = read_table(beside, table_spec(beside), "loss curves") if beside.is_file() else None
+        curves = None if absent(beside) else read_table(beside, table_spec(beside), "loss curves")
         for i, row in enumerate(table.to_dict("records")):
             if row["run"] in kept:
                 raise DataError(f"--keep: run {row['run']} is in {kept[row['run']][1]} and in {keep}; "
@@ -245,7 +245,7 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
         which = r["model"]
         twin = runlib.trained_as(s, name)
         source = name if name in kept else twin if twin in kept else None
-        if source and not (runs_dir / twin / "summary.json").is_file():
+        if source and absent(runs_dir / twin / "summary.json"):
             row, table, curves, at = kept[source]
             _check_kept(row, runlib.run_spec(s, twin), source, at, config)
             # the twin's own row (another size's table) is this run's but for its name and size
