@@ -325,7 +325,8 @@ def check_unique(frame, spec: TableSpec, path=None, lines=None) -> None:
 
 
 LOG_SPEC = TableSpec(("step", "tokens", "loss"), numbers=("lr", "grad_norm", "mean_distinct_departments"),
-                     finite=("step", "tokens", "loss"), positive=("step", "tokens", "mean_distinct_departments"))
+                     finite=("step", "tokens", "loss"),
+                     positive=("step", "tokens", "loss", "mean_distinct_departments"))  # (loss: a cross-entropy)
 
 
 def read_training_log(path: str | Path):
@@ -348,7 +349,7 @@ def read_run_summary(path: str | Path, whole: bool = True) -> dict:
         need(doc, path, key, "str", not whole)
     for key in ("params", "hidden_size", "num_hidden_layers"):
         need(doc, path, key, "int", not whole, low=1)
-    need(doc, path, "val_loss", "number", not whole)
+    need(doc, path, "val_loss", "number", not whole, low=0)  # a cross-entropy
     need(doc, path, "tokens_per_s", "number", not whole, low=0)
     for key in ("steps", "tokens", "planned_steps"):
         need(doc, path, key, "int", optional=True, low=0)
@@ -376,6 +377,8 @@ def read_lm_eval(path: str | Path) -> dict:
         for name, value in (block or {}).items():
             if key == "n-samples" and not isinstance(value, dict):
                 raise DataError(f"{path}: {key}.{name} must be an object, got {value!r:.60}")
+            if key == "n-samples":  # the tables' column n
+                need(value, f"{path}: {key}.{name}", "effective", "int", optional=True, low=0)
     meta = doc.get("deamoe") or {}
     need(meta, f"{path}: deamoe", "model", "str", optional=True)
     for task, counts in (need(meta, f"{path}: deamoe", "corpora", "object", optional=True) or {}).items():

@@ -32,10 +32,12 @@ TABLES = {
     # `key` on every table a report row is picked from: a row given twice (a hand-edited table,
     # two runs' tables joined) was shown twice (Table 1, pre-training), or one of the two was
     # taken or both averaged without a word (Tables 2-3: the first; Figure 3: their mean)
+    # (a ratio of two models' bytes, FLOPs or parameters is > 0: -1 was drawn as a measured point)
     "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio"),
+                            positive=("flops_ratio", "params_ratio"),
                             numbers=tuple(c for c in _TABLE1_SEARCH if c != "search_objective"), key=("model",),
                             allowed=(("model", ALL_MODEL_NAMES),), together=(_TABLE1_SEARCH,)),
-    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens",),
+    "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens", "ratio"),
                              numbers=_LOADING_FP8, key=("model", "tokens"), allowed=(("model", ALL_MODEL_NAMES),),
                              together=(_LOADING_FP8,)),
     "downstream.csv": TableSpec(("model", "task", "value"), numbers=("stderr", "n"), finite=("value",),
@@ -73,7 +75,7 @@ TABLES = {
                                       allowed=(("variant", tuple(row[0] for row in TABLE4)),)),
     # a step given twice would draw a run's curve back on itself and count in its smoothing twice
     "curves.csv": TableSpec(("run", "step", "tokens", "loss"), finite=("step", "tokens", "loss"),
-                            key=("run", "step")),
+                            positive=("step", "tokens", "loss"), key=("run", "step")),
     "evals.csv": TableSpec(("task", "value"), numbers=("value", "stderr"), key=("run", "task", "metric")),
 }
 
