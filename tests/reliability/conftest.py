@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_battery import REPO, assert_one_line_error, run_cli, train_config, tree
+from cli_battery import REPO, assert_one_line_error, finished_runs, run_cli, train_config, tree
 
 
 @pytest.fixture
@@ -33,6 +33,17 @@ def failing(work, capsys):
         return err
 
     return check
+
+
+@pytest.fixture
+def finished(work) -> Path:
+    """The working folder with c.yaml (train_config: size t, seed 0, over corpus/a.txt) and both of
+    its pre-training runs finished and evaluated (cli_battery.finished_runs: runs/, ev/)."""
+    (work / "corpus").mkdir()
+    (work / "corpus" / "a.txt").write_text("text\n")
+    train_config(work / "c.yaml", work / "corpus")
+    finished_runs(work)
+    return work
 
 
 @pytest.fixture(scope="session")

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from cli_battery import REPO, RUNS, finished_runs, run_cli, train_config, write_config
+from cli_battery import REPO, RUNS, run_cli, write_config
 
 def _put(path, kind):
     """Something other than a file at `path`: a link to nothing, a folder or a pipe."""
@@ -25,16 +25,6 @@ def _put(path, kind):
 
 WHY = {"dangling": "a link to nowhere, which does not exist", "folder": "a folder, not a file",
        "pipe": "not a regular file"}
-
-
-@pytest.fixture
-def finished(work):
-    """c.yaml (sizes t) and two finished pre-training runs (runs/), evaluated (ev/)."""
-    (work / "corpus").mkdir()
-    (work / "corpus" / "a.txt").write_text("text\n")
-    train_config(work / "c.yaml", work / "corpus")
-    finished_runs(work)
-    return work
 
 
 @pytest.mark.parametrize("kind", ["dangling", "folder"])

@@ -7,19 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from cli_battery import RUNS, finished_runs, run_cli, train_config
+from cli_battery import RUNS, run_cli
 
 PRETRAIN = ["pretrain", "--config", "c.yaml", "--runs", "runs", "--out", "q/runs.csv"]
 KEEP = ["pretrain", "--config", "c.yaml", "--runs", "runs", "--keep", "q/runs.csv", "--out", "r/runs.csv"]
-
-
-@pytest.fixture
-def finished(work):
-    (work / "corpus").mkdir()
-    (work / "corpus" / "a.txt").write_text("text\n")
-    train_config(work / "c.yaml", work / "corpus")
-    finished_runs(work)
-    return work
 
 
 def _cell(path, column, value, line=2):
