@@ -21,6 +21,8 @@ _KERNEL = TableSpec(("model", "batch", "baseline_us", "deamoe_us"), numbers=_KER
                     key=POINT, rows=True, whole=("batch",))
 # Table 1's search beside the paper's configuration, Figure 2's FP8 bytes: what the report reads
 # of each once its first column is there
+# a configuration's shape, shown beside the ratios where present (a count: no fraction; n_shared may be 0)
+_TABLE1_SHAPE = ("h", "h_ffn", "n_expert", "k_expert", "n_shared", "n_dept", "dea_n_expert", "k_dept", "dea_k_expert")
 _TABLE1_SEARCH = ("searched_n_expert", "searched_n_dept", "searched_k_dept", "searched_k_expert",
                   "paper_config_small_batch_loading", "searched_small_batch_loading", "search_objective",
                   "search_tolerance")
@@ -33,8 +35,10 @@ TABLES = {
     # two runs' tables joined) was shown twice (Table 1, pre-training), or one of the two was
     # taken or both averaged without a word (Tables 2-3: the first; Figure 3: their mean)
     # (a ratio of two models' bytes, FLOPs or parameters is > 0: -1 was drawn as a measured point)
-    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"), finite=("flops_ratio", "params_ratio"),
-                            positive=("flops_ratio", "params_ratio"),
+    "table1.csv": TableSpec(("model", "flops_ratio", "params_ratio"),
+                            finite=("flops_ratio", "params_ratio", *_TABLE1_SHAPE),
+                            positive=("flops_ratio", "params_ratio", *(c for c in _TABLE1_SHAPE if c != "n_shared")),
+                            whole=_TABLE1_SHAPE,
                             numbers=tuple(c for c in _TABLE1_SEARCH if c != "search_objective"), key=("model",),
                             allowed=(("model", ALL_MODEL_NAMES),), together=(_TABLE1_SEARCH,)),
     "loading.csv": TableSpec(("model", "tokens", "ratio"), finite=("tokens", "ratio"), positive=("tokens", "ratio"),

@@ -61,6 +61,13 @@ def test_an_evaluations_sample_count_is_still_the_tables_n(finished, capsys):
     ("loading.csv", "model,tokens,ratio\nDeepSeek-V3,1,0\n", ["loading.csv:2", "column ratio is 0, not a number > 0"]),
     ("table1.csv", "model,flops_ratio,params_ratio\nBaseline-7B,-1.0,1.0\n",
      ["table1.csv:2", "column flops_ratio is -1.0, not a number > 0"]),
+    # a configuration's shape beside the ratios: a count (n_shared may be 0, no other)
+    ("table1.csv", "model,h_ffn,flops_ratio,params_ratio\nBaseline-7B,,1.0,1.0\n",
+     ["table1.csv:2", "column h_ffn is empty or NaN, not a finite number"]),
+    ("table1.csv", "model,n_dept,flops_ratio,params_ratio\nBaseline-7B,0,1.0,1.0\n",
+     ["table1.csv:2", "column n_dept is 0, not a number > 0"]),
+    ("table1.csv", "model,k_dept,flops_ratio,params_ratio\nBaseline-7B,4.5,1.0,1.0\n",
+     ["table1.csv:2", "column k_dept is 4.5, not a whole number"]),
 ])
 def test_a_ratio_of_zero_or_below_is_named_by_the_report(work, failing, table, text, names):
     (work / "c.yaml").write_text("report: {dpi: 60}\n")
