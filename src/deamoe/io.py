@@ -45,7 +45,8 @@ from deamoe.locks import folder_lock, output_lock  # noqa: F401 (the commands ta
 from deamoe.ownership import (OUTPUT_MARKER, STAGING_MARK, OutputPathError, check_marker,
                               file_in_the_way, foreign_entries, in_staging, is_committed, is_lock_file,
                               is_ours, make_parent, mark_whole, misleading, name_in_marker, remove_created,
-                              unrecordable, whole_folder_above, written_whole)
+                              staging_prefix, too_long_to_stage, unrecordable, whole_folder_above,
+                              written_whole)
 
 
 def _no_file_in_the_way(path: Path) -> None:
@@ -80,7 +81,7 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
     named now, not after the work).
     """
     path = Path(path)
-    if why := unrecordable(path) or _too_long_to_stage(path):  # (the name as Python writes it: one line)
+    if why := unrecordable(path) or too_long_to_stage(path):  # (the name as Python writes it: one line)
         raise OutputPathError(f"{str(path)!r}: an output file name that {why}; give another name")
     check_marker(path.parent)  # found now, not when the finished output is recorded
     _no_file_in_the_way(path)
@@ -95,21 +96,6 @@ def check_output_file(path: str | os.PathLike, replace_committed: bool = False) 
         raise OutputPathError(
             f"{path} exists and was not written by deamoe (not named in "
             f"{path.parent / OUTPUT_MARKER}); give another path or remove it yourself")
-
-
-def _too_long_to_stage(path: Path) -> str | None:
-    """Why file output `path` cannot be staged beside itself, or None: its staging folder
-    `.NAME.xxxxxxxx` (_staged) is 10 bytes longer than its name, and found too long only when the
-    finished work was written, it read as 'cannot write here' naming the folder."""
-    folder = next((p for p in path.parents if p.is_dir()), Path.cwd())
-    try:
-        limit = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        limit = 255
-    if len(os.fsencode(path.name)) + 10 > limit:
-        return (f"is too long: its staging folder (.NAME. and 8 characters) would pass the file system's "
-                f"{limit}-byte limit on a name")
-    return None
 
 
 def _existing_folder(path: Path) -> bool:
@@ -231,7 +217,7 @@ def clear_stale_staging(path: str | os.PathLike) -> None:
     it while it lives, and the kernel drops it when the writer ends, kill -9 included.
     """
     path = Path(path)
-    pattern = re.compile(re.escape(f".{path.name}.") + r"[^.]+")
+    pattern = re.compile(re.escape(staging_prefix(path)) + r"[^.]+")
     with contextlib.suppress(OSError):
         for entry in path.parent.iterdir():
             mark = entry / STAGING_MARK
@@ -256,7 +242,7 @@ def _staged(path: Path) -> Iterator[Path]:
         # removed: a stop in either would leave a folder no later run takes for a dead writer's
         with stops_deferred():
             try:
-                stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+                stage = Path(tempfile.mkdtemp(prefix=staging_prefix(path), dir=path.parent))
                 # The mark appears already locked (created under another name, then renamed), so
                 # another process's clear_stale_staging never takes a live folder for a dead one.
                 fd = os.open(stage / ".mark", os.O_RDWR | os.O_CREAT, 0o644)

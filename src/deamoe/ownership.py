@@ -20,6 +20,7 @@ WHOLE_FOLDER = "written by python -m deamoe; rewritten as a whole"
 FILES_BELOW = "written by python -m deamoe: the files named below"
 MANIFEST = "holding these files:"  # the second line of a WHOLE_FOLDER marker, then one path a line
 STAGING_MARK = ".deamoe-staging"  # in every staging folder, locked by its writer while it lives
+STAGING_SUFFIX = 8  # the characters tempfile.mkdtemp adds to a staging folder's prefix
 COMMITTED = ("reports", "measured")  # a folder of committed measurements
 
 
@@ -120,6 +121,26 @@ def written_whole(folder: Path) -> bool:
 
 # Not project files: what Snakemake, the locks and the markers add to a folder
 _BOOKKEEPING = (OUTPUT_MARKER, ".deamoe.lock", ".snakemake_timestamp")
+
+
+def staging_prefix(path: Path) -> str:
+    """A file output's staging folder's name (deamoe.io) before mkdtemp's characters: `.NAME.`."""
+    return f".{path.name}."
+
+
+def too_long_to_stage(path: Path) -> str | None:
+    """Why file output `path` cannot be staged beside itself, or None: its staging folder
+    `.NAME.xxxxxxxx` is longer than its name, and found too long only when the finished work was
+    written, it read as 'cannot write here' naming the folder."""
+    folder = next((p for p in path.parents if p.is_dir()), Path.cwd())
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(os.fsencode(staging_prefix(path))) + STAGING_SUFFIX > limit:
+        return (f"is too long: its staging folder (.NAME. and {STAGING_SUFFIX} characters) would pass the "
+                f"file system's {limit}-byte limit on a name")
+    return None
 
 
 def unrecordable(path: str | os.PathLike) -> str | None:
