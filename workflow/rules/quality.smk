@@ -2,7 +2,7 @@
 # and (for eval.seeds) downstream accuracies, one row per run with provenance; loss curves and
 # the long per-task rows beside; and the same pairs at each further length of the size's tokens
 # axis.  `quality_<size>` (all of a size's lengths) and `ablation_seeds` are the targets; one
-# length's folder is the unit of a GPU call (README: "Quality at GPU scale").
+# length's folder is the unit of a GPU call (docs/quality-ladder.md).
 
 
 rule quality:

@@ -21,8 +21,8 @@ from deamoe.shapes import MODELS
 from deamoe.train.runs import PRETRAIN_RUN
 
 TABLE4_TITLE = "Table 4 at GPU scale: ablation, mean and spread over seeds"
-HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU (README: "
-              "Quality at GPU scale), or commit their rows under reports/measured/{gpu}/quality/")
+HOW_TO_RUN = ("run the gpu profile's quality_<size> / ablation_seeds targets on a GPU "
+              "(docs/quality-ladder.md), or commit their rows under reports/measured/{gpu}/quality/")
 
 
 # --- statistics ----------------------------------------------------------------------------
