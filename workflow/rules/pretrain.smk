@@ -2,6 +2,8 @@
 # {baseline, deamoe} x seeds x lengths).  One rule, one command; the run name picks size, model,
 # seed and length.
 
+import dataclasses
+
 from deamoe.errors import ConfigError as _ConfigError
 from deamoe.train import runs as _runs
 from deamoe.settings import load_settings as _load_settings
@@ -45,8 +47,20 @@ wildcard_constraints:
     size="[a-z0-9]+",
 
 
-def _run_section(wildcards):
-    return section("ablation" if wildcards.run.startswith("ablation") else "pretrain")
+def _run_recipe(wildcards):
+    """A training job's own param: what its weights are a function of beside the `model` and
+    `train` sections (its size's decoder and FFN, steps, lr, seed: deamoe.train.runs.run_spec).
+    Not the whole `ablation` or `pretrain` section: a seed or size added there, ablation.last_n
+    (read by the summary tables, not the trainer's steps) or pretrain.max_budget_deviation (a
+    check) would retrain, then re-evaluate and re-serve, every run of the section unchanged."""
+    spec = dataclasses.asdict(_runs.run_spec(_TRAIN, wildcards.run))
+    spec.pop("paper")  # the paper's numbers beside the run: constants, no part of its training
+    return spec
+
+
+# The tables over training runs average each run's last ablation.last_n steps (Table 4 and the
+# pre-training summary alike): that value is a param of each, so changing it reruns them.
+LAST_N = section("ablation").get("last_n")
 
 
 @configured
@@ -72,7 +86,7 @@ rule train:
     params:
         model=section("model"),
         train=section("train"),
-        run_section=_run_section,
+        recipe=_run_recipe,
         data=folder(of="input"),
         out=folder(),
     conda:
@@ -98,9 +112,11 @@ rule pretrain:
     input:
         expand("results/train/{run}/summary.json", run=trained(PRETRAIN_RUNS)),
     output:
-        "results/pretrain/summary.csv",
+        summary="results/pretrain/summary.csv",
+        curves="results/pretrain/curves.csv",  # written beside it; the report draws them
     params:
         pretrain=section("pretrain"),
+        last_n=LAST_N,
         runs=folder(2, of="input"),
     conda:
         "../../envs/train.yaml"
@@ -108,4 +124,4 @@ rule pretrain:
         "logs/pretrain/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs {params.runs} --out {output} > {log} 2>&1"
+        "{DEAMOE} pretrain --config {RESOLVED_CONFIG} --runs {params.runs} --out {output.summary} > {log} 2>&1"

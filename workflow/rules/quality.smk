@@ -17,6 +17,7 @@ rule quality:
         evals="results/quality/{size}/evals.csv",
     params:
         pretrain=section("pretrain"),
+        last_n=LAST_N,
         eval=section("eval"),
         runs=lambda wc, input: str(Path(input.train[0]).parents[1]),
         evals=lambda wc, input: str(Path(input.evals[0]).parents[1]),
@@ -42,6 +43,7 @@ rule quality_length:
         curves="results/quality/{size}/{steps}steps/curves.csv",
     params:
         pretrain=section("pretrain"),
+        last_n=LAST_N,
         runs=lambda wc, input: str(Path(input.train[0]).parents[1]),
     conda:
         "../../envs/train.yaml"

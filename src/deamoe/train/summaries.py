@@ -79,6 +79,13 @@ def _curves(frames: list, out_csv: Path) -> None:
     write_csv(out_csv.with_name("curves.csv"), curves)
 
 
+def _last_mean(curve, column: str, n: int) -> float | None:
+    """The mean of `column` over the last `n` steps of a training log, None where the log has no
+    value there (a baseline has no departments)."""
+    values = curve[column].tail(n).dropna() if column in curve.columns else ()
+    return float(values.mean()) if len(values) else None
+
+
 def _check_planned(summ: dict, steps: int, run: Path, config: str) -> None:
     """A DataError when the run was planned for other than the `steps` that `config` gives it:
     it was trained with another config, and its last_n rows and step count would be read as
@@ -273,7 +280,9 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
             "expert_init_scale": summ.get("expert_init_scale"),
             "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
             "last_n": min(n, len(curve)), "val_loss": summ["val_loss"],
-            "mean_distinct_departments": summ.get("mean_distinct_departments"),
+            # over the same last n steps as loss_last_n (the run's summary.json holds the mean
+            # over the last_n it was trained with, which a later ablation.last_n does not retrain)
+            "mean_distinct_departments": _last_mean(curve, "mean_distinct_departments", n),
             "tokens_per_s": summ["tokens_per_s"], "wall_s": summ.get("wall_s"),
             "ffn_impl": summ.get("ffn_impl"), "compile": summ.get("compile"),
             "paper_params_ratio": paper_7b.paper_params_ratio, "paper_flops_ratio": paper_7b.paper_flops_ratio,
