@@ -6,7 +6,8 @@ rule ablation:
         # a variant identical to a pre-training run (No.1 on the same schedule) is read from it
         expand("results/train/{run}/summary.json", run=[_runs.trained_as(_TRAIN, r) for r in ABLATION_RUNS]),
     output:
-        "results/ablation/summary.csv",
+        summary="results/ablation/summary.csv",
+        curves="results/ablation/curves.csv",  # written beside it; the report draws them
     params:
         ablation=section("ablation"),
         runs=folder(2, of="input"),
@@ -16,4 +17,4 @@ rule ablation:
         "logs/ablation/summary.log",
     threads: 1
     shell:
-        "{DEAMOE} ablation --config {RESOLVED_CONFIG} --runs {params.runs} --out {output} > {log} 2>&1"
+        "{DEAMOE} ablation --config {RESOLVED_CONFIG} --runs {params.runs} --out {output.summary} > {log} 2>&1"

@@ -15,7 +15,7 @@ import pandas as pd
 
 from deamoe import paper
 from deamoe.errors import DataError, absent
-from deamoe.report.sources import Loaded, not_run, read_csv
+from deamoe.report.sources import Loaded, curves_beside, not_run, read_csv
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.shapes import MODELS
 from deamoe.train.runs import PRETRAIN_RUN
@@ -176,7 +176,7 @@ def ladder_rows(results: Path, measured: Path, profile: str | None):
     """The pre-training rows of every size (runs.csv) and their loss curves, with sources."""
     pairs = quality_pairs(results, measured, ("quality/*/runs.csv",))
     rows, sources = load_gpu_rows(pairs, ("size", "model", "seed", "val_loss"), profile)
-    return rows, _curves_beside(sources), sources
+    return rows, curves_beside(sources), sources
 
 
 def _missing(measured: Path) -> Loaded:
@@ -402,18 +402,8 @@ def table4_gpu(results: Path, measured: Path, profile: str | None) -> Artifact:
              "order the variants by mean loss (the paper's ordering is its claim)",
              f"paper: No.1 uses {paper.DISTINCT_DEPARTMENTS_NO1} distinct departments per token",
              noise_note(versus)]
-    return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=_curves_beside(sources),
+    return Artifact("table4_gpu", TABLE4_TITLE, table, sources, notes, data=curves_beside(sources),
                     rows=rows)
-
-
-def _curves_beside(sources: list[Loaded]) -> pd.DataFrame | None:
-    """The loss curves (curves.csv) beside the loaded tables, stacked; None where there are none."""
-    from deamoe.readers import read_table
-    from deamoe.table_specs import table_spec
-
-    files = [s.path.with_name("curves.csv") for s in sources]
-    frames = [read_table(p, table_spec(p), "loss curves") for p in files if not absent(p)]
-    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def build(results: Path, measured: Path, profile: str | None, sizes: tuple[str, ...]) -> list[Artifact]:

@@ -179,15 +179,15 @@ def run_summaries(results: Path, runs: list[str]) -> list[dict]:
     return out
 
 
-def training_logs(results: Path, runs: list[str]) -> pd.DataFrame | None:
-    """log.csv of each run that exists, stacked with a `run` column (loss curves)."""
-    from deamoe.readers import read_training_log
+def curves_beside(sources: list[Loaded]) -> pd.DataFrame | None:
+    """The loss curves (curves.csv) beside the loaded tables, stacked; None where there are none.
+    A stage that summarises training runs writes them with its table, so a figure drawn from them
+    shows the runs of the table and no others."""
+    from deamoe.readers import read_table
+    from deamoe.table_specs import table_spec
 
-    frames = []
-    for run in runs:
-        path = Path(results) / "train" / run / "log.csv"
-        if not absent(path):
-            frames.append(read_training_log(path).assign(run=run))
+    files = [s.path.with_name("curves.csv") for s in sources if s.ok]
+    frames = [read_table(p, table_spec(p), "loss curves") for p in files if not absent(p)]
     return pd.concat(frames, ignore_index=True) if frames else None
 
 

@@ -15,8 +15,8 @@ from deamoe import paper
 from deamoe.errors import absent
 from deamoe.report.artifact import NOT_RUN, Artifact
 from deamoe.report.shared_rows import shared_peer_note, shared_rows
-from deamoe.report.sources import (ANALYTIC, KERNEL, microbench_source, read_csv, read_json,
-                                   run_summaries, training_logs)
+from deamoe.report.sources import (ANALYTIC, KERNEL, curves_beside, microbench_source, read_csv,
+                                   read_json, run_summaries)
 
 def table1(results: Path, profile: str | None) -> Artifact:
     from deamoe.shapes import TABLE1
@@ -139,8 +139,17 @@ def table3(results: Path, profile: str | None) -> Artifact:
 
 
 def _runs(results: Path, kind: str) -> list[str]:
-    """The training runs of one kind (ablation, pretrain) that left a folder under results/train."""
-    return sorted(p.name for p in (Path(results) / "train").glob(f"{kind}-*") if p.is_dir())
+    """The training runs behind the tables of one kind (ablation, pretrain): those its stage's
+    summary (results/<kind>/summary.csv) names, each by the folder it was trained in
+    (`trained_as`: Table 4's No.1 is a pre-training run); where there is no such summary, every
+    run folder of that kind under results/train.  Not the folders alone: one left from an earlier
+    config (a seed or variant since dropped) or a run stopped half-way would be counted in the
+    model size and tokens of a table whose rows are other runs."""
+    src = read_csv(Path(results) / kind / "summary.csv")
+    if not (src.ok and "run" in src.frame.columns):  # (a summary that names no runs: all folders)
+        return sorted(p.name for p in (Path(results) / "train").glob(f"{kind}-*") if p.is_dir())
+    named = src.frame.get("trained_as", src.frame["run"]).fillna(src.frame["run"])
+    return list(dict.fromkeys(str(r) for r in named))
 
 
 def table4(results: Path, profile: str | None) -> Artifact:
@@ -159,9 +168,9 @@ def table4(results: Path, profile: str | None) -> Artifact:
     else:
         table = paper_rows.assign(loss_last_n=NOT_RUN)[
             ["variant", "operator", "init", "dept_topk", "loss_last_n", "paper_loss"]]
-    logs = training_logs(results, _runs(results, "ablation"))
+    # the curves the ablation stage wrote beside its table: the table's runs, no others
     return Artifact("table4", "Table 4: ablation, mean training loss over the last N steps",
-                    table, [src], [paper.TABLE4_SCALE], data=logs)
+                    table, [src], [paper.TABLE4_SCALE], data=curves_beside([src]))
 
 
 def pretrain(results: Path, profile: str | None) -> Artifact:
@@ -169,9 +178,9 @@ def pretrain(results: Path, profile: str | None) -> Artifact:
                    scale_records=run_summaries(results, _runs(results, "pretrain")))
     table = src.frame if src.ok else pd.DataFrame({"model": ["deamoe", "baseline"],
                                                    "final loss": [NOT_RUN, NOT_RUN]})
-    logs = training_logs(results, _runs(results, "pretrain"))
     return Artifact("pretrain", "Pre-training: DeaMoE vs budget-matched baseline", table, [src],
-                    ["same data, optimiser, schedule and seed for both models"], data=logs)
+                    ["same data, optimiser, schedule and seed for both models"],
+                    data=curves_beside([src]))
 
 
 def tpot_metric(df: pd.DataFrame) -> str:
