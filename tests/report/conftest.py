@@ -60,6 +60,11 @@ def write_results(root: Path, *, eval_=True, serve=True, microbench_gpu=False) -
     _csv(res / "pretrain" / "summary.csv", [
         {"model": m, "final_loss": 4.5, "val_loss": 4.7, "tokens": 81920, "params": 1_500_000,
          **PROV} for m in ("baseline", "deamoe")])
+    # the loss curves each summary stage writes beside its table (what the report draws)
+    for stage, names in (("ablation", runs[:6]), ("pretrain", runs[6:])):
+        _csv(res / stage / "curves.csv", pd.concat(
+            [pd.read_csv(res / "train" / run / "log.csv")[["step", "tokens", "loss"]].assign(run=run)
+             for run in names], ignore_index=True))
     if eval_:
         tasks = ["boolq", "piqa", "social_iqa", "hellaswag", "winogrande", "race", "anli_r1",
                  "anli_r2", "anli_r3", "openbookqa"]
