@@ -24,6 +24,8 @@ REDUCED = str(Path(__file__).with_name("reduced.yaml"))
     (["--config", "pretrain={'seeds': [0, 1]}"],
      {"train": 2, "eval": 2, "pretrain": 1, "eval_tables": 1, "quality": 1}),
     (["--config", "ablation={'seeds': [0, 1]}"], {"train": 6, "ablation": 1}),
+    # which seeds get the downstream tasks: only the runs it moves are evaluated again (none here)
+    (["--config", "eval={'seeds': [0]}"], {"eval_tables": 1, "quality": 1}),
     # a check's tolerance: no run's recipe changes
     (["--config", "pretrain={'max_budget_deviation': 0.2}"], {"pretrain": 1, "quality": 1}),
     (["-R", "report"], {}),

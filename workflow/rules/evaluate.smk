@@ -17,6 +17,12 @@ def _eval_args(wildcards):
     return f"--model {r['model']}" + (" --perplexity-only" if only_ppl else "")
 
 
+# An evaluation's params: the `eval` section but `seeds`, which decides only whether this run
+# gets the downstream tasks (its `args`): a seed added there re-evaluates that seed's runs alone,
+# not every run of the ladder.
+EVAL_RUN_SETTINGS = {k: v for k, v in section("eval").items() if k != "seeds"}
+
+
 rule eval:
     input:
         checkpoint="results/train/{run}/checkpoint",
@@ -24,7 +30,7 @@ rule eval:
     output:
         "results/eval/{run}/lm_eval.json",
     params:
-        eval=section("eval"),
+        eval=EVAL_RUN_SETTINGS,
         args=_eval_args,
         out=folder(),
     conda:
