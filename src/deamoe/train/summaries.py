@@ -80,7 +80,8 @@ def _curves(frames: list, out_csv: Path) -> None:
 
 
 def _last_mean(curve, column: str, n: int) -> float | None:
-    """The mean of `column` over the last `n` steps of a training log, None where the log has no
+    """The mean of `column` over the last `n` steps of a training log (the summary tables' one
+    last-n mean: Table 4's and the pre-training loss and departments), None where the log has no
     value there (a baseline has no departments)."""
     values = curve[column].tail(n).dropna() if column in curve.columns else ()
     return float(values.mean()) if len(values) else None
@@ -156,10 +157,10 @@ def ablation_summary(s: Settings, config: str, runs_dir: str, out_csv: str):
         rows.append({
             "run": name, "variant": f"No.{variant[2:]}", "seed": r["seed"], "size": ablation_size(s),
             "operator": op, "init": init, "dept_topk": topk,
-            "loss_last_n": float(curve["loss"].tail(n).mean()), "last_n": min(n, len(curve)),
+            "loss_last_n": _last_mean(curve, "loss", n), "last_n": min(n, len(curve)),
             "steps": int(curve["step"].iloc[-1]), "tokens": int(curve["tokens"].iloc[-1]),
             "val_loss": summ.get("val_loss"),
-            "mean_distinct_departments": float(curve["mean_distinct_departments"].tail(n).mean()),
+            "mean_distinct_departments": _last_mean(curve, "mean_distinct_departments", n),
             "k_dept": summ.get("k_dept"), "h": summ.get("hidden_size"),
             "num_hidden_layers": summ.get("num_hidden_layers"), "params": summ.get("params"),
             "paper_loss": paper,
@@ -278,7 +279,7 @@ def pretrain_summary(s: Settings, config: str, runs_dir: str, out_csv: str, size
             "tokens": tokens, "tokens_per_param": tokens / summ["params"], "lr": summ.get("lr"),
             "aux_loss_coef": summ.get("aux_loss_coef"), "init_std": summ.get("init_std"),
             "expert_init_scale": summ.get("expert_init_scale"),
-            "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": float(curve["loss"].tail(n).mean()),
+            "final_loss": float(curve["loss"].iloc[-1]), "loss_last_n": _last_mean(curve, "loss", n),
             "last_n": min(n, len(curve)), "val_loss": summ["val_loss"],
             # over the same last n steps as loss_last_n (the run's summary.json holds the mean
             # over the last_n it was trained with, which a later ablation.last_n does not retrain)
