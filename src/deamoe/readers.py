@@ -166,9 +166,9 @@ KIND_NAMES = {"str": "a string", "int": "an integer", "number": "a number", "obj
 
 
 def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: float | None = None,
-         high: float | None = None):
-    """doc[key], checked to be of `kind` (a KINDS name; numbers finite, >= `low`, <= `high`); a missing
-    key is an error unless `optional` (then None).  Errors name the file and the key."""
+         high: float | None = None, above: float | None = None):
+    """doc[key], checked to be of `kind` (a KINDS name; numbers finite, >= `low`, > `above`, <= `high`);
+    a missing key is an error unless `optional` (then None).  Errors name the file and the key."""
     if key not in doc or (optional and doc[key] is None):
         if optional:
             return None
@@ -183,6 +183,8 @@ def need(doc: dict, path, key: str, kind: str, optional: bool = False, low: floa
             raise DataError(f"{path}: key {key!r} is {value}, not a finite number")
         if low is not None and value < low:
             raise DataError(f"{path}: key {key!r} is {value}, must be >= {low}")
+        if above is not None and value <= above:
+            raise DataError(f"{path}: key {key!r} is {value}, must be > {above}")
         if high is not None and value > high:
             raise DataError(f"{path}: key {key!r} is {value}, must be <= {high}")
     return value
@@ -349,7 +351,7 @@ def read_run_summary(path: str | Path, whole: bool = True) -> dict:
         need(doc, path, key, "str", not whole)
     for key in ("params", "hidden_size", "num_hidden_layers"):
         need(doc, path, key, "int", not whole, low=1)
-    need(doc, path, "val_loss", "number", not whole, low=0)  # a cross-entropy
+    need(doc, path, "val_loss", "number", not whole, above=0)  # a cross-entropy: > 0, as log.csv's loss
     need(doc, path, "tokens_per_s", "number", not whole, low=0)
     for key in ("steps", "tokens", "planned_steps"):
         need(doc, path, key, "int", optional=True, low=0)

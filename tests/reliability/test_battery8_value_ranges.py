@@ -27,10 +27,11 @@ def test_a_training_logs_loss_of_zero_or_below_is_named(finished, failing, value
     failing(PRETRAIN, f"runs/{RUNS[1]}/log.csv:3", f"column loss is {float(value)}, not a number > 0")
 
 
-def test_a_run_summarys_negative_val_loss_is_named(finished, failing):
+@pytest.mark.parametrize("value", ["-1.0", "0.0", "0"])
+def test_a_run_summarys_val_loss_of_zero_or_below_is_named(finished, failing, value):
     path = finished / "runs" / RUNS[1] / "summary.json"
-    path.write_text(path.read_text().replace('"val_loss": 5.0', '"val_loss": -1.0'))
-    failing(PRETRAIN, f"runs/{RUNS[1]}/summary.json", "'val_loss' is -1.0, must be >= 0")
+    path.write_text(path.read_text().replace('"val_loss": 5.0', f'"val_loss": {value}'))
+    failing(PRETRAIN, f"runs/{RUNS[1]}/summary.json", f"'val_loss' is {value}, must be > 0")
 
 
 @pytest.mark.parametrize("name, column, value", [("runs.csv", "val_loss", "-1"), ("runs.csv", "val_loss", "0"),
