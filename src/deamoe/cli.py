@@ -122,10 +122,17 @@ class Parser(argparse.ArgumentParser):
         return super()._get_values(action, arg_strings)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m deamoe", description=__doc__.splitlines()[0])
+def top_parser(prog: str, **kwargs) -> Parser:
+    """An entry point's parser with the flags main() reads of every one (--traceback): declared
+    here once, so `python -m deamoe` and `python -m deamoe.commands.bench_only` cannot drift."""
+    parser = Parser(prog=prog, **kwargs)
     parser.add_argument("--traceback", action="store_true",
                         help="on an unexpected error, print the traceback (default: one line)")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = top_parser("python -m deamoe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", metavar="command", required=True)
     for name in STAGE_MODULES:
         try:

@@ -215,6 +215,23 @@ def test_the_bench_module_answers_a_fault_in_one_line(tmp_path, monkeypatch, cap
     assert "no.csv" in capsys.readouterr().err
 
 
+def test_the_bench_module_takes_the_top_level_flags_of_python_m_deamoe(tmp_path, monkeypatch):
+    from deamoe import cli
+    from deamoe.bench import tools
+
+    def flags(parser):
+        return {a.dest: (a.option_strings, type(a), a.default, a.help) for a in parser._actions
+                if a.option_strings}
+
+    given = []
+    monkeypatch.setattr(cli, "main", lambda parser: given.append(parser) or 0)
+    assert _bench_module(["--help"], monkeypatch) == 0 and flags(given[0]) == flags(cli.build_parser())
+    monkeypatch.undo()
+    monkeypatch.setattr(tools, "overread", lambda out, draws: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # --traceback: the fault goes through as it is
+        _bench_module(["bench", "overread", tmp_path / "o", "--traceback"], monkeypatch)
+
+
 def test_the_bench_module_stops_on_ctrl_c_in_one_line(tmp_path, monkeypatch, capsys):
     from deamoe.bench import tools
 

@@ -9,10 +9,8 @@ Used on GPU machines whose Python lacks other stages' dependencies; same flags a
 import sys
 
 from deamoe.commands.bench import register
-from deamoe.cli import Parser, main
+from deamoe.cli import main, top_parser
 
-parser = Parser(prog="python -m deamoe.commands.bench_only")
-parser.add_argument("--traceback", action="store_true",
-                    help="on an unexpected error, print the traceback (default: one line)")
+parser = top_parser("python -m deamoe.commands.bench_only")
 register(parser.add_subparsers(dest="command", required=True))
 sys.exit(main(parser=parser))
