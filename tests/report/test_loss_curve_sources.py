@@ -5,10 +5,12 @@ variant since dropped) or a run stopped half-way is neither drawn nor counted.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 
 from deamoe.report import tables
+from deamoe.report.sources import read_csv
 
 
 def _stray_run(results, name: str, params: int) -> None:
@@ -24,7 +26,7 @@ def test_the_figures_draw_the_tables_runs_not_every_folder(results):
     _stray_run(results, "pretrain-tiny-deamoe-s7", 99_000_000)
     table4 = tables.table4(results, "tiny")
     assert sorted(table4.data["run"].unique()) == [f"ablation-no{i}-s0" for i in range(1, 7)]
-    pretrain = tables.pretrain(results, "tiny")
+    pretrain = tables.pretrain(results, "tiny", tables.pretrain_summaries(results))
     assert sorted(pretrain.data["run"].unique()) == ["pretrain-tiny-baseline-s0", "pretrain-tiny-deamoe-s0"]
 
 
@@ -37,6 +39,22 @@ def test_the_scale_counts_the_runs_the_summary_names(results):
     _stray_run(results, "ablation-no2-s7", 99_000_000)
     assert tables.table4(results, "tiny").sources[0].prov.model_size == "1.5M params"
     assert tables._runs(results, "ablation")[0] == "pretrain-tiny-deamoe-s0"
+
+
+def test_a_build_reads_the_pretraining_summary_twice_its_names_and_its_table(results, tmp_path, monkeypatch):
+    # the five artifacts the pre-training runs stand behind read it once for all (it was read six
+    # times, and every run's summary.json five)
+    seen = []
+
+    def counted(path, *args, **kwargs):
+        seen.append(Path(path).relative_to(results).as_posix())
+        return read_csv(path, *args, **kwargs)
+
+    monkeypatch.setattr(tables, "read_csv", counted)
+    arts = {a.key: a for a in tables.build_all(results, tmp_path / "measured", "tiny")}
+    assert seen.count("pretrain/summary.csv") == 2
+    for key in ("table2", "table3", "pretrain", "figure3", "figure3_slo"):
+        assert arts[key].sources[0].prov.model_size == arts["pretrain"].sources[0].prov.model_size, key
 
 
 def test_no_curves_are_drawn_beside_a_table_that_is_not_there(results):

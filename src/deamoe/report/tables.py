@@ -78,9 +78,9 @@ def figure2(results: Path, profile: str | None) -> Artifact:
                     "baseline", table, [src], notes, data=src.frame)
 
 
-def table2(results: Path, profile: str | None) -> Artifact:
+def table2(results: Path, profile: str | None, pretrained: list[dict]) -> Artifact:
     src = read_csv(results / "eval" / "downstream.csv", required=("model", "task", "value"),
-                   profile=profile, scale_records=run_summaries(results, _runs(results, "pretrain")))
+                   profile=profile, scale_records=pretrained)
     rows = []
     if src.ok:
         df = src.frame.copy()
@@ -116,10 +116,10 @@ def _not_run_rows(key: str, metric: str, values: dict) -> list[dict]:
             for name in values["deamoe"]]
 
 
-def table3(results: Path, profile: str | None) -> Artifact:
+def table3(results: Path, profile: str | None, pretrained: list[dict]) -> Artifact:
     metric = "word_perplexity"  # what eval-tables writes (a table without it: named by read_csv)
     src = read_csv(results / "eval" / "perplexity.csv", required=("model", "dataset", metric),
-                   profile=profile, scale_records=run_summaries(results, _runs(results, "pretrain")))
+                   profile=profile, scale_records=pretrained)
     rows = []
     if src.ok:
         df = src.frame
@@ -152,6 +152,12 @@ def _runs(results: Path, kind: str) -> list[str]:
     return list(dict.fromkeys(str(r) for r in named))
 
 
+def pretrain_summaries(results: Path) -> list[dict]:
+    """The summary.json records of the pre-training runs (_runs): the model size and tokens of
+    the tables made from them (`pretrained` of table2, table3, pretrain, figure3, figure3_slo)."""
+    return run_summaries(results, _runs(results, "pretrain"))
+
+
 def table4(results: Path, profile: str | None) -> Artifact:
     src = read_csv(results / "ablation" / "summary.csv", required=("variant", "loss_last_n"),
                    profile=profile, scale_records=run_summaries(results, _runs(results, "ablation")))
@@ -173,9 +179,9 @@ def table4(results: Path, profile: str | None) -> Artifact:
                     table, [src], [paper.TABLE4_SCALE], data=curves_beside([src]))
 
 
-def pretrain(results: Path, profile: str | None) -> Artifact:
+def pretrain(results: Path, profile: str | None, pretrained: list[dict]) -> Artifact:
     src = read_csv(results / "pretrain" / "summary.csv", profile=profile,
-                   scale_records=run_summaries(results, _runs(results, "pretrain")))
+                   scale_records=pretrained)
     table = src.frame if src.ok else pd.DataFrame({"model": ["deamoe", "baseline"],
                                                    "final loss": [NOT_RUN, NOT_RUN]})
     return Artifact("pretrain", "Pre-training: DeaMoE vs budget-matched baseline", table, [src],
@@ -193,10 +199,10 @@ def tpot_metric(df: pd.DataFrame) -> str:
     return "tpot_mean_ms"
 
 
-def figure3(results: Path, profile: str | None) -> Artifact:
+def figure3(results: Path, profile: str | None, pretrained: list[dict]) -> Artifact:
     src = read_csv(results / "serve" / "tpot.csv",
                    required=("model", "concurrency", "tpot_mean_ms"), profile=profile,
-                   scale_records=run_summaries(results, _runs(results, "pretrain")))
+                   scale_records=pretrained)
     if src.ok:
         df = src.frame.assign(model=lambda d: d["model"].str.lower())
         metric = tpot_metric(df)
@@ -214,9 +220,9 @@ def figure3(results: Path, profile: str | None) -> Artifact:
                     data=src.frame)
 
 
-def figure3_slo(results: Path, profile: str | None) -> Artifact:
+def figure3_slo(results: Path, profile: str | None, pretrained: list[dict]) -> Artifact:
     src = read_csv(results / "serve" / "slo.csv", profile=profile,
-                   scale_records=run_summaries(results, _runs(results, "pretrain")))
+                   scale_records=pretrained)
     paper_rows = pd.DataFrame(paper.FIG3_SLO, columns=["tpot_budget_ms", "paper baseline batch",
                                                        "paper deamoe batch", "paper gain"])
     if src.ok:
@@ -416,10 +422,13 @@ def build_all(results: Path, measured: Path, profile: str | None) -> list[Artifa
     from deamoe.report.fp8_panel import figure45_fp8
 
     results, measured = Path(results), Path(measured)
-    return [table1(results, profile), figure2(results, profile), figure3(results, profile),
-            figure3_slo(results, profile), decode_slo(results, measured, profile),
+    # the scale of five artifacts: the pre-training runs' summary.json, read once per build
+    pretrained = pretrain_summaries(results)
+    return [table1(results, profile), figure2(results, profile),
+            figure3(results, profile, pretrained), figure3_slo(results, profile, pretrained),
+            decode_slo(results, measured, profile),
             figure45(results, measured, profile),
             figure45_fp8(results, measured, profile),
             decode_tpot(results, measured, profile), vllm_peer(results, measured, profile),
-            table2(results, profile), table3(results, profile), table4(results, profile),
-            pretrain(results, profile)]
+            table2(results, profile, pretrained), table3(results, profile, pretrained),
+            table4(results, profile), pretrain(results, profile, pretrained)]
