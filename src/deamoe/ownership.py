@@ -52,10 +52,13 @@ def misleading(path: str | os.PathLike) -> str | None:
     """Why output `path` would not be written where it reads, or None: a part '-' (stdout to other
     tools: deamoe writes files, and `--out -` made a file named '-'), or '..' after a folder that
     does not exist (the checks find nothing there; once that folder is made the path leads to the
-    one above it, e.g. `sub/..` to the working directory)."""
+    one above it, e.g. `sub/..` to the working directory), or a part '.git' (a repository's own
+    records: outputs and a marker written there sit among git's files, where nothing reads them)."""
     parts = Path(path).parts
     if "-" in parts:
         return "goes through '-', which deamoe does not take for stdout (its commands write files)"
+    if ".git" in parts:
+        return "goes through .git, a git repository's own records, not a place for outputs"
     missing = next((Path(*parts[:i]) for i, part in enumerate(parts) if part == ".." and i
                     and not Path(*parts[:i]).is_dir()), None)
     if missing is not None:
