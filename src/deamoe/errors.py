@@ -36,6 +36,16 @@ def run_reporting(command, *args) -> int:
     return 0
 
 
+def asked_for_help(argv: list[str], usage: str) -> bool:
+    """Whether a module's `python -m` entry point was given only -h or --help, its usage then
+    printed on stdout: read as an argument, it was a file 'not found' or a program run."""
+
+    if argv in (["-h"], ["--help"]):
+        print(usage)
+        return True
+    return False
+
+
 def not_a_file(path: str | os.PathLike) -> str:
     """Why `path`, which is no regular file, cannot be read as one: a folder, a pipe or device
     (which exists: "no such file" sent the user looking for a typo), a link to nothing, or nothing."""

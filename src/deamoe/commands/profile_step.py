@@ -73,11 +73,13 @@ def profile(config: str, run: str, data_dir: str, out_csv: str, steps: int = 5) 
 
 
 def main(a: list[str]) -> int:
-    from deamoe.errors import run_reporting
+    from deamoe.errors import asked_for_help, run_reporting
 
+    usage = "usage: python -m deamoe.commands.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]"
+    if asked_for_help(a, usage):
+        return 0
     if len(a) not in (4, 5) or (len(a) == 5 and not (a[4].isdigit() and int(a[4]) > 0)):
-        print("usage: python -m deamoe.commands.profile_step CONFIG RUN DATA OUT.csv [STEPS >= 1]",
-              file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     return run_reporting(profile, a[0], a[1], a[2], a[3], int(a[4]) if len(a) > 4 else 5)
 

@@ -172,10 +172,14 @@ def packaged() -> TilePicks:
 
 def main(argv: list[str]) -> int:
     """Regenerate the packaged picks from a microbench.csv (argv: [table])."""
+    from deamoe.errors import asked_for_help
     from deamoe.io import write_text
 
+    usage = "usage: python -m deamoe.decode.picks MICROBENCH_CSV"
+    if asked_for_help(argv, usage):
+        return 0
     if len(argv) != 1:
-        print("usage: python -m deamoe.decode.picks MICROBENCH_CSV", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     from deamoe.errors import run_reporting
 

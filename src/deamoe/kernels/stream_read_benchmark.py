@@ -28,5 +28,18 @@ def measure_read_roofline(gib: float = 4.0, reps: int = 20) -> dict:
             "torch_sum_tbps": nbytes / ms_sum / 1e9, "buffer_gib": gib}
 
 
+def main() -> int:
+    """Print the roofline; on a machine without CUDA one line and exit status 2 (torch's own
+    assertion was a traceback)."""
+    from deamoe.errors import DeaMoEError, run_reporting
+
+    def measure() -> None:
+        if not torch.cuda.is_available():
+            raise DeaMoEError("python -m deamoe.kernels.stream_read_benchmark: needs a CUDA GPU")
+        print(measure_read_roofline())
+
+    return run_reporting(measure)
+
+
 if __name__ == "__main__":
-    print(measure_read_roofline())
+    raise SystemExit(main())

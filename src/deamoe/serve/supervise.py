@@ -28,13 +28,25 @@ def _set_parent_death_signal(sig: int) -> None:
         pass
 
 
+USAGE = "usage: python -m deamoe.serve.supervise CMD..."
+
+
 def main(argv: list[str]) -> int:
+    from deamoe.errors import asked_for_help
+
+    if asked_for_help(argv, USAGE):
+        return 0
     if not argv:
-        print("usage: python -m deamoe.serve.supervise CMD...", file=sys.stderr)
+        print(USAGE, file=sys.stderr)
         return 2
     parent = os.getppid()
     _set_parent_death_signal(signal.SIGTERM)
-    child = subprocess.Popen(argv)  # same process group as this wrapper
+    try:
+        child = subprocess.Popen(argv)  # same process group as this wrapper
+    except OSError as exc:  # no such program, not executable: one line, the shell's exit status
+        print(f"error: python -m deamoe.serve.supervise: cannot run {argv[0]!r} "
+              f"({exc.strerror or exc})", file=sys.stderr)
+        return 127 if isinstance(exc, FileNotFoundError) else 126
     stopping = False
 
     def stop(signum=None, frame=None):

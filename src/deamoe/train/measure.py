@@ -83,10 +83,13 @@ def _row(run: Path, s: dict, log, steady) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from deamoe.errors import run_reporting
+    from deamoe.errors import asked_for_help, run_reporting
 
+    usage = "usage: python -m deamoe.train.measure RUNS_DIR OUT_DIR"
+    if asked_for_help(argv, usage):
+        return 0
     if len(argv) != 2:
-        print("usage: python -m deamoe.train.measure RUNS_DIR OUT_DIR", file=sys.stderr)
+        print(usage, file=sys.stderr)
         return 2
     return run_reporting(collect, Path(argv[0]), Path(argv[1]))
 
