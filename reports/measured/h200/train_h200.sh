@@ -30,9 +30,9 @@ if [ "$MODE" = profile ]; then
     R=/tmp/runs2
     mkdir -p $R $OUT/m2
     side_by_side $R "${T:-45}" 2-
-    CUDA_VISIBLE_DEVICES=0 python3 -m deamoe.train.profile_step $CFG pretrain-baseline $D \
+    CUDA_VISIBLE_DEVICES=0 python3 -m deamoe.commands.profile_step $CFG pretrain-baseline $D \
       $OUT/train_profile_baseline.csv > $OUT/pb.log 2>&1 &
-    CUDA_VISIBLE_DEVICES=1 python3 -m deamoe.train.profile_step $CFG pretrain-deamoe $D \
+    CUDA_VISIBLE_DEVICES=1 python3 -m deamoe.commands.profile_step $CFG pretrain-deamoe $D \
       $OUT/train_profile_deamoe.csv > $OUT/pd.log 2>&1 &
     wait
     cat $OUT/pb.log $OUT/pd.log
