@@ -184,6 +184,15 @@ def _manifest(folder: Path) -> set[str] | None:
     return set(lines[2:]) if len(lines) > 1 and lines[1] == MANIFEST else None
 
 
+def missing_entries(folder: str | os.PathLike) -> list[str]:
+    """The files a folder written as a whole was written with that it no longer holds (removed
+    since: a damaged output, which Snakemake, going by its date, takes for whole); [] where none
+    is missing or its marker keeps no list."""
+    folder = Path(folder)
+    listed = _manifest(folder) if written_whole(folder) else None
+    return sorted(listed - set(_files_below(folder))) if listed else []
+
+
 def is_ours(path: str | os.PathLike) -> bool:
     """Whether the project wrote `path`: a file its folder's marker names (or inside a folder
     written as a whole), or a folder written as a whole."""

@@ -12,6 +12,7 @@ import typing
 from typing import Any, TypeVar
 
 from deamoe.errors import ConfigError
+from deamoe.schema import number_as_text
 
 T = TypeVar("T")
 
@@ -45,11 +46,11 @@ def _check_type(value: Any, hint: Any, where: str) -> Any:
         return value
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where} must be a number, got {value!r}")
+            raise ConfigError(number_as_text(where, value, "number") or f"{where} must be a number, got {value!r}")
         return float(value)
     if hint is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where} must be an integer, got {value!r}")
+            raise ConfigError(number_as_text(where, value, "integer") or f"{where} must be an integer, got {value!r}")
         return value
     if hint is bool:
         if not isinstance(value, bool):

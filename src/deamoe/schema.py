@@ -86,7 +86,41 @@ def first_problem(schema: dict, instance, prefix: str = "") -> str | None:
         return f"unknown key {keys} (allowed: {', '.join(sorted(allowed))})"
     if best.validator == "uniqueItems":
         return f"{path} must be distinct values, got {best.instance}"
+    if best.validator == "type" and (problem := number_as_text(path, best.instance, best.validator_value)):
+        return problem
     return f"{path or '<top level>'}: {best.message}"
+
+
+def number_as_text(where: str, value, kind) -> str | None:
+    """The line for key `where` holding `value`, text that Python reads as a number of the JSON
+    schema type(s) `kind` but YAML does not (`1e-3`), with the number to write; None otherwise."""
+    written = _yaml_number(value, kind)
+    return None if written is None else (
+        f"{where}: {value!r} is text to the YAML that config files are read with, not a number "
+        f"(an exponent needs a dot before it and a sign); write {written}")
+
+
+def _yaml_number(value, kind) -> str | None:
+    """`value` as YAML 1.1 (PyYAML, the reader of config files and of --config) reads a number,
+    where it is text that Python reads as one the key takes: `1e-3` and `1.0e3` are strings to it
+    (a float needs a dot and a signed exponent), so `lr: 1e-3` was refused as "not of type
+    'number'"; None otherwise."""
+    kinds = {kind} if isinstance(kind, str) else set(kind or ())
+    if not isinstance(value, str) or "string" in kinds or not kinds & {"number", "integer"}:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not math.isfinite(number):
+        return None
+    if "number" not in kinds:  # an integer key: its digits, where it is whole
+        return str(int(number)) if number.is_integer() else None
+    mantissa, _, exponent = repr(number).partition("e")
+    if not exponent:
+        return mantissa
+    mantissa += "" if "." in mantissa else ".0"
+    return f"{mantissa}e{exponent if exponent[0] in '+-' else '+' + exponent}"
 
 
 def non_finite(value, where: str) -> list[str]:

@@ -34,6 +34,7 @@ from deamoe.schema import first_problem, load as load_schema, property_schema, t
 from deamoe.settings import parse_config_file
 from deamoe.shapes import MODELS
 from deamoe.snakemake_args import after_dag_built
+from deamoe.stale_outputs import stale_outputs
 SECTIONS = [
     "analysis", "data", "model", "train", "ablation", "pretrain",
     "eval", "serve", "microbench", "report",
@@ -328,8 +329,16 @@ def _no_foreign_result_when_nothing_to_do():
     """Where a run finds no job to run, Snakemake says "Nothing to be done" and runs no `onstart`,
     so a user's file (or a folder) at an output path was taken for the result without a word
     (`snakemake table1` over a table of one's own): the outputs are checked as `onstart` checks
-    them, and the run stops naming each."""
-    if workflow.dryrun or len(workflow.dag) or workflow.exec_mode != ExecMode.DEFAULT:
+    them, and the run stops naming each.  Before that, in every run: an output left missing or
+    damaged (deamoe.stale_outputs) is a note, or a stop where a job of this run reads it."""
+    if workflow.exec_mode != ExecMode.DEFAULT:
+        return
+    notes, problems = stale_outputs(workflow.dag, skip=("resolved_config",))
+    if problems:
+        config_stop(problems, prefix="refused before any job")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    if workflow.dryrun or len(workflow.dag):
         return  # a job to run: onstart checks; a dry run reads only
     problems = [p for job in workflow.dag.jobs if job.rule.name != "resolved_config"
                 for p in foreign_job_outputs(job)]
@@ -363,7 +372,12 @@ def target_problems(wf):
                             "writes (`snakemake --list-rules` lists the rules)")
             continue
         path = os.path.relpath(item)  # as Snakemake takes a relative one
-        if not any(rule.is_producer(path) for rule in wf.rules):
+        # a file inside an output folder (results/microbench/status.json): the folder is the target
+        folder = next((p for p in map(str, Path(path).parents) if any(r.is_producer(p) for r in wf.rules)), None)
+        if folder and not any(rule.is_producer(path) for rule in wf.rules):
+            problems.append(f"{flag}{item}: lies inside {folder}, an output folder that its rule writes as a "
+                            f"whole; give {folder}")
+        elif not any(rule.is_producer(path) for rule in wf.rules):
             problems.append(f"{flag}{item}: no rule is named so or writes it (`snakemake --list-rules` "
                             "lists the rules; outputs are paths relative to the working directory, e.g. "
                             "results/analysis/table1.csv)")
