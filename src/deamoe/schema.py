@@ -108,6 +108,12 @@ def _yaml_number(value, kind) -> str | None:
     kinds = {kind} if isinstance(kind, str) else set(kind or ())
     if not isinstance(value, str) or "string" in kinds or not kinds & {"number", "integer"}:
         return None
+    import yaml
+
+    # only the exponent form YAML keeps as text: a quoted '8' or '0.5' was made text on purpose
+    # (YAML reads it unquoted as a number), so the schema's own line stands for it
+    if "e" not in value.lower() or not isinstance(yaml.safe_load(value), str):
+        return None
     try:
         number = float(value)
     except ValueError:

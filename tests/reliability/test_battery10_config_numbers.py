@@ -32,6 +32,7 @@ def test_a_number_yaml_reads_as_text_is_named_with_what_to_write(value, kind, wr
 @pytest.mark.parametrize("value, kind", [
     ("abc", "number"), ("1e400", "number"), ("nan", "number"), ("1.5e0", "integer"), ("1e-3", "string"),
     (0.001, "number"), ("1e-3", ["string", "number"]),
+    ("8", "integer"), ("8", "number"), ("0.5", "number"), ("1.0e+3", "number"),  # quoted: text on purpose
 ])
 def test_other_values_keep_the_schemas_own_line(value, kind):
     assert number_as_text("train.lr", value, kind) is None
